@@ -1,0 +1,127 @@
+//! The runnable benchmark: prints a short table, then one `name: value` line per figure.
+//!
+//! ```text
+//! cargo run --release --example bench -- [alloc] [arena] [kernels] [all]
+//! ```
+//! With no argument every suite runs. Suites that need a GPU open one with
+//! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
+
+#[path = "support/alloc_bench.rs"]
+mod alloc_bench;
+#[path = "support/bench_gpu.rs"]
+mod bench_gpu;
+
+use std::io::BufReader;
+
+use alloc_bench::{churn, fifo, from_trace, lifo, ns_per_op, Offset, RangeAlloc};
+use vramkit::alloc::RangeAllocator;
+
+/// Collects `name: value` lines to print after the tables.
+#[derive(Default)]
+pub struct Figures(Vec<(String, String)>);
+
+impl Figures {
+    pub fn add(&mut self, name: impl Into<String>, value: impl std::fmt::Display) {
+        self.0.push((name.into(), value.to_string()));
+    }
+}
+
+fn trace_path() -> String {
+    std::env::var("VRAMKIT_TRACE")
+        .unwrap_or_else(|_| "../shared/traces/trace_resnet50_train.csv.gz".into())
+}
+
+fn suite_alloc(figures: &mut Figures) {
+    let mut workloads = vec![churn(400_000, 1), lifo(400_000, 2), fifo(400_000, 3)];
+    match std::fs::File::open(trace_path()) {
+        Ok(f) => {
+            match vramkit::alloc::trace::parse_csv(BufReader::new(flate2::read::GzDecoder::new(f)))
+            {
+                Ok(events) => workloads.push(from_trace(&events)),
+                Err(e) => eprintln!("skipping the real trace: {e}"),
+            }
+        }
+        Err(e) => eprintln!("skipping the real trace ({}): {e}", trace_path()),
+    }
+    if let Ok(only) = std::env::var("VRAMKIT_ALLOC_WORKLOADS") {
+        workloads.retain(|w| only.split(',').any(|o| o == w.name));
+    }
+    println!("\n== alloc: alloc+free, ns per operation (best of 7), lower is better ==");
+    println!(
+        "{:<10} {:>10} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "workload", "ops", "vramkit", "offset-all.", "range-alloc", "vs offset", "vs range"
+    );
+    for w in &workloads {
+        let (ours, f0) = ns_per_op::<RangeAllocator>(w, 7);
+        let (off, f1) = ns_per_op::<Offset>(w, 7);
+        // range-alloc is O(n) per operation: one run is enough to rank it (and 20 s).
+        let runs = if w.name == "churn80" { 1 } else { 3 };
+        let (ra, f2) = if std::env::var("VRAMKIT_SKIP_RANGE_ALLOC").is_ok() {
+            (f64::NAN, 0)
+        } else {
+            ns_per_op::<RangeAlloc>(w, runs)
+        };
+        println!(
+            "{:<10} {:>10} {:>12.1} {:>12.1} {:>12.1} {:>9.2}x {:>9.2}x",
+            w.name,
+            w.ops.len(),
+            ours,
+            off,
+            ra,
+            off / ours,
+            ra / ours
+        );
+        if f0 + f1 + f2 > 0 {
+            println!(
+                "{:<10} failed allocations: vramkit {f0}, offset-allocator {f1}, range-alloc {f2}",
+                ""
+            );
+        }
+        figures.add(format!("alloc_{}_ns_per_op", w.name), format!("{ours:.2}"));
+        figures.add(
+            format!("alloc_{}_speed_vs_offset_allocator", w.name),
+            format!("{:.3}", off / ours),
+        );
+        figures.add(
+            format!("alloc_{}_speed_vs_range_alloc", w.name),
+            format!("{:.3}", ra / ours),
+        );
+        figures.add(format!("alloc_{}_failed_vramkit", w.name), f0);
+        figures.add(format!("alloc_{}_failed_offset_allocator", w.name), f1);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s || a == "all");
+    let mut figures = Figures::default();
+    if want("alloc") {
+        suite_alloc(&mut figures);
+    }
+    let gpu_suites = ["arena", "kernels"];
+    if gpu_suites.iter().any(|s| want(s)) {
+        match vramkit::Gpu::headless() {
+            Ok(gpu) => {
+                println!("\ndevice: {}", gpu.describe());
+                figures.add("device", gpu.info().name.clone());
+                if want("arena") {
+                    bench_gpu::suite_arena(&gpu, &mut figures);
+                }
+                if want("kernels") {
+                    bench_gpu::suite_kernels(&gpu, &mut figures);
+                }
+            }
+            Err(e) => {
+                eprintln!("GPU suites need an adapter: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    println!();
+    for (name, value) in &figures.0 {
+        println!("{name}: {value}");
+    }
+}

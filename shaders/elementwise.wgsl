@@ -1,0 +1,40 @@
+// Elementwise f32 kernels. Each invocation handles one element; the grid is 2D so element
+// counts beyond 65535 workgroups work: index = (wg.y * num_wg.x + wg.x) * 256 + local.
+// Buffers are bound at the allocation's offset and size, so index 0 is the allocation start.
+
+struct Params {
+    n: u32,
+    alpha: f32,
+    beta: f32,
+    value: f32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+fn linear_index(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {
+    return (wg.y * nwg.x + wg.x) * 256u + local;
+}
+
+// y = alpha * x + y
+@compute @workgroup_size(256)
+fn axpy(@builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) local: u32) {
+    let i = linear_index(wg, nwg, local);
+    if i < params.n {
+        y[i] = params.alpha * x[i] + y[i];
+    }
+}
+
+// y = alpha * x + beta * y
+@compute @workgroup_size(256)
+fn axpby(@builtin(workgroup_id) wg: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) local: u32) {
+    let i = linear_index(wg, nwg, local);
+    if i < params.n {
+        y[i] = params.alpha * x[i] + params.beta * y[i];
+    }
+}

@@ -1,0 +1,379 @@
+//! The block policy and the set of blocks it manages.
+//!
+//! Blocks grow geometrically (a small app reserves little; a big one reaches the cap in a
+//! few steps), requests at or above a threshold get a block of their own, and empty blocks
+//! stay cached for reuse until the owner trims them or reserving a new block would push
+//! the total past what is needed.
+
+use super::{AllocError, RangeAllocator, RangeHandle};
+
+/// A sub-allocator that manages ranges inside one block. [`RangeAllocator`] is the one
+/// vramkit uses; the trace replay also plugs in other crates to compare under the same
+/// policy.
+pub trait SubAllocator {
+    /// Handle that frees an allocation.
+    type Handle: Copy;
+    /// A sub-allocator over `capacity` bytes.
+    fn with_capacity(capacity: u64) -> Self;
+    /// Allocates `size` bytes aligned to `align`, or `None` when no range fits.
+    fn allocate(&mut self, size: u64, align: u64) -> Option<(u64, Self::Handle)>;
+    /// Frees an allocation.
+    fn free(&mut self, handle: Self::Handle);
+}
+
+impl SubAllocator for RangeAllocator {
+    type Handle = RangeHandle;
+    fn with_capacity(capacity: u64) -> Self {
+        RangeAllocator::new(capacity)
+    }
+    fn allocate(&mut self, size: u64, align: u64) -> Option<(u64, RangeHandle)> {
+        RangeAllocator::allocate(self, size, align)
+            .ok()
+            .map(|r| (r.offset, r.handle))
+    }
+    fn free(&mut self, handle: RangeHandle) {
+        // BlockSet only passes handles it received from this allocator, once.
+        let _ = RangeAllocator::free(self, handle);
+    }
+}
+
+/// How blocks are sized and when a request gets its own block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockPolicy {
+    /// Size of the first shared block.
+    pub min_block: u64,
+    /// Largest shared block; also the largest request a shared block serves.
+    pub max_block: u64,
+    /// Requests of at least this many bytes get a dedicated block.
+    pub dedicated_threshold: u64,
+    /// Dedicated blocks are rounded up to a multiple of this.
+    pub dedicated_granularity: u64,
+    /// Give cached empty blocks back before reserving a new one that they cannot replace.
+    /// Keeps reserved memory near the live peak at the cost of re-creating blocks.
+    pub release_empty_before_grow: bool,
+}
+
+impl BlockPolicy {
+    /// The arena's default policy for a device whose largest storage binding is
+    /// `max_binding` bytes: blocks from 4 MiB doubling to min(256 MiB, max_binding),
+    /// dedicated blocks for requests of an eighth of the cap or more.
+    pub fn for_max_binding(max_binding: u64) -> Self {
+        let max_block = (256u64 << 20).min(max_binding.max(1 << 20));
+        BlockPolicy {
+            min_block: (4u64 << 20).min(max_block),
+            max_block,
+            dedicated_threshold: max_block / 8,
+            dedicated_granularity: 64 << 10,
+            release_empty_before_grow: true,
+        }
+    }
+}
+
+impl Default for BlockPolicy {
+    fn default() -> Self {
+        Self::for_max_binding(u64::MAX)
+    }
+}
+
+/// Identifies a block in a [`BlockSet`]; stable while the block lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u32);
+
+/// Where an allocation landed.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockAlloc<H> {
+    /// The block.
+    pub block: BlockId,
+    /// Byte offset inside the block.
+    pub offset: u64,
+    /// Bytes requested.
+    pub size: u64,
+    /// Sub-allocator handle.
+    pub handle: H,
+}
+
+/// Totals of a [`BlockSet`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockSetStats {
+    /// Bytes in live allocations (as requested).
+    pub allocated: u64,
+    /// Bytes held in blocks.
+    pub reserved: u64,
+    /// Peak of `allocated`.
+    pub peak_allocated: u64,
+    /// Peak of `reserved`.
+    pub peak_reserved: u64,
+    /// Blocks currently held.
+    pub blocks: usize,
+    /// Blocks ever created.
+    pub blocks_created: u64,
+    /// Blocks given back.
+    pub blocks_released: u64,
+}
+
+struct Block<A> {
+    allocator: A,
+    size: u64,
+    dedicated: bool,
+    live: usize,
+}
+
+/// A set of blocks run by a [`BlockPolicy`]; the caller backs each block with memory.
+///
+/// `allocate` calls `reserve(id, size)` when it needs a new block (the arena creates a
+/// `wgpu::Buffer` there and may refuse with its own error), and `release(id)` for blocks
+/// it gives back.
+pub struct BlockSet<A: SubAllocator = RangeAllocator> {
+    policy: BlockPolicy,
+    blocks: Vec<Option<Block<A>>>,
+    shared_created: u32,
+    stats: BlockSetStats,
+}
+
+impl<A: SubAllocator> BlockSet<A> {
+    /// An empty set.
+    pub fn new(policy: BlockPolicy) -> Self {
+        BlockSet {
+            policy,
+            blocks: Vec::new(),
+            shared_created: 0,
+            stats: BlockSetStats::default(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &BlockPolicy {
+        &self.policy
+    }
+
+    /// Current totals.
+    pub fn stats(&self) -> BlockSetStats {
+        self.stats
+    }
+
+    /// Resets the peaks to the current values.
+    pub fn reset_peak(&mut self) {
+        self.stats.peak_allocated = self.stats.allocated;
+        self.stats.peak_reserved = self.stats.reserved;
+    }
+
+    /// The sub-allocator of a live block.
+    pub fn block(&self, id: BlockId) -> Option<&A> {
+        self.blocks
+            .get(id.0 as usize)?
+            .as_ref()
+            .map(|b| &b.allocator)
+    }
+
+    /// `(id, size, dedicated, live allocations)` of every block.
+    pub fn blocks(&self) -> impl Iterator<Item = (BlockId, u64, bool, usize)> + '_ {
+        self.blocks.iter().enumerate().filter_map(|(i, b)| {
+            b.as_ref()
+                .map(|b| (BlockId(i as u32), b.size, b.dedicated, b.live))
+        })
+    }
+
+    /// Allocates `size` bytes aligned to `align`, reserving a block through `reserve` when
+    /// none has room, after giving back empty blocks through `release` if the policy says
+    /// so. An error from `reserve` is returned unchanged and leaves the set as it was
+    /// (except for empty blocks already released).
+    pub fn allocate<E>(
+        &mut self,
+        size: u64,
+        align: u64,
+        mut reserve: impl FnMut(BlockId, u64) -> Result<(), E>,
+        mut release: impl FnMut(BlockId),
+    ) -> Result<BlockAlloc<A::Handle>, E>
+    where
+        E: From<AllocError>,
+    {
+        if size == 0 {
+            return Err(AllocError::ZeroSize.into());
+        }
+        if !align.is_power_of_two() || align > super::MAX_ALIGN {
+            return Err(AllocError::BadAlignment { align }.into());
+        }
+        let dedicated = size >= self.policy.dedicated_threshold || size > self.policy.max_block;
+        // Existing blocks of the right kind, smallest-first for dedicated reuse.
+        if let Some(found) = self.try_existing(size, align, dedicated) {
+            return Ok(found);
+        }
+        let block_size = if dedicated {
+            size.next_multiple_of(self.policy.dedicated_granularity.max(align))
+        } else {
+            self.next_shared_size(size + align)
+        };
+        if self.policy.release_empty_before_grow {
+            self.release_empty(0, &mut release);
+        }
+        let id = self.free_slot();
+        reserve(id, block_size)?;
+        let mut allocator = A::with_capacity(block_size);
+        let mut placed = allocator.allocate(size, align);
+        let mut block_size = block_size;
+        if placed.is_none() {
+            // A sub-allocator that rounds requests up a size class (offset-allocator does)
+            // cannot fill a block exactly; give it one size class (12.5 %) of room.
+            release(id);
+            block_size += block_size / 8 + align;
+            reserve(id, block_size)?;
+            allocator = A::with_capacity(block_size);
+            placed = allocator.allocate(size, align);
+        }
+        let Some((offset, handle)) = placed else {
+            release(id);
+            return Err(AllocError::TooLarge {
+                size,
+                capacity: block_size,
+            }
+            .into());
+        };
+        if !dedicated {
+            self.shared_created += 1;
+        }
+        let slot = Block {
+            allocator,
+            size: block_size,
+            dedicated,
+            live: 1,
+        };
+        if (id.0 as usize) == self.blocks.len() {
+            self.blocks.push(Some(slot));
+        } else {
+            self.blocks[id.0 as usize] = Some(slot);
+        }
+        self.stats.blocks += 1;
+        self.stats.blocks_created += 1;
+        self.stats.reserved += block_size;
+        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+        self.note_alloc(size);
+        Ok(BlockAlloc {
+            block: id,
+            offset,
+            size,
+            handle,
+        })
+    }
+
+    fn try_existing(
+        &mut self,
+        size: u64,
+        align: u64,
+        dedicated: bool,
+    ) -> Option<BlockAlloc<A::Handle>> {
+        let slack = self.policy.dedicated_granularity;
+        let index = if dedicated {
+            // Reuse the smallest empty dedicated block that is not wastefully large.
+            self.blocks
+                .iter()
+                .enumerate()
+                .filter_map(|(i, b)| b.as_ref().map(|b| (i, b)))
+                .filter(|(_, b)| b.dedicated && b.live == 0)
+                .filter(|(_, b)| b.size >= size && b.size <= size + size / 4 + slack)
+                .min_by_key(|(_, b)| b.size)
+                .map(|(i, _)| i)?
+        } else {
+            // Shared blocks in creation order: older blocks fill up first, so the newest
+            // (largest) block is the one that empties and can be trimmed.
+            let mut hit = None;
+            for (i, b) in self.blocks.iter_mut().enumerate() {
+                let Some(b) = b else { continue };
+                if b.dedicated || b.size < size {
+                    continue;
+                }
+                if let Some(found) = b.allocator.allocate(size, align) {
+                    hit = Some((i, found));
+                    break;
+                }
+            }
+            let (i, (offset, handle)) = hit?;
+            if let Some(b) = self.blocks[i].as_mut() {
+                b.live += 1;
+            }
+            self.note_alloc(size);
+            return Some(BlockAlloc {
+                block: BlockId(i as u32),
+                offset,
+                size,
+                handle,
+            });
+        };
+        let b = self.blocks[index].as_mut()?;
+        let (offset, handle) = b.allocator.allocate(size, align)?;
+        b.live += 1;
+        self.note_alloc(size);
+        Some(BlockAlloc {
+            block: BlockId(index as u32),
+            offset,
+            size,
+            handle,
+        })
+    }
+
+    fn next_shared_size(&self, need: u64) -> u64 {
+        let grown = self
+            .policy
+            .min_block
+            .saturating_mul(1u64 << self.shared_created.min(40));
+        let mut size = grown.min(self.policy.max_block).max(self.policy.min_block);
+        while size < need && size < self.policy.max_block {
+            size = size.saturating_mul(2).min(self.policy.max_block);
+        }
+        size.max(need)
+    }
+
+    fn note_alloc(&mut self, size: u64) {
+        self.stats.allocated += size;
+        self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
+    }
+
+    fn free_slot(&self) -> BlockId {
+        let i = self
+            .blocks
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.blocks.len());
+        BlockId(i as u32)
+    }
+
+    /// Frees an allocation made by [`allocate`](Self::allocate). Empty blocks stay cached.
+    pub fn free(&mut self, alloc: &BlockAlloc<A::Handle>) {
+        if let Some(Some(b)) = self.blocks.get_mut(alloc.block.0 as usize) {
+            b.allocator.free(alloc.handle);
+            b.live -= 1;
+            self.stats.allocated -= alloc.size;
+        }
+    }
+
+    /// Gives back empty blocks while more than `keep` bytes of empty blocks are cached,
+    /// largest first. Returns the bytes released.
+    pub fn release_empty(&mut self, keep: u64, mut release: impl FnMut(BlockId)) -> u64 {
+        let mut empties: Vec<(u64, usize)> = self
+            .blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_ref().filter(|b| b.live == 0).map(|b| (b.size, i)))
+            .collect();
+        let mut cached: u64 = empties.iter().map(|e| e.0).sum();
+        empties.sort_unstable_by(|a, b| b.cmp(a));
+        let mut released = 0;
+        for (size, i) in empties {
+            if cached <= keep {
+                break;
+            }
+            let Some(b) = self.blocks[i].take() else {
+                continue;
+            };
+            if !b.dedicated {
+                self.shared_created = self.shared_created.saturating_sub(1);
+            }
+            release(BlockId(i as u32));
+            cached -= size;
+            released += size;
+            self.stats.reserved -= size;
+            self.stats.blocks -= 1;
+            self.stats.blocks_released += 1;
+        }
+        released
+    }
+}

@@ -1,0 +1,107 @@
+//! The crate's typed error.
+//!
+//! Every fallible public function returns [`Result<T>`](Result). Each variant says what
+//! was asked, what was available and what to do about it, so a user can act on the message
+//! without reading the source.
+
+use crate::alloc::AllocError;
+
+/// Errors returned by vramkit.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No adapter matched the selection (or none exists at all).
+    #[error("no GPU adapter found ({selection}); adapters seen: [{seen}]. {hint}")]
+    NoAdapter {
+        /// The selection that was applied (backend and name filters).
+        selection: String,
+        /// Every adapter that was enumerated, matched or not.
+        seen: String,
+        /// What to install or change.
+        hint: String,
+    },
+
+    /// The adapter refused to create a device.
+    #[error("requesting a device from adapter '{adapter}' failed: {source}")]
+    RequestDevice {
+        /// The adapter's name.
+        adapter: String,
+        /// wgpu's error.
+        source: wgpu::RequestDeviceError,
+    },
+
+    /// An argument was out of its valid range; nothing was changed.
+    #[error("invalid argument: {what}. {hint}")]
+    InvalidArgument {
+        /// What was wrong.
+        what: String,
+        /// How to fix it.
+        hint: String,
+    },
+
+    /// The allocator core rejected a request (bad size or alignment).
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+
+    /// A request did not fit under the budget, the pool quota, or the device's memory.
+    #[error(transparent)]
+    OutOfMemory(#[from] Box<crate::arena::OutOfMemory>),
+
+    /// wgpu reported an error inside an error scope (validation, out of memory, internal).
+    #[error("wgpu reported an error during {during}: {message}")]
+    Wgpu {
+        /// The operation that was running.
+        during: String,
+        /// wgpu's message.
+        message: String,
+    },
+
+    /// Waiting on or mapping GPU work failed (device lost, timeout).
+    #[error("GPU work failed during {during}: {message}")]
+    Device {
+        /// The operation that was running.
+        during: String,
+        /// What the backend said.
+        message: String,
+    },
+
+    /// A shader failed to parse, validate or translate.
+    #[error("shader '{shader}' is not portable: {message}")]
+    Shader {
+        /// Shader file name.
+        shader: String,
+        /// The diagnostic.
+        message: String,
+    },
+
+    /// The device lacks a feature this operation needs.
+    #[error("this operation needs the wgpu feature {feature}, which adapter '{adapter}' does not offer. {hint}")]
+    MissingFeature {
+        /// The missing feature.
+        feature: String,
+        /// The adapter's name.
+        adapter: String,
+        /// What to do instead.
+        hint: String,
+    },
+
+    /// Reading or writing a host file failed.
+    #[error("I/O error while {during}: {source}")]
+    Io {
+        /// What was being done.
+        during: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with vramkit's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn invalid(what: impl Into<String>, hint: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what: what.into(),
+            hint: hint.into(),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The GPU context: one device and queue, opened headless or borrowed from a host app.
+//!
+//! [`Gpu`] is a cheap-to-clone handle (an `Arc` inside) that every other part of vramkit
+//! holds. It records the limits and features the device really has, so the arena can size
+//! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
+
+mod select;
+mod timer;
+
+pub use select::{parse_backends, GpuOptions};
+pub use timer::{Timing, TimingSource};
+
+use std::sync::Arc;
+
+use crate::shaders::{PipelineCache, Shader};
+use crate::{Error, Result};
+
+/// What to install when no adapter exists; shown by every "no adapter" error.
+pub const INSTALL_HINT: &str = "Install a Vulkan driver: on Debian/Ubuntu run \
+`sudo apt-get update && sudo apt-get install -y mesa-vulkan-drivers` (lavapipe, a CPU \
+driver) or your GPU vendor's driver; check with `vulkaninfo --summary`. \
+VRAMKIT_BACKEND and VRAMKIT_ADAPTER narrow the choice.";
+
+/// Optional features vramkit turns on whenever the adapter offers them. Kernels check
+/// [`Gpu::has`] to choose a variant, so enabling them costs nothing where unused.
+pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SUBGROUP_BARRIER)
+    .union(wgpu::Features::TIMESTAMP_QUERY)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    .union(wgpu::Features::IMMEDIATES)
+    .union(wgpu::Features::PIPELINE_CACHE);
+
+/// A GPU device and queue with the facts vramkit needs about them.
+///
+/// ```no_run
+/// let gpu = vramkit::Gpu::headless()?;
+/// println!("{}", gpu.describe());
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Gpu {
+    inner: Arc<GpuInner>,
+}
+
+struct GpuInner {
+    // Kept alive for headless contexts: dropping the instance early would tear down the
+    // backend under a live device on some platforms.
+    _instance: Option<wgpu::Instance>,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    features: wgpu::Features,
+    limits: wgpu::Limits,
+    pipelines: PipelineCache,
+    timer: timer::TimerState,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Gpu {
+    /// Opens the best adapter with no window, honouring `VRAMKIT_BACKEND` and
+    /// `VRAMKIT_ADAPTER` (see [`GpuOptions::from_env`]).
+    pub fn headless() -> Result<Gpu> {
+        Self::headless_with(&GpuOptions::from_env()?)
+    }
+
+    /// Opens the best adapter that matches `options`, requesting its real limits and every
+    /// feature in [`OPTIONAL_FEATURES`] it has.
+    pub fn headless_with(options: &GpuOptions) -> Result<Gpu> {
+        pollster::block_on(Self::open(options))
+    }
+
+    async fn open(options: &GpuOptions) -> Result<Gpu> {
+        let backends = options.backends.unwrap_or_else(wgpu::Backends::all);
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapters = instance.enumerate_adapters(backends).await;
+        let adapter = select::choose(adapters, options)?;
+        let info = adapter.get_info();
+        let offered = adapter.features();
+        let missing = options.required_features - offered;
+        if !missing.is_empty() {
+            return Err(Error::MissingFeature {
+                feature: format!("{missing:?}"),
+                adapter: info.name.clone(),
+                hint: "pick another adapter with VRAMKIT_ADAPTER, or drop the requirement".into(),
+            });
+        }
+        let features = (offered & OPTIONAL_FEATURES) | options.required_features;
+        // The adapter's own limits, not WebGPU's defaults: the default 128 MiB storage
+        // binding would cap every arena block at 128 MiB.
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("vramkit"),
+                required_features: features,
+                required_limits: limits,
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|source| Error::RequestDevice {
+                adapter: info.name.clone(),
+                source,
+            })?;
+        Ok(Self::build(Some(instance), device, queue, info))
+    }
+
+    /// Wraps a device and queue that a host application already owns (a renderer sharing
+    /// its device with vramkit). Limits and features are read from the device itself, so
+    /// vramkit uses exactly what the host enabled.
+    ///
+    /// ```no_run
+    /// # fn host() -> (wgpu::Device, wgpu::Queue) { unimplemented!() }
+    /// let (device, queue) = host();
+    /// let gpu = vramkit::Gpu::from_wgpu(device, queue);
+    /// ```
+    pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Gpu {
+        let info = device.adapter_info();
+        Self::build(None, device, queue, info)
+    }
+
+    fn build(
+        instance: Option<wgpu::Instance>,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        info: wgpu::AdapterInfo,
+    ) -> Gpu {
+        let features = device.features();
+        let limits = device.limits();
+        Gpu {
+            inner: Arc::new(GpuInner {
+                _instance: instance,
+                device,
+                queue,
+                info,
+                features,
+                limits,
+                pipelines: PipelineCache::default(),
+                timer: timer::TimerState::default(),
+            }),
+        }
+    }
+
+    /// The wgpu device.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.inner.device
+    }
+
+    /// The wgpu queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.inner.queue
+    }
+
+    /// The adapter's name, backend, driver and type.
+    pub fn info(&self) -> &wgpu::AdapterInfo {
+        &self.inner.info
+    }
+
+    /// Features enabled on the device.
+    pub fn features(&self) -> wgpu::Features {
+        self.inner.features
+    }
+
+    /// Limits of the device (the adapter's real ones for headless contexts).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.inner.limits
+    }
+
+    /// True if every feature in `features` is enabled.
+    pub fn has(&self, features: wgpu::Features) -> bool {
+        self.inner.features.contains(features)
+    }
+
+    /// True if this is a CPU implementation (lavapipe, WARP, SwiftShader).
+    pub fn is_cpu(&self) -> bool {
+        self.inner.info.device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// One line for logs and benchmark tables: adapter, backend, driver, type, key limits
+    /// and the optional features that are on.
+    pub fn describe(&self) -> String {
+        let i = &self.inner.info;
+        let l = &self.inner.limits;
+        let mut on = Vec::new();
+        for (flag, name) in [
+            (wgpu::Features::SHADER_F16, "f16"),
+            (wgpu::Features::SUBGROUP, "subgroup"),
+            (wgpu::Features::TIMESTAMP_QUERY, "timestamps"),
+            (wgpu::Features::IMMEDIATES, "immediates"),
+        ] {
+            if self.has(flag) {
+                on.push(name);
+            }
+        }
+        let driver = format!("{} {}", i.driver, i.driver_info);
+        format!(
+            "{} | {:?} | driver {} | {:?} | max buffer {} | max storage binding {} | \
+             workgroup {} inv | subgroup {}..{} | features [{}]",
+            i.name,
+            i.backend,
+            driver.trim(),
+            i.device_type,
+            crate::fmt_bytes(l.max_buffer_size),
+            crate::fmt_bytes(l.max_storage_buffer_binding_size),
+            l.max_compute_invocations_per_workgroup,
+            i.subgroup_min_size,
+            i.subgroup_max_size,
+            on.join(" ")
+        )
+    }
+
+    /// Blocks until all submitted work has finished.
+    pub fn wait_idle(&self) -> Result<()> {
+        self.poll_wait(None, "waiting for the GPU")
+    }
+
+    /// Blocks until the submission `index` has finished.
+    pub fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<()> {
+        self.poll_wait(Some(index), "waiting for a submission")
+    }
+
+    fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {
+        self.inner
+            .device
+            .poll(wgpu::PollType::Wait {
+                submission_index: index,
+                timeout: None,
+            })
+            .map(|_| ())
+            .map_err(|e| Error::Device {
+                during: during.into(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Processes finished work and map callbacks without blocking.
+    pub fn poll(&self) {
+        // A non-blocking poll only fails when the device is lost, which the next blocking
+        // wait reports with context; nothing to do with it here.
+        let _ = self.inner.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// The compute pipeline for `entry` in `shader`, compiled once and cached.
+    pub fn pipeline(&self, shader: &Shader, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.inner.pipelines.get(self, shader, entry)
+    }
+
+    /// Runs `f` inside a wgpu error scope and turns a captured error into [`Error::Wgpu`].
+    /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
+    /// uncaptured-error handler.
+    pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
+        let oom = self
+            .inner
+            .device
+            .push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self
+            .inner
+            .device
+            .push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        let validation = pollster::block_on(validation.pop());
+        let oom = pollster::block_on(oom.pop());
+        match oom.or(validation) {
+            None => Ok(value),
+            Some(e) => Err(Error::Wgpu {
+                during: during.into(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! GPU timing for benchmarks.
+//!
+//! Timestamp queries measure only the GPU's work; where the adapter lacks them
+//! (`TIMESTAMP_QUERY_INSIDE_ENCODERS`), the wall clock around submit-and-wait is used and
+//! the result says so, because it then includes submission and driver latency.
+
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::Gpu;
+use crate::{Error, Result};
+
+/// Where a [`Timing`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingSource {
+    /// GPU timestamp queries around the recorded work.
+    GpuTimestamps,
+    /// Host wall clock around submit and wait (includes submission latency).
+    WallClock,
+}
+
+/// A measured duration and how it was measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Seconds the work took.
+    pub seconds: f64,
+    /// How it was measured.
+    pub source: TimingSource,
+    /// Host wall clock from submit to completion, always measured.
+    pub wall_seconds: f64,
+}
+
+/// Query set and buffers reused across timings, created on first use.
+#[derive(Default)]
+pub(super) struct TimerState {
+    slots: Mutex<Option<TimerSlots>>,
+}
+
+struct TimerSlots {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+}
+
+impl Gpu {
+    /// Records the commands `record` writes, submits them and measures how long the GPU
+    /// took. Blocks until the work is done.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// let t = gpu.time(|encoder| { /* record passes */ })?;
+    /// println!("{:.3} ms ({:?})", t.seconds * 1e3, t.source);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn time(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<Timing> {
+        let device = self.device();
+        let mut encoder = device.create_command_encoder(&Default::default());
+        let use_queries = self.has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        let mut guard = self.inner.timer.slots.lock();
+        if use_queries && guard.is_none() {
+            *guard = Some(TimerSlots {
+                queries: device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("vramkit timer"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: 2,
+                }),
+                resolve: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("vramkit timer resolve"),
+                    size: 16,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                readback: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("vramkit timer readback"),
+                    size: 16,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+            });
+        }
+        let slots = if use_queries { guard.as_ref() } else { None };
+        if let Some(s) = slots {
+            encoder.write_timestamp(&s.queries, 0);
+        }
+        record(&mut encoder);
+        if let Some(s) = slots {
+            encoder.write_timestamp(&s.queries, 1);
+            encoder.resolve_query_set(&s.queries, 0..2, &s.resolve, 0);
+            encoder.copy_buffer_to_buffer(&s.resolve, 0, &s.readback, 0, 16);
+        }
+        let start = Instant::now();
+        let index = self.queue().submit([encoder.finish()]);
+        self.wait_for(index)?;
+        let wall_seconds = start.elapsed().as_secs_f64();
+        let Some(s) = slots else {
+            return Ok(Timing {
+                seconds: wall_seconds,
+                source: TimingSource::WallClock,
+                wall_seconds,
+            });
+        };
+        let ticks = crate::readback::map_read(self, &s.readback, 0, 16)?;
+        let t: &[u64] = bytemuck::cast_slice(&ticks);
+        let period = self.queue().get_timestamp_period() as f64;
+        if t[1] < t[0] || period == 0.0 {
+            return Err(Error::Device {
+                during: "reading GPU timestamps".into(),
+                message: format!("timestamps went backwards ({} -> {})", t[0], t[1]),
+            });
+        }
+        Ok(Timing {
+            seconds: (t[1] - t[0]) as f64 * period * 1e-9,
+            source: TimingSource::GpuTimestamps,
+            wall_seconds,
+        })
+    }
+}

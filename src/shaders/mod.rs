@@ -1,0 +1,124 @@
+//! Every WGSL shader vramkit ships, embedded in the binary, and the pipeline cache.
+//!
+//! The sources live in the crate's `shaders/` folder. [`ALL`] lists them so one test can
+//! prove each portable to every backend ([`check`]).
+
+pub mod check;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::{Error, Gpu, Result};
+
+/// A WGSL source file from `shaders/` and the wgpu features it needs.
+#[derive(Clone, Copy, Debug)]
+pub struct Shader {
+    /// File name inside `shaders/`, also the cache key.
+    pub name: &'static str,
+    /// The WGSL text.
+    pub source: &'static str,
+    /// Features the device must have to use it.
+    pub requires: wgpu::Features,
+}
+
+macro_rules! shader {
+    ($ident:ident, $file:literal, $requires:expr, $doc:literal) => {
+        #[doc = $doc]
+        pub const $ident: Shader = Shader {
+            name: $file,
+            source: include_str!(concat!("../../shaders/", $file)),
+            requires: $requires,
+        };
+    };
+}
+
+shader!(
+    ELEMENTWISE,
+    "elementwise.wgsl",
+    wgpu::Features::empty(),
+    "f32 elementwise kernels (axpy, axpby)."
+);
+shader!(
+    GUARD_CHECK,
+    "guard_check.wgsl",
+    wgpu::Features::empty(),
+    "Checks guard bytes around arena allocations."
+);
+
+/// Every shader shipped with the crate.
+pub const ALL: &[Shader] = &[ELEMENTWISE, GUARD_CHECK];
+
+/// Compute pipelines by (shader, entry point), created on first use.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<(&'static str, String), Arc<wgpu::ComputePipeline>>>,
+}
+
+impl PipelineCache {
+    pub(crate) fn get(
+        &self,
+        gpu: &Gpu,
+        shader: &Shader,
+        entry: &str,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = self.pipelines.lock().get(&(shader.name, entry.to_string())) {
+            return Ok(p.clone());
+        }
+        if !gpu.has(shader.requires) {
+            return Err(Error::MissingFeature {
+                feature: format!("{:?}", shader.requires - gpu.features()),
+                adapter: gpu.info().name.clone(),
+                hint: format!("use a variant of '{}' that does not need it", shader.name),
+            });
+        }
+        let module = {
+            let mut modules = self.modules.lock();
+            match modules.get(shader.name) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = gpu
+                        .scoped(&format!("compiling shader '{}'", shader.name), || {
+                            gpu.device()
+                                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                                    label: Some(shader.name),
+                                    source: wgpu::ShaderSource::Wgsl(shader.source.into()),
+                                })
+                        })
+                        .map_err(|e| Error::Shader {
+                            shader: shader.name.into(),
+                            message: e.to_string(),
+                        })?;
+                    modules.insert(shader.name, m.clone());
+                    m
+                }
+            }
+        };
+        let pipeline = gpu
+            .scoped(
+                &format!("creating pipeline {}::{entry}", shader.name),
+                || {
+                    gpu.device()
+                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                            label: Some(entry),
+                            layout: None,
+                            module: &module,
+                            entry_point: Some(entry),
+                            compilation_options: Default::default(),
+                            cache: None,
+                        })
+                },
+            )
+            .map_err(|e| Error::Shader {
+                shader: format!("{}::{entry}", shader.name),
+                message: e.to_string(),
+            })?;
+        let pipeline = Arc::new(pipeline);
+        self.pipelines
+            .lock()
+            .insert((shader.name, entry.to_string()), pipeline.clone());
+        Ok(pipeline)
+    }
+}

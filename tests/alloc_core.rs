@@ -1,0 +1,292 @@
+//! The allocator core against a simple reference model (no GPU needed).
+
+use proptest::prelude::*;
+use vramkit::alloc::{
+    AllocError, BlockPolicy, BlockSet, Placement, RangeAllocator, MAX_ALIGN, MIN_ALIGN,
+};
+
+#[test]
+fn rejects_bad_requests_and_stays_consistent() {
+    let mut a = RangeAllocator::new(1 << 20);
+    let keep = a.allocate(4096, 256).unwrap();
+    assert_eq!(a.allocate(0, 4), Err(AllocError::ZeroSize));
+    assert_eq!(
+        a.allocate(16, 3),
+        Err(AllocError::BadAlignment { align: 3 })
+    );
+    assert_eq!(
+        a.allocate(16, MAX_ALIGN * 2),
+        Err(AllocError::BadAlignment {
+            align: MAX_ALIGN * 2
+        })
+    );
+    assert!(matches!(
+        a.allocate(2 << 20, 4),
+        Err(AllocError::TooLarge { .. })
+    ));
+    let msg = a.allocate(2 << 20, 4).unwrap_err().to_string();
+    assert!(msg.contains("exceeds the block capacity"), "{msg}");
+    a.check_invariants().unwrap();
+    assert_eq!(a.allocation_count(), 1);
+    a.free(keep.handle).unwrap();
+    assert!(a.is_empty());
+}
+
+#[test]
+fn out_of_space_reports_largest_free_range() {
+    let mut a = RangeAllocator::new(64 * 1024);
+    let ranges: Vec<_> = (0..16).map(|_| a.allocate(4096, 4).unwrap()).collect();
+    // Free every other range: 32 KiB free, but no 8 KiB hole.
+    for r in ranges.iter().step_by(2) {
+        a.free(r.handle).unwrap();
+    }
+    match a.allocate(8192, 4) {
+        Err(AllocError::OutOfSpace {
+            largest_free,
+            free_bytes,
+            ..
+        }) => {
+            assert_eq!(largest_free, 4096);
+            assert_eq!(free_bytes, 32 * 1024);
+        }
+        other => panic!("expected OutOfSpace, got {other:?}"),
+    }
+    assert!((a.fragmentation() - (1.0 - 4096.0 / 32768.0)).abs() < 1e-12);
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn double_free_and_foreign_handles_are_rejected() {
+    let mut a = RangeAllocator::new(1 << 16);
+    let mut b = RangeAllocator::new(1 << 16);
+    let r = a.allocate(100, 4).unwrap();
+    let other = b.allocate(100, 4).unwrap();
+    assert!(matches!(
+        a.free(other.handle),
+        Err(AllocError::InvalidHandle { .. })
+    ));
+    a.free(r.handle).unwrap();
+    assert!(matches!(
+        a.free(r.handle),
+        Err(AllocError::InvalidHandle { .. })
+    ));
+    // The slot is reused by a new allocation: the stale handle must still be rejected.
+    let r2 = a.allocate(100, 4).unwrap();
+    assert!(a.free(r.handle).is_err());
+    a.free(r2.handle).unwrap();
+    a.check_invariants().unwrap();
+    assert_eq!(a.free_range_count(), 1);
+}
+
+#[test]
+fn merges_neighbours_back_into_one_range() {
+    let mut a = RangeAllocator::new(1 << 20);
+    let rs: Vec<_> = (0..100)
+        .map(|i| a.allocate(1000 + i * 8, 4).unwrap())
+        .collect();
+    for r in rs.iter().rev().step_by(3).chain(rs.iter().step_by(3)) {
+        let _ = a.free(r.handle);
+    }
+    for r in &rs {
+        let _ = a.free(r.handle);
+    }
+    a.check_invariants().unwrap();
+    assert_eq!(a.free_range_count(), 1);
+    assert_eq!(a.largest_free(), 1 << 20);
+}
+
+#[test]
+fn handles_blocks_beyond_4_gib_and_large_alignments() {
+    let cap = 6u64 << 30;
+    let mut a = RangeAllocator::new(cap);
+    let big = a.allocate(5u64 << 30, 65536).unwrap();
+    let small = a.allocate(12, 65536).unwrap();
+    assert_eq!(small.offset % 65536, 0);
+    assert!(small.offset >= 5u64 << 30);
+    a.check_invariants().unwrap();
+    a.free(big.handle).unwrap();
+    a.free(small.handle).unwrap();
+    assert_eq!(a.largest_free(), cap);
+}
+
+#[test]
+fn a_million_live_ranges() {
+    let mut a = RangeAllocator::new(1 << 32);
+    let rs: Vec<_> = (0..1_000_000u64)
+        .map(|i| a.allocate(64 + (i % 7) * 4, 4).unwrap())
+        .collect();
+    assert_eq!(a.allocation_count(), 1_000_000);
+    for r in rs.iter().step_by(2) {
+        a.free(r.handle).unwrap();
+    }
+    for r in rs.iter().skip(1).step_by(2) {
+        a.free(r.handle).unwrap();
+    }
+    assert!(a.is_empty());
+    assert_eq!(a.free_range_count(), 1);
+}
+
+#[test]
+fn block_set_grows_geometrically_and_dedicates_huge_requests() {
+    let policy = BlockPolicy {
+        min_block: 1 << 20,
+        max_block: 16 << 20,
+        dedicated_threshold: 4 << 20,
+        dedicated_granularity: 64 << 10,
+        release_empty_before_grow: true,
+    };
+    let mut set: BlockSet = BlockSet::new(policy);
+    let mut reserved = Vec::new();
+    let mut released = Vec::new();
+    let mut live = Vec::new();
+    for _ in 0..40 {
+        live.push(
+            set.allocate::<AllocError>(
+                700 << 10,
+                256,
+                |id, size| {
+                    reserved.push((id, size));
+                    Ok(())
+                },
+                |id| released.push(id),
+            )
+            .unwrap(),
+        );
+    }
+    let sizes: Vec<u64> = reserved.iter().map(|r| r.1 >> 20).collect();
+    assert_eq!(&sizes[..4], &[1, 2, 4, 8], "blocks double: {sizes:?}");
+    let huge = set
+        .allocate::<AllocError>(
+            5 << 20,
+            256,
+            |id, size| {
+                reserved.push((id, size));
+                Ok(())
+            },
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(
+        reserved.last().unwrap().1,
+        5 << 20,
+        "dedicated block is exact"
+    );
+    set.free(&huge);
+    for l in &live {
+        set.free(l);
+    }
+    assert_eq!(set.stats().allocated, 0);
+    let freed = set.release_empty(0, |id| released.push(id));
+    assert_eq!(freed, set.stats().peak_reserved);
+    assert_eq!(set.stats().reserved, 0);
+}
+
+#[test]
+fn block_set_reserve_failure_leaves_the_set_unchanged() {
+    let mut set: BlockSet = BlockSet::new(BlockPolicy::default());
+    let before = set.stats();
+    let r = set.allocate(1000, 256, |_, _| Err(AllocError::ZeroSize), |_| {});
+    assert!(r.is_err());
+    assert_eq!(set.stats(), before);
+}
+
+/// Reference model: a sorted list of live ranges; checks that the allocator's answers are
+/// possible (inside capacity, aligned, disjoint) and that it only refuses when the model
+/// has no aligned gap either.
+#[derive(Default)]
+struct Model {
+    live: Vec<(u64, u64)>,
+}
+
+impl Model {
+    fn overlaps(&self, off: u64, size: u64) -> bool {
+        self.live
+            .iter()
+            .any(|&(o, s)| off < o + s && o < off + size)
+    }
+    fn largest_gap(&self, cap: u64) -> u64 {
+        let mut sorted = self.live.clone();
+        sorted.sort_unstable();
+        let (mut pos, mut best) = (0u64, 0u64);
+        for (o, s) in sorted.into_iter().chain([(cap, 0)]) {
+            best = best.max(o - pos);
+            pos = o + s;
+        }
+        best
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { size: u64, align_log2: u32 },
+    Free { which: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u64..20_000, 0u32..=16).prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+        2 => any::<usize>().prop_map(|which| Op::Free { which }),
+    ]
+}
+
+fn run_against_model(placement: Placement, cap: u64, ops: Vec<Op>) {
+    let mut a = RangeAllocator::with_placement(cap, placement);
+    let mut model = Model::default();
+    let mut handles = Vec::new();
+    for op in ops {
+        match op {
+            Op::Alloc { size, align_log2 } => {
+                let align = 1u64 << align_log2;
+                match a.allocate(size, align) {
+                    Ok(r) => {
+                        assert_eq!(r.offset % align.max(MIN_ALIGN), 0);
+                        assert!(r.size >= size && r.offset + r.size <= cap);
+                        assert!(!model.overlaps(r.offset, r.size), "overlap at {}", r.offset);
+                        model.live.push((r.offset, r.size));
+                        handles.push(r);
+                    }
+                    Err(AllocError::OutOfSpace { largest_free, .. }) => {
+                        // The O(1) guarantee: a refusal means no free range reaches the
+                        // request plus worst-case alignment padding, rounded up one size
+                        // bin (12.5 %).
+                        let needed = size.next_multiple_of(4) + align.max(4) - 4;
+                        let gap = model.largest_gap(cap);
+                        assert!(
+                            gap < needed + needed / 8 + 8,
+                            "refused {needed} with a {gap} gap"
+                        );
+                        assert_eq!(largest_free, gap, "reported largest free range is exact");
+                    }
+                    Err(AllocError::TooLarge { .. }) => assert!(size > cap),
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            Op::Free { which } => {
+                if handles.is_empty() {
+                    continue;
+                }
+                let r = handles.swap_remove(which % handles.len());
+                assert_eq!(a.free(r.handle).unwrap(), r.size);
+                model.live.retain(|&(o, _)| o != r.offset);
+                assert!(a.free(r.handle).is_err(), "double free accepted");
+            }
+        }
+        a.check_invariants().unwrap();
+        let used: u64 = model.live.iter().map(|l| l.1).sum();
+        assert_eq!(a.used_bytes(), used);
+        assert_eq!(a.free_bytes(), cap - used);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn good_fit_matches_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_against_model(Placement::GoodFit, 256 * 1024, ops);
+    }
+
+    #[test]
+    fn best_fit_matches_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_against_model(Placement::BestFit, 256 * 1024, ops);
+    }
+}
