@@ -1,6 +1,8 @@
 // Elementwise f32 kernels. Each invocation handles one element; the grid is 2D so element
 // counts beyond 65535 workgroups work: index = (wg.y * num_wg.x + wg.x) * 256 + local.
 // Buffers are bound at the allocation's offset and size, so index 0 is the allocation start.
+// Inputs are declared read_write too: arena ranges share buffers, and WebGPU forbids binding
+// one buffer both read-only and read-write in a dispatch (see gfx-rs/wgpu#8470).
 
 struct Params {
     n: u32,
@@ -10,7 +12,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 fn linear_index(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {

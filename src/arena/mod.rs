@@ -1,12 +1,567 @@
-//! arena (in progress)
-#[derive(Debug)]
-pub struct OutOfMemory;
-impl std::fmt::Display for OutOfMemory {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("oom")
+//! The buffer arena: GPU memory that is cheap to allocate in a hot loop, never reused while
+//! the GPU may still read it, bounded by a budget, and explained by statistics and dumps.
+//!
+//! # How it works
+//! Each pool owns a [`BlockSet`](crate::alloc::BlockSet) whose blocks are `wgpu::Buffer`s.
+//! An [`Allocation`] is a range of one block. Dropping it does not free the range at once:
+//! the range joins an *epoch* that completes when all GPU work submitted before it has
+//! finished (`Queue::on_submitted_work_done`). Completed epochs are returned to the blocks
+//! on the next allocation, so the hot path never waits; only a request that would exceed
+//! the budget waits for in-flight frees before it gives up.
+//!
+//! # Budget and what each backend reports
+//! [`Budget::Bytes`] works everywhere. [`Budget::FractionOfDevice`] needs the device's
+//! memory size, which wgpu exposes only on Vulkan (the device-local heap, read through
+//! wgpu-hal); Metal, DX12 and GL report none, and the arena then asks for a byte budget.
+
+mod allocation;
+mod config;
+mod guard;
+mod oom;
+mod report;
+mod state;
+mod stats;
+
+pub use allocation::{Allocation, Typed};
+pub use config::{ArenaConfig, Budget, PoolConfig};
+pub use guard::GuardViolation;
+pub use oom::{Limit, OutOfMemory};
+pub use state::LabelStats;
+pub use stats::{ArenaStats, BlockStats};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::alloc::{AllocError, BlockPolicy, BlockSet};
+use crate::{Error, Gpu, Result};
+use state::{Completion, LiveRecord, PendingFree, Placed, Pool, State};
+
+/// Names a pool of an [`Arena`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolId(usize);
+
+/// A sub-allocating GPU buffer arena. Cheap to clone (all clones share one arena), `Send`
+/// and `Sync`.
+///
+/// ```no_run
+/// use vramkit::{Arena, ArenaConfig, arena::Budget};
+/// let gpu = vramkit::Gpu::headless()?;
+/// let arena = Arena::new(&gpu, ArenaConfig { budget: Budget::Bytes(1 << 30), ..Default::default() })?;
+/// for _ in 0..1000 {
+///     let scratch = arena.alloc(1 << 20, "scratch")?; // no create_buffer after warm-up
+///     // ... record and submit work that uses `scratch` ...
+/// }
+/// println!("{}", arena.summary());
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Arena {
+    front: Arc<Front>,
+}
+
+/// The user-facing owner: when the last `Arena` clone drops, live allocations are reported
+/// as leaks (allocations keep [`Shared`] alive on their own, so that drop would never see
+/// them).
+struct Front {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    gpu: Gpu,
+    config: ArenaConfig,
+    budget: Option<u64>,
+    default_policy: BlockPolicy,
+    state: Mutex<State>,
+    completion: Arc<Completion>,
+}
+
+/// Why a block could not be reserved.
+enum Reserve {
+    Alloc(AllocError),
+    /// First pass: try harvesting finished frees before growing.
+    NeedBlock,
+    Over(oom::Limit, Option<u64>),
+    Device(String),
+}
+
+impl From<AllocError> for Reserve {
+    fn from(e: AllocError) -> Self {
+        Reserve::Alloc(e)
     }
 }
-impl std::error::Error for OutOfMemory {}
-pub struct Allocation;
-pub struct Arena;
-pub struct ArenaConfig;
+
+impl Arena {
+    /// Creates an arena with a default pool using `config.usage`.
+    pub fn new(gpu: &Gpu, config: ArenaConfig) -> Result<Arena> {
+        let budget = match config.budget {
+            Budget::Unlimited => None,
+            Budget::Bytes(b) => Some(b),
+            Budget::FractionOfDevice(f) => {
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(Error::invalid(
+                        format!("budget fraction {f} is outside 0..=1"),
+                        "pass e.g. Budget::FractionOfDevice(0.8)",
+                    ));
+                }
+                let total = gpu.device_memory().ok_or_else(|| {
+                    Error::invalid(
+                        format!(
+                            "{:?} does not report the device's memory size",
+                            gpu.info().backend
+                        ),
+                        "use Budget::Bytes(n) on this backend",
+                    )
+                })?;
+                Some((total as f64 * f) as u64)
+            }
+        };
+        let limits = gpu.limits();
+        let max_binding = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
+        let default_policy = config
+            .policy
+            .clone()
+            .unwrap_or_else(|| BlockPolicy::for_max_binding(max_binding));
+        let shared = Arc::new(Shared {
+            gpu: gpu.clone(),
+            budget,
+            default_policy,
+            state: Mutex::new(State::new()),
+            completion: Arc::new(Completion::default()),
+            config,
+        });
+        let arena = Arena {
+            front: Arc::new(Front { shared }),
+        };
+        let usage = arena.shared().config.usage;
+        arena.add_pool("default", PoolConfig { quota: None, usage })?;
+        Ok(arena)
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.front.shared
+    }
+
+    /// The GPU context.
+    pub fn gpu(&self) -> &Gpu {
+        &self.shared().gpu
+    }
+
+    /// The default pool.
+    pub fn default_pool(&self) -> PoolId {
+        PoolId(0)
+    }
+
+    /// Adds a named pool with its own buffers, usage flags and quota.
+    pub fn add_pool(&self, name: &str, config: PoolConfig) -> Result<PoolId> {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        if st.pools.iter().any(|p| p.name == name) {
+            return Err(Error::invalid(
+                format!("pool '{name}' already exists"),
+                "pick another name, or look it up with Arena::pool",
+            ));
+        }
+        let limits = shared.gpu.limits();
+        let mut alignment = limits.min_storage_buffer_offset_alignment as u64;
+        if config.usage.contains(wgpu::BufferUsages::UNIFORM) {
+            alignment = alignment.max(limits.min_uniform_buffer_offset_alignment as u64);
+        }
+        let alignment = alignment.max(wgpu::COPY_BUFFER_ALIGNMENT);
+        let mut policy = shared.default_policy.clone();
+        if config.usage.contains(wgpu::BufferUsages::UNIFORM) {
+            let cap = limits.max_uniform_buffer_binding_size.max(64 << 10);
+            policy.max_block = policy.max_block.min(cap.next_power_of_two() / 2 * 2);
+            policy.min_block = policy.min_block.min(policy.max_block);
+            policy.dedicated_threshold = policy.dedicated_threshold.min(policy.max_block);
+        }
+        st.pools.push(Pool {
+            name: name.to_string(),
+            config,
+            set: BlockSet::new(policy),
+            buffers: Vec::new(),
+            alignment,
+        });
+        Ok(PoolId(st.pools.len() - 1))
+    }
+
+    /// Looks a pool up by name.
+    pub fn pool(&self, name: &str) -> Option<PoolId> {
+        self.shared()
+            .state
+            .lock()
+            .pools
+            .iter()
+            .position(|p| p.name == name)
+            .map(PoolId)
+    }
+
+    /// Allocates `size` bytes in the default pool.
+    pub fn alloc(&self, size: u64, label: &str) -> Result<Allocation> {
+        self.alloc_in(PoolId(0), size, label)
+    }
+
+    /// Allocates room for `len` elements of `T` in the default pool.
+    pub fn alloc_typed<T: bytemuck::Pod>(&self, len: usize, label: &str) -> Result<Typed<T>> {
+        let bytes = (len as u64)
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!("{len} elements overflow a 64-bit byte count"),
+                    "allocate fewer elements",
+                )
+            })?;
+        self.alloc(bytes, label)?.typed()
+    }
+
+    /// Allocates `size` bytes in `pool`. Over the budget or quota it first gives back cached
+    /// empty blocks, then waits for in-flight frees, and only then returns
+    /// [`Error::OutOfMemory`]; the arena stays usable either way.
+    pub fn alloc_in(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
+        self.shared().alloc(pool.0, size, label)
+    }
+
+    /// Polls the device (without blocking) and returns finished frees to their blocks.
+    /// Returns how many ranges came back. Allocation does this too; call it from idle
+    /// loops so freed memory shows up in statistics and `trim`.
+    pub fn maintain(&self) -> usize {
+        let shared = self.shared();
+        shared.gpu.poll();
+        let mut st = shared.state.lock();
+        shared.seal(&mut st);
+        st.harvest(shared.completion.get())
+    }
+
+    /// Waits for all submitted GPU work and returns every pending free to its block.
+    pub fn synchronize(&self) -> Result<()> {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        shared.wait_and_harvest(&mut st)
+    }
+
+    /// Gives completely free blocks back to the device (`Buffer::destroy`), keeping up to
+    /// `config.trim_keep` bytes of empty blocks cached. Returns bytes released.
+    pub fn trim(&self) -> u64 {
+        self.maintain();
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        st.release_empty(shared.config.trim_keep)
+    }
+
+    /// Resets peak statistics to current values.
+    pub fn reset_peak(&self) {
+        let mut st = self.shared().state.lock();
+        let reserved = st.reserved();
+        let c = &mut st.counters;
+        c.peak_allocated = c.allocated;
+        c.peak_active = c.allocated + c.pending;
+        c.peak_reserved = reserved;
+        for p in &mut st.pools {
+            p.set.reset_peak();
+        }
+        for l in st.labels.values_mut() {
+            l.peak_bytes = l.bytes;
+        }
+    }
+
+    /// The budget in bytes, if any.
+    pub fn budget(&self) -> Option<u64> {
+        self.shared().budget
+    }
+}
+
+impl Shared {
+    fn seal(&self, st: &mut State) {
+        if let Some(epoch) = st.seal() {
+            let completion = self.completion.clone();
+            self.gpu
+                .queue()
+                .on_submitted_work_done(move || completion.mark(epoch));
+        }
+    }
+
+    fn wait_and_harvest(&self, st: &mut State) -> Result<()> {
+        self.seal(st);
+        self.gpu.wait_idle()?;
+        st.counters.waits += 1;
+        st.harvest(self.completion.get());
+        Ok(())
+    }
+
+    fn alloc(self: &Arc<Self>, pool: usize, size: u64, label: &str) -> Result<Allocation> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize.into());
+        }
+        let size = size
+            .checked_next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+            .ok_or(AllocError::TooLarge {
+                size,
+                capacity: u64::MAX,
+            })?;
+        let mut st = self.state.lock();
+        if pool >= st.pools.len() {
+            return Err(Error::invalid(
+                format!("pool {pool} does not exist"),
+                "use a PoolId from this arena",
+            ));
+        }
+        st.harvest(self.completion.get());
+        self.seal(&mut st);
+        let label = st.intern(label);
+        let align = st.pools[pool].alignment;
+        let guard = self.config.guard_bytes.next_multiple_of(align);
+        let total = size.checked_add(2 * guard).ok_or(AllocError::TooLarge {
+            size,
+            capacity: u64::MAX,
+        })?;
+
+        let mut retries = 0u32;
+        let mut allow_new = false;
+        let placed = loop {
+            match self.try_place(&mut st, pool, total, align, &label, allow_new) {
+                Ok(p) => break p,
+                Err(Reserve::Alloc(e)) => return Err(e.into()),
+                Err(Reserve::NeedBlock) => {
+                    // Before growing, collect frees the GPU has finished with.
+                    allow_new = true;
+                    self.gpu.poll();
+                    st.harvest(self.completion.get());
+                }
+                Err(Reserve::Over(limit, budget)) => {
+                    retries += 1;
+                    st.counters.retries += 1;
+                    if retries == 1 && st.release_empty(0) > 0 {
+                        continue;
+                    }
+                    if retries <= 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
+                        self.wait_and_harvest(&mut st)?;
+                        st.release_empty(0);
+                        continue;
+                    }
+                    st.counters.ooms += 1;
+                    return Err(self.oom(&st, pool, size, &label, limit, budget, retries));
+                }
+                Err(Reserve::Device(message)) => {
+                    retries += 1;
+                    st.counters.retries += 1;
+                    if retries <= 2
+                        && (st.release_empty(0) > 0 || !st.sealed.is_empty() || !st.open.is_empty())
+                    {
+                        self.wait_and_harvest(&mut st)?;
+                        st.release_empty(0);
+                        continue;
+                    }
+                    st.counters.ooms += 1;
+                    log::warn!("device refused a block: {message}");
+                    return Err(self.oom(&st, pool, size, &label, Limit::Device, None, retries));
+                }
+            }
+        };
+        let Some(buffer) = st.pools[pool].buffer(placed.block).cloned() else {
+            // Unreachable: a placed range always lies in a live block. Undo and report.
+            st.pools[pool].set.free(&placed);
+            return Err(Error::Device {
+                during: "allocating".into(),
+                message: "block without a buffer".into(),
+            });
+        };
+        let id = st.next_id;
+        st.next_id += 1;
+        let offset = placed.offset + guard;
+        if guard > 0 {
+            guard::fill(
+                &self.gpu,
+                &buffer,
+                placed.offset,
+                guard,
+                offset + size,
+                placed.size - guard - size,
+            );
+        }
+        st.live.insert(
+            id,
+            LiveRecord {
+                label: label.clone(),
+                size,
+                pool,
+                block: placed.block,
+                offset,
+                range_offset: placed.offset,
+                created: Instant::now(),
+                backtrace: self
+                    .config
+                    .backtraces
+                    .then(std::backtrace::Backtrace::force_capture),
+            },
+        );
+        st.note_alloc(&label, placed.size);
+        drop(st);
+        Ok(Allocation {
+            shared: self.clone(),
+            id,
+            pool,
+            placed,
+            buffer,
+            offset,
+            size,
+            label,
+        })
+    }
+
+    /// One placement attempt; creates a block buffer if `allow_new` and limits allow.
+    fn try_place(
+        &self,
+        st: &mut State,
+        pool: usize,
+        total: u64,
+        align: u64,
+        label: &str,
+        allow_new: bool,
+    ) -> std::result::Result<Placed, Reserve> {
+        let reserved_total = st.reserved();
+        let p = &mut st.pools[pool];
+        let pool_reserved = p.set.stats().reserved;
+        let quota = p.config.quota;
+        let usage = p.config.usage;
+        let max_buffer = self.gpu.limits().max_buffer_size;
+        let mut created: Option<wgpu::Buffer> = None;
+        let mut released = Vec::new();
+        let name = &self.config.name;
+        let pool_name = p.name.clone();
+        let result = p.set.allocate(
+            total,
+            align,
+            |id, block_size| {
+                if !allow_new {
+                    return Err(Reserve::NeedBlock);
+                }
+                if block_size > max_buffer {
+                    return Err(Reserve::Over(Limit::MaxBufferSize, Some(max_buffer)));
+                }
+                if let Some(b) = self.budget {
+                    if reserved_total + block_size > b {
+                        return Err(Reserve::Over(Limit::Budget, Some(b)));
+                    }
+                }
+                if let Some(q) = quota {
+                    if pool_reserved + block_size > q {
+                        return Err(Reserve::Over(Limit::PoolQuota(pool_name.clone()), Some(q)));
+                    }
+                }
+                let buffer = self
+                    .gpu
+                    .scoped("creating an arena block", || {
+                        self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                            label: Some(&format!("{name}/{pool_name}/block{} ({label})", id.0)),
+                            size: block_size,
+                            usage,
+                            mapped_at_creation: false,
+                        })
+                    })
+                    .map_err(|e| Reserve::Device(e.to_string()))?;
+                if let Some(old) = created.replace(buffer) {
+                    old.destroy(); // the BlockSet asked again with a larger size
+                }
+                Ok(())
+            },
+            |id| released.push(id),
+        );
+        for id in released {
+            if let Some(b) = p.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+                b.destroy();
+                st.counters.blocks_released += 1;
+            }
+        }
+        let placed = match result {
+            Ok(placed) => placed,
+            Err(e) => {
+                if let Some(b) = created {
+                    b.destroy();
+                }
+                return Err(e);
+            }
+        };
+        if let Some(buffer) = created {
+            let i = placed.block.0 as usize;
+            if p.buffers.len() <= i {
+                p.buffers.resize_with(i + 1, || None);
+            }
+            p.buffers[i] = Some(buffer);
+            st.counters.blocks_created += 1;
+        }
+        Ok(placed)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn oom(
+        &self,
+        st: &State,
+        pool: usize,
+        size: u64,
+        label: &str,
+        limit: Limit,
+        budget: Option<u64>,
+        retries: u32,
+    ) -> Error {
+        let p = &st.pools[pool];
+        let hint = match &limit {
+            Limit::Budget => {
+                "drop allocations you no longer need, call Arena::trim, or raise the budget"
+            }
+            Limit::PoolQuota(_) => "free allocations in this pool or raise its quota",
+            Limit::Device => "the device is full: lower the budget or free memory elsewhere",
+            Limit::MaxBufferSize => {
+                "split the data into several allocations no larger than the max buffer size"
+            }
+        };
+        Error::OutOfMemory(Box::new(OutOfMemory {
+            requested: size,
+            label: label.to_string(),
+            pool: p.name.clone(),
+            limit,
+            allocated: st.counters.allocated,
+            reserved: st.reserved(),
+            budget,
+            largest_free: p.largest_free(),
+            retries,
+            hint: hint.to_string(),
+        }))
+    }
+
+    pub(crate) fn defer_free(&self, id: u64, pool: usize, placed: Placed, label: Arc<str>) {
+        let mut st = self.state.lock();
+        st.live.remove(&id);
+        st.counters.frees += 1;
+        st.counters.allocated -= placed.size;
+        st.counters.pending += placed.size;
+        if let Some(l) = st.labels.get_mut(&label) {
+            l.count -= 1;
+            l.bytes -= placed.size;
+        }
+        st.open.push(PendingFree { pool, placed });
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        if let Some(report) =
+            report::leak_report(&self.shared.state.lock(), &self.shared.config.name)
+        {
+            log::warn!("{report}");
+        }
+    }
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.stats();
+        f.debug_struct("Arena")
+            .field("name", &self.shared().config.name)
+            .field("allocated", &s.allocated)
+            .field("reserved", &s.reserved)
+            .finish()
+    }
+}

@@ -54,6 +54,7 @@ struct GpuInner {
     limits: wgpu::Limits,
     pipelines: PipelineCache,
     timer: timer::TimerState,
+    device_memory: Option<u64>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -135,6 +136,7 @@ impl Gpu {
     ) -> Gpu {
         let features = device.features();
         let limits = device.limits();
+        let device_memory = device_local_memory(&device);
         Gpu {
             inner: Arc::new(GpuInner {
                 _instance: instance,
@@ -145,6 +147,7 @@ impl Gpu {
                 limits,
                 pipelines: PipelineCache::default(),
                 timer: timer::TimerState::default(),
+                device_memory,
             }),
         }
     }
@@ -172,6 +175,13 @@ impl Gpu {
     /// Limits of the device (the adapter's real ones for headless contexts).
     pub fn limits(&self) -> &wgpu::Limits {
         &self.inner.limits
+    }
+
+    /// Bytes of device-local memory, where the backend can tell: the largest
+    /// `DEVICE_LOCAL` heap on Vulkan. `None` on Metal, DX12 and GL, where wgpu exposes no
+    /// heap sizes; give the arena a byte budget there.
+    pub fn device_memory(&self) -> Option<u64> {
+        self.inner.device_memory
     }
 
     /// True if every feature in `features` is enabled.
@@ -202,12 +212,14 @@ impl Gpu {
         }
         let driver = format!("{} {}", i.driver, i.driver_info);
         format!(
-            "{} | {:?} | driver {} | {:?} | max buffer {} | max storage binding {} | \
+            "{} | {:?} | driver {} | {:?} | memory {} | max buffer {} | max storage binding {} | \
              workgroup {} inv | subgroup {}..{} | features [{}]",
             i.name,
             i.backend,
             driver.trim(),
             i.device_type,
+            self.device_memory()
+                .map_or("unknown".into(), crate::fmt_bytes),
             crate::fmt_bytes(l.max_buffer_size),
             crate::fmt_bytes(l.max_storage_buffer_binding_size),
             l.max_compute_invocations_per_workgroup,
@@ -275,5 +287,22 @@ impl Gpu {
                 message: e.to_string(),
             }),
         }
+    }
+}
+
+/// The largest device-local Vulkan heap, read through wgpu-hal.
+fn device_local_memory(device: &wgpu::Device) -> Option<u64> {
+    // SAFETY: we only read physical-device properties; nothing is created or destroyed
+    // through the raw handles, as `as_hal` requires.
+    unsafe {
+        let hal = device.as_hal::<wgpu::hal::api::Vulkan>()?;
+        let instance = hal.shared_instance().raw_instance();
+        let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
+        const DEVICE_LOCAL_BIT: u32 = 0x1;
+        props.memory_heaps[..props.memory_heap_count as usize]
+            .iter()
+            .filter(|h| h.flags.as_raw() & DEVICE_LOCAL_BIT != 0)
+            .map(|h| h.size)
+            .max()
     }
 }

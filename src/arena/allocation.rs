@@ -1,0 +1,149 @@
+//! `Allocation`: an RAII range of a GPU buffer.
+
+use std::marker::PhantomData;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use super::state::Placed;
+use super::Shared;
+
+/// A range of an arena block. Dropping it frees the range; the arena hands it out again only
+/// after all GPU work submitted before the drop has finished, so a kernel still reading it
+/// never sees another allocation's data.
+///
+/// ```no_run
+/// # let gpu = vramkit::Gpu::headless()?;
+/// let arena = vramkit::Arena::new(&gpu, Default::default())?;
+/// let a = arena.alloc(4096, "activations")?;
+/// let entry = wgpu::BindGroupEntry { binding: 0, resource: a.binding_resource() };
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub struct Allocation {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: u64,
+    pub(super) pool: usize,
+    pub(super) placed: Placed,
+    pub(super) buffer: wgpu::Buffer,
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    pub(super) label: Arc<str>,
+}
+
+impl Allocation {
+    /// The wgpu buffer that holds this range (shared with other allocations).
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// Byte offset of the range inside [`buffer`](Self::buffer); a multiple of the device's
+    /// storage (and, for uniform pools, uniform) offset alignment.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Usable bytes: the request rounded up to 4.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The label given at allocation.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Arena-unique id, as shown in leak reports and dumps.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A binding of exactly this range, for a bind group entry.
+    pub fn binding(&self) -> wgpu::BufferBinding<'_> {
+        wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: NonZeroU64::new(self.size),
+        }
+    }
+
+    /// [`binding`](Self::binding) as a `BindingResource`.
+    pub fn binding_resource(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(self.binding())
+    }
+
+    /// A slice of exactly this range (for copies and vertex/index binding).
+    pub fn slice(&self) -> wgpu::BufferSlice<'_> {
+        self.buffer.slice(self.offset..self.offset + self.size)
+    }
+
+    /// Views the range as an array of `T`; fails if the size or offset is not a multiple of
+    /// `T`'s size.
+    pub fn typed<T: bytemuck::Pod>(self) -> crate::Result<Typed<T>> {
+        let elem = std::mem::size_of::<T>() as u64;
+        if elem == 0 || self.size % elem != 0 || self.offset % elem != 0 {
+            return Err(crate::Error::invalid(
+                format!(
+                    "allocation '{}' of {} bytes at offset {} cannot hold whole {}-byte elements",
+                    self.label, self.size, self.offset, elem
+                ),
+                "allocate with Arena::alloc_typed, which sizes the range in elements",
+            ));
+        }
+        Ok(Typed {
+            inner: self,
+            _element: PhantomData,
+        })
+    }
+}
+
+impl std::fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocation")
+            .field("id", &self.id)
+            .field("label", &&*self.label)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.shared
+            .defer_free(self.id, self.pool, self.placed, self.label.clone());
+    }
+}
+
+/// An [`Allocation`] viewed as `len()` elements of `T`.
+pub struct Typed<T: bytemuck::Pod> {
+    inner: Allocation,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T: bytemuck::Pod> Typed<T> {
+    /// Number of `T` elements.
+    pub fn len(&self) -> usize {
+        (self.inner.size / std::mem::size_of::<T>() as u64) as usize
+    }
+
+    /// True when it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The untyped allocation.
+    pub fn allocation(&self) -> &Allocation {
+        &self.inner
+    }
+
+    /// Gives back the untyped allocation.
+    pub fn into_inner(self) -> Allocation {
+        self.inner
+    }
+}
+
+impl<T: bytemuck::Pod> std::ops::Deref for Typed<T> {
+    type Target = Allocation;
+    fn deref(&self) -> &Allocation {
+        &self.inner
+    }
+}

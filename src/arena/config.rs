@@ -1,0 +1,73 @@
+//! Arena and pool settings.
+
+use crate::alloc::BlockPolicy;
+
+/// How much device memory the arena may hold (reserved bytes, all pools together).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// No limit beyond what the device refuses.
+    Unlimited,
+    /// At most this many bytes.
+    Bytes(u64),
+    /// This fraction (0..=1) of the device's memory. Needs a backend that reports memory
+    /// size (Vulkan; see [`Gpu::device_memory`](crate::Gpu::device_memory)); elsewhere
+    /// creating the arena fails with a hint to pass [`Budget::Bytes`].
+    FractionOfDevice(f64),
+}
+
+/// Settings of an [`Arena`](super::Arena).
+#[derive(Clone, Debug)]
+pub struct ArenaConfig {
+    /// Name used in logs, reports and buffer labels.
+    pub name: String,
+    /// Budget for reserved bytes over all pools.
+    pub budget: Budget,
+    /// Block policy; `None` derives it from the device's max storage-binding size.
+    pub policy: Option<BlockPolicy>,
+    /// Usage flags of the default pool's buffers.
+    pub usage: wgpu::BufferUsages,
+    /// Bytes of empty blocks [`trim`](super::Arena::trim) keeps for reuse.
+    pub trim_keep: u64,
+    /// Debug option: guard bytes placed before and after every allocation, filled with a
+    /// known pattern that [`check_guards`](super::Arena::check_guards) verifies on the GPU.
+    /// 0 turns it off. Rounded up to the allocation alignment.
+    pub guard_bytes: u64,
+    /// Capture a backtrace for every allocation, shown in leak reports (slow; for
+    /// debugging). Also turned on by `VRAMKIT_BACKTRACE=1`.
+    pub backtraces: bool,
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        ArenaConfig {
+            name: "arena".into(),
+            budget: Budget::Unlimited,
+            policy: None,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            trim_keep: 0,
+            guard_bytes: 0,
+            backtraces: std::env::var("VRAMKIT_BACKTRACE").is_ok_and(|v| v == "1"),
+        }
+    }
+}
+
+/// Settings of a named pool: its own buffers (with their own usage flags) and a quota
+/// under the arena's budget.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Most reserved bytes this pool may hold.
+    pub quota: Option<u64>,
+    /// Usage flags of this pool's buffers.
+    pub usage: wgpu::BufferUsages,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            quota: None,
+            usage: ArenaConfig::default().usage,
+        }
+    }
+}

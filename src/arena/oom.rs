@@ -1,0 +1,70 @@
+//! The out-of-memory report.
+
+use crate::fmt_bytes;
+
+/// Which limit a request ran into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// The arena's budget.
+    Budget,
+    /// The pool's quota.
+    PoolQuota(String),
+    /// The device refused to create a buffer (wgpu out-of-memory).
+    Device,
+    /// Larger than the largest buffer the device can create.
+    MaxBufferSize,
+}
+
+/// A request that did not fit. The arena is unchanged and still usable.
+#[derive(Clone, Debug)]
+pub struct OutOfMemory {
+    /// Bytes requested.
+    pub requested: u64,
+    /// The allocation's label.
+    pub label: String,
+    /// The pool it was for.
+    pub pool: String,
+    /// What stopped it.
+    pub limit: Limit,
+    /// Live bytes in the arena.
+    pub allocated: u64,
+    /// Bytes held in blocks.
+    pub reserved: u64,
+    /// The limit in bytes, when there is one.
+    pub budget: Option<u64>,
+    /// Largest free range in any block of the pool.
+    pub largest_free: u64,
+    /// Empty-block releases tried before giving up.
+    pub retries: u32,
+    /// What to do about it.
+    pub hint: String,
+}
+
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let limit = match &self.limit {
+            Limit::Budget => "the arena budget".to_string(),
+            Limit::PoolQuota(p) => format!("the quota of pool '{p}'"),
+            Limit::Device => "device memory (wgpu reported out-of-memory)".to_string(),
+            Limit::MaxBufferSize => "the device's max buffer size".to_string(),
+        };
+        write!(
+            f,
+            "out of GPU memory: '{}' asked for {} in pool '{}', which would exceed {}{}; \
+             allocated {}, reserved {}, largest free range {}, after {} retries. {}",
+            self.label,
+            fmt_bytes(self.requested),
+            self.pool,
+            limit,
+            self.budget
+                .map_or(String::new(), |b| format!(" ({})", fmt_bytes(b))),
+            fmt_bytes(self.allocated),
+            fmt_bytes(self.reserved),
+            fmt_bytes(self.largest_free),
+            self.retries,
+            self.hint
+        )
+    }
+}
+
+impl std::error::Error for OutOfMemory {}

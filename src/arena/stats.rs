@@ -1,0 +1,222 @@
+//! Statistics in the spirit of `torch.cuda.memory_stats()` and a printable summary.
+
+use super::state::LabelStats;
+use super::Arena;
+use crate::fmt_bytes;
+
+/// One block's occupancy.
+#[derive(Clone, Debug)]
+pub struct BlockStats {
+    /// Pool name.
+    pub pool: String,
+    /// Block id inside the pool.
+    pub block: u32,
+    /// Bytes.
+    pub size: u64,
+    /// Bytes in live or pending ranges.
+    pub used: u64,
+    /// Largest free range.
+    pub largest_free: u64,
+    /// Free ranges.
+    pub free_ranges: usize,
+    /// `1 - largest free / free`.
+    pub fragmentation: f64,
+    /// A block made for one large request.
+    pub dedicated: bool,
+}
+
+/// A snapshot of the arena's counters. Byte counts include guard bytes when guards are on.
+#[derive(Clone, Debug, Default)]
+pub struct ArenaStats {
+    /// Bytes in live allocations.
+    pub allocated: u64,
+    /// Live bytes plus bytes dropped but still possibly in use by the GPU.
+    pub active: u64,
+    /// Bytes held in blocks.
+    pub reserved: u64,
+    /// Peak of `allocated` since creation or [`Arena::reset_peak`].
+    pub peak_allocated: u64,
+    /// Peak of `active`.
+    pub peak_active: u64,
+    /// Peak of `reserved`.
+    pub peak_reserved: u64,
+    /// The budget, if any.
+    pub budget: Option<u64>,
+    /// Allocations made.
+    pub allocations: u64,
+    /// Allocations dropped.
+    pub frees: u64,
+    /// Times a request had to release empty blocks or wait for the GPU before it fit.
+    pub retries: u64,
+    /// Requests refused with out-of-memory.
+    pub ooms: u64,
+    /// Times the arena blocked on the GPU to collect frees.
+    pub waits: u64,
+    /// Blocks held.
+    pub blocks: usize,
+    /// wgpu buffers created for blocks.
+    pub blocks_created: u64,
+    /// Blocks given back.
+    pub blocks_released: u64,
+    /// Live allocations.
+    pub live_allocations: usize,
+    /// Dropped ranges waiting for the GPU.
+    pub pending_frees: usize,
+    /// Overall fragmentation: `1 - largest free range / free bytes` over all blocks.
+    pub fragmentation: f64,
+    /// Per block.
+    pub per_block: Vec<BlockStats>,
+    /// Per label, sorted by live bytes (largest first).
+    pub per_label: Vec<(String, LabelStats)>,
+}
+
+impl Arena {
+    /// A snapshot of all statistics.
+    pub fn stats(&self) -> ArenaStats {
+        let shared = self.shared();
+        let st = shared.state.lock();
+        let c = st.counters;
+        let mut per_block = Vec::new();
+        let (mut free_total, mut largest) = (0u64, 0u64);
+        for pool in &st.pools {
+            for (id, size, dedicated, _) in pool.set.blocks() {
+                let Some(a) = pool.set.block(id) else {
+                    continue;
+                };
+                free_total += a.free_bytes();
+                largest = largest.max(a.largest_free());
+                per_block.push(BlockStats {
+                    pool: pool.name.clone(),
+                    block: id.0,
+                    size,
+                    used: a.used_bytes(),
+                    largest_free: a.largest_free(),
+                    free_ranges: a.free_range_count(),
+                    fragmentation: a.fragmentation(),
+                    dedicated,
+                });
+            }
+        }
+        let mut per_label: Vec<(String, LabelStats)> = st
+            .labels
+            .iter()
+            .filter(|(_, l)| l.count > 0 || l.peak_bytes > 0)
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        per_label.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        ArenaStats {
+            allocated: c.allocated,
+            active: c.allocated + c.pending,
+            reserved: st.reserved(),
+            peak_allocated: c.peak_allocated,
+            peak_active: c.peak_active,
+            peak_reserved: c.peak_reserved,
+            budget: shared.budget,
+            allocations: c.allocations,
+            frees: c.frees,
+            retries: c.retries,
+            ooms: c.ooms,
+            waits: c.waits,
+            blocks: per_block.len(),
+            blocks_created: c.blocks_created,
+            blocks_released: c.blocks_released,
+            live_allocations: st.live.len(),
+            pending_frees: st.open.len() + st.sealed.iter().map(|(_, v)| v.len()).sum::<usize>(),
+            fragmentation: if free_total == 0 {
+                0.0
+            } else {
+                1.0 - largest as f64 / free_total as f64
+            },
+            per_block,
+            per_label,
+        }
+    }
+
+    /// A readable table of the statistics, like `torch.cuda.memory_summary()`.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write;
+        let s = self.stats();
+        let mut out = String::new();
+        let line = "=".repeat(76);
+        let _ = writeln!(out, "{line}");
+        let _ = writeln!(
+            out,
+            " vramkit arena '{}' on {}",
+            self.shared().config.name,
+            self.gpu().info().name
+        );
+        let _ = writeln!(out, "{line}");
+        let _ = writeln!(out, " {:<28} {:>14} {:>14}", "metric", "current", "peak");
+        for (name, cur, peak) in [
+            ("allocated", s.allocated, s.peak_allocated),
+            ("active (incl. pending frees)", s.active, s.peak_active),
+            ("reserved", s.reserved, s.peak_reserved),
+        ] {
+            let _ = writeln!(
+                out,
+                " {:<28} {:>14} {:>14}",
+                name,
+                fmt_bytes(cur),
+                fmt_bytes(peak)
+            );
+        }
+        let budget = s.budget.map_or("none".to_string(), fmt_bytes);
+        let _ = writeln!(out, " {:<28} {:>14}", "budget", budget);
+        let _ = writeln!(out, "{}", "-".repeat(76));
+        let _ = writeln!(
+            out,
+            " allocations {}  frees {}  live {}  pending frees {}  retries {}  OOMs {}  GPU waits {}",
+            s.allocations, s.frees, s.live_allocations, s.pending_frees, s.retries, s.ooms, s.waits
+        );
+        let _ = writeln!(
+            out,
+            " blocks {} (created {}, released {})  fragmentation {:.1} %",
+            s.blocks,
+            s.blocks_created,
+            s.blocks_released,
+            s.fragmentation * 100.0
+        );
+        if !s.per_block.is_empty() {
+            let _ = writeln!(out, "{}", "-".repeat(76));
+            let _ = writeln!(
+                out,
+                " {:<12} {:>5} {:>12} {:>12} {:>12} {:>6} {:>7}",
+                "pool", "block", "size", "used", "largest free", "holes", "frag %"
+            );
+            for b in &s.per_block {
+                let _ = writeln!(
+                    out,
+                    " {:<12} {:>5} {:>12} {:>12} {:>12} {:>6} {:>7.1}{}",
+                    b.pool,
+                    b.block,
+                    fmt_bytes(b.size),
+                    fmt_bytes(b.used),
+                    fmt_bytes(b.largest_free),
+                    b.free_ranges,
+                    b.fragmentation * 100.0,
+                    if b.dedicated { "  dedicated" } else { "" }
+                );
+            }
+        }
+        if !s.per_label.is_empty() {
+            let _ = writeln!(out, "{}", "-".repeat(76));
+            let _ = writeln!(
+                out,
+                " {:<36} {:>8} {:>14} {:>14}",
+                "label", "live", "bytes", "peak bytes"
+            );
+            for (label, l) in &s.per_label {
+                let _ = writeln!(
+                    out,
+                    " {:<36} {:>8} {:>14} {:>14}",
+                    label,
+                    l.count,
+                    fmt_bytes(l.bytes),
+                    fmt_bytes(l.peak_bytes)
+                );
+            }
+        }
+        let _ = writeln!(out, "{line}");
+        out
+    }
+}

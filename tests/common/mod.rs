@@ -1,0 +1,50 @@
+//! Shared test harness: one GPU per test binary, or a failure that says how to get one.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use vramkit::Gpu;
+
+/// The test GPU. Fails the test (never skips it) when no adapter exists.
+pub fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| match Gpu::headless() {
+        Ok(gpu) => {
+            eprintln!("test GPU: {}", gpu.describe());
+            gpu
+        }
+        Err(e) => panic!(
+            "these tests need a GPU adapter and found none: {e}\n{}",
+            vramkit::INSTALL_HINT
+        ),
+    })
+}
+
+/// A fresh random generator; the seed is printed so a failure can be replayed with
+/// VRAMKIT_TEST_SEED.
+pub fn rng() -> SmallRng {
+    let seed = std::env::var("VRAMKIT_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().gen());
+    eprintln!("seed {seed}");
+    SmallRng::seed_from_u64(seed)
+}
+
+/// Random f32 in [-1, 1).
+pub fn random_f32(rng: &mut SmallRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+/// Asserts `got` matches `want` within a relative error of `tol` (NaN never passes).
+pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / w.abs().max(1.0);
+        assert!(
+            err <= tol,
+            "{what}: element {i} is {g}, expected {w} (rel err {err})"
+        );
+    }
+}

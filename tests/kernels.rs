@@ -1,0 +1,88 @@
+//! Kernels on arena allocations, checked against CPU references on random inputs at awkward
+//! sizes, including more than 65535 workgroups.
+
+mod common;
+
+use common::{assert_close, gpu, random_f32, rng};
+use vramkit::kernels::Kernels;
+use vramkit::{readback, Arena};
+
+fn upload(arena: &Arena, data: &[f32], label: &str) -> vramkit::arena::Typed<f32> {
+    let a = arena.alloc_typed::<f32>(data.len(), label).unwrap();
+    arena
+        .gpu()
+        .queue()
+        .write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(data));
+    a
+}
+
+#[test]
+fn axpy_and_axpby_match_the_cpu_at_awkward_sizes() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    // 65535 * 256 + 257 elements needs a second grid row.
+    for n in [1usize, 255, 256, 257, 7919, 65535 * 256 + 257] {
+        let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
+        let (alpha, beta) = (r_f32(&mut r), r_f32(&mut r));
+        let (xa, ya, za) = (
+            upload(&arena, &x, "x"),
+            upload(&arena, &y, "y"),
+            upload(&arena, &y, "z"),
+        );
+        let mut batch = kernels.batch();
+        batch.axpy(n as u64, alpha, &xa, &ya).unwrap();
+        batch.axpby(n as u64, alpha, &xa, beta, &za).unwrap();
+        assert_eq!(batch.len(), 2);
+        batch.submit().unwrap();
+        let got_y = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
+        let got_z = readback::read_as::<f32>(gpu(), za.buffer(), za.offset(), n).unwrap();
+        let want_y: Vec<f32> = x.iter().zip(&y).map(|(a, b)| alpha * a + b).collect();
+        let want_z: Vec<f32> = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| alpha * a + beta * b)
+            .collect();
+        assert_close(&got_y, &want_y, 1e-5, &format!("axpy n={n}"));
+        assert_close(&got_z, &want_z, 1e-5, &format!("axpby n={n}"));
+    }
+}
+
+fn r_f32(r: &mut rand::rngs::SmallRng) -> f32 {
+    random_f32(r, 1)[0] * 3.0
+}
+
+#[test]
+fn a_kernel_touches_only_its_range() {
+    // Three neighbours in one block: the kernel on the middle one must leave the others.
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    let n = 1000;
+    let before = upload(&arena, &random_f32(&mut r, n), "before");
+    let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
+    let (xa, ya) = (upload(&arena, &x, "x"), upload(&arena, &y, "y"));
+    let after_data = random_f32(&mut r, n);
+    let after = upload(&arena, &after_data, "after");
+    let mut batch = kernels.batch();
+    batch.axpy(n as u64 - 1, 2.0, &xa, &ya).unwrap();
+    batch.submit().unwrap();
+    let got = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
+    let mut want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| 2.0 * a + b).collect();
+    want[n - 1] = y[n - 1]; // outside the n - 1 elements asked for
+    assert_close(&got, &want, 1e-6, "axpy n-1");
+    let got_after = readback::read_as::<f32>(gpu(), after.buffer(), after.offset(), n).unwrap();
+    assert_eq!(got_after, after_data);
+    drop(before);
+}
+
+#[test]
+fn rejects_a_range_too_small_for_n() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let x = arena.alloc_typed::<f32>(10, "x").unwrap();
+    let y = arena.alloc_typed::<f32>(5, "short y").unwrap();
+    let mut batch = kernels.batch();
+    let err = batch.axpy(10, 1.0, &x, &y).err().unwrap().to_string();
+    assert!(err.contains("short y") && err.contains("needs 10"), "{err}");
+}
