@@ -40,3 +40,25 @@ fn axpby(@builtin(workgroup_id) wg: vec3<u32>,
         y[i] = params.alpha * x[i] + params.beta * y[i];
     }
 }
+
+// y = x (works inside one buffer, where copy_buffer_to_buffer is not allowed)
+@compute @workgroup_size(256)
+fn copy(@builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) local: u32) {
+    let i = linear_index(wg, nwg, local);
+    if i < params.n {
+        y[i] = x[i];
+    }
+}
+
+// y = value
+@compute @workgroup_size(256)
+fn fill(@builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) local: u32) {
+    let i = linear_index(wg, nwg, local);
+    if i < params.n {
+        y[i] = params.value;
+    }
+}

@@ -130,12 +130,14 @@ impl<'a> Batch<'a> {
         Ok(a)
     }
 
+    /// Records one elementwise dispatch; `x` is `None` for kernels that read no input
+    /// (their pipeline layout has no binding 1).
     fn elementwise(
         &mut self,
         entry: &str,
         n: u64,
         p: ElementwiseParams,
-        x: &'a Allocation,
+        x: Option<&'a Allocation>,
         y: &'a Allocation,
     ) -> Result<()> {
         if n > u32::MAX as u64 {
@@ -144,7 +146,9 @@ impl<'a> Batch<'a> {
                 "split the work",
             ));
         }
-        check_f32(x, n, "x")?;
+        if let Some(x) = x {
+            check_f32(x, n, "x")?;
+        }
         check_f32(y, n, "y")?;
         if n == 0 {
             return Ok(());
@@ -152,23 +156,24 @@ impl<'a> Batch<'a> {
         let gpu = self.kernels.arena.gpu().clone();
         let pipeline = gpu.pipeline(&shaders::ELEMENTWISE, entry)?;
         let params = self.params(p)?;
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: params.binding_resource(),
+        }];
+        if let Some(x) = x {
+            entries.push(wgpu::BindGroupEntry {
+                binding: 1,
+                resource: x.binding_resource(),
+            });
+        }
+        entries.push(wgpu::BindGroupEntry {
+            binding: 2,
+            resource: y.binding_resource(),
+        });
         let bind = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(entry),
             layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: params.binding_resource(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: x.binding_resource(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: y.binding_resource(),
-                },
-            ],
+            entries: &entries,
         });
         {
             let mut pass = self
@@ -204,7 +209,7 @@ impl<'a> Batch<'a> {
                 beta: 1.0,
                 value: 0.0,
             },
-            x,
+            Some(x),
             y,
         )?;
         Ok(self)
@@ -228,7 +233,42 @@ impl<'a> Batch<'a> {
                 beta,
                 value: 0.0,
             },
-            x,
+            Some(x),
+            y,
+        )?;
+        Ok(self)
+    }
+
+    /// `y[i] = x[i]` for `i < n`. Unlike `copy_buffer_to_buffer`, it works between two
+    /// allocations of the same block.
+    pub fn copy(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
+        self.elementwise(
+            "copy",
+            n,
+            ElementwiseParams {
+                n: n as u32,
+                alpha: 1.0,
+                beta: 0.0,
+                value: 0.0,
+            },
+            Some(x),
+            y,
+        )?;
+        Ok(self)
+    }
+
+    /// `y[i] = value` for `i < n`.
+    pub fn fill(&mut self, n: u64, value: f32, y: &'a Allocation) -> Result<&mut Self> {
+        self.elementwise(
+            "fill",
+            n,
+            ElementwiseParams {
+                n: n as u32,
+                alpha: 0.0,
+                beta: 0.0,
+                value,
+            },
+            None,
             y,
         )?;
         Ok(self)

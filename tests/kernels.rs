@@ -86,3 +86,36 @@ fn rejects_a_range_too_small_for_n() {
     let err = batch.axpy(10, 1.0, &x, &y).err().unwrap().to_string();
     assert!(err.contains("short y") && err.contains("needs 10"), "{err}");
 }
+
+#[test]
+fn copy_and_fill_write_every_element_including_within_one_block() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for n in [1usize, 257, 65535 * 256 + 3] {
+        let x = random_f32(&mut r, n);
+        let xa = upload(&arena, &x, "x");
+        // Poison the outputs so an unwritten element fails.
+        let copy = upload(&arena, &vec![f32::NAN; n], "copy");
+        let filled = upload(&arena, &vec![f32::NAN; n], "filled");
+        assert!(
+            xa.buffer() == copy.buffer() || n > 1 << 20,
+            "small ranges share a block"
+        );
+        let value = random_f32(&mut r, 1)[0];
+        let mut batch = kernels.batch();
+        batch
+            .copy(n as u64, &xa, &copy)
+            .unwrap()
+            .fill(n as u64, value, &filled)
+            .unwrap();
+        batch.submit().unwrap();
+        assert_eq!(
+            readback::read_as::<f32>(gpu(), copy.buffer(), copy.offset(), n).unwrap(),
+            x,
+            "copy n={n}"
+        );
+        let got = readback::read_as::<f32>(gpu(), filled.buffer(), filled.offset(), n).unwrap();
+        assert!(got.iter().all(|&v| v == value), "fill n={n}");
+    }
+}

@@ -24,7 +24,7 @@ mod stats;
 
 pub use allocation::{Allocation, Typed};
 pub use config::{ArenaConfig, Budget, PoolConfig};
-pub use guard::GuardViolation;
+pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use oom::{Limit, OutOfMemory};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats};

@@ -1,0 +1,410 @@
+//! The buffer arena on a real adapter: placement, safe reuse, budgets, pools, trim, stats,
+//! reports, dumps and guard checks. Every GPU result is read back and checked.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{assert_close, gpu, random_f32, rng};
+use rand::Rng;
+use vramkit::arena::{Budget, Limit, PoolConfig, Side};
+use vramkit::kernels::Kernels;
+use vramkit::{readback, Arena, ArenaConfig, Error};
+
+fn arena(config: ArenaConfig) -> Arena {
+    Arena::new(gpu(), config).unwrap()
+}
+
+#[test]
+fn allocations_are_aligned_disjoint_and_bindable() {
+    let a = arena(Default::default());
+    let align = gpu().limits().min_storage_buffer_offset_alignment as u64;
+    let mut r = rng();
+    let mut live: Vec<vramkit::Allocation> = Vec::new();
+    for i in 0..200 {
+        let size = r.gen_range(1..100_000u64);
+        let x = a.alloc(size, &format!("t{}", i % 5)).unwrap();
+        assert_eq!(x.offset() % align, 0);
+        assert!(x.size() >= size && x.size() % 4 == 0);
+        for y in &live {
+            if y.buffer() == x.buffer() {
+                assert!(x.offset() + x.size() <= y.offset() || y.offset() + y.size() <= x.offset());
+            }
+        }
+        live.push(x);
+    }
+    // Write a distinct pattern into every allocation, then read all back.
+    for (i, x) in live.iter().enumerate() {
+        let words = vec![i as u32; (x.size() / 4) as usize];
+        gpu()
+            .queue()
+            .write_buffer(x.buffer(), x.offset(), bytemuck::cast_slice(&words));
+    }
+    for (i, x) in live.iter().enumerate() {
+        let got = readback::read_as::<u32>(gpu(), x.buffer(), x.offset(), (x.size() / 4) as usize)
+            .unwrap();
+        assert!(
+            got.iter().all(|&w| w == i as u32),
+            "allocation {i} was overwritten"
+        );
+    }
+    let s = a.stats();
+    assert_eq!(s.live_allocations, 200);
+    assert!(s.reserved >= s.allocated);
+    drop(live);
+    a.synchronize().unwrap();
+    assert_eq!(a.stats().allocated, 0);
+    assert_eq!(a.stats().pending_frees, 0);
+}
+
+#[test]
+fn bad_requests_get_typed_errors_and_change_nothing() {
+    let a = arena(Default::default());
+    let keep = a.alloc(1024, "keep").unwrap();
+    let before = a.stats();
+    assert!(matches!(a.alloc(0, "zero"), Err(Error::Alloc(_))));
+    let too_big = a
+        .alloc(gpu().limits().max_buffer_size + 4, "huge")
+        .unwrap_err();
+    assert!(
+        matches!(&too_big, Error::OutOfMemory(o) if o.limit == Limit::MaxBufferSize),
+        "{too_big}"
+    );
+    assert!(too_big.to_string().contains("huge"), "{too_big}");
+    assert!(a.alloc_typed::<u64>(usize::MAX, "overflow").is_err());
+    let after = a.stats();
+    assert_eq!(
+        (before.allocated, before.live_allocations),
+        (after.allocated, after.live_allocations)
+    );
+    drop(keep);
+}
+
+#[test]
+fn over_budget_releases_cached_blocks_then_reports_and_stays_usable() {
+    let budget = 24 << 20;
+    let a = arena(ArenaConfig {
+        budget: Budget::Bytes(budget),
+        policy: Some(vramkit::alloc::BlockPolicy {
+            min_block: 4 << 20,
+            max_block: 8 << 20,
+            dedicated_threshold: 6 << 20,
+            dedicated_granularity: 64 << 10,
+            release_empty_before_grow: false,
+        }),
+        ..Default::default()
+    });
+    // Fill, free (empty blocks stay cached), then ask for a size only a new block can hold.
+    let fill: Vec<_> = (0..5).map(|_| a.alloc(3 << 20, "fill").unwrap()).collect();
+    drop(fill);
+    a.synchronize().unwrap();
+    let big = a.alloc(7 << 20, "big").unwrap();
+    assert!(a.stats().retries >= 1, "{}", a.summary());
+    // Now really exceed it: 7 MiB + 6 x 4 MiB cannot fit in 24 MiB.
+    let more: Vec<_> = (0..6).map(|_| a.alloc(4 << 20, "more")).collect();
+    let err = more
+        .into_iter()
+        .find_map(|r| r.err())
+        .expect("the budget must run out");
+    match &err {
+        Error::OutOfMemory(o) => {
+            assert_eq!(o.limit, Limit::Budget);
+            assert_eq!(o.budget, Some(budget));
+            assert!(o.requested == 4 << 20 && o.reserved <= budget);
+            assert!(
+                err.to_string().contains("'more'") && err.to_string().contains("budget"),
+                "{err}"
+            );
+        }
+        other => panic!("expected OutOfMemory, got {other}"),
+    }
+    assert!(a.stats().ooms >= 1);
+    assert!(a.stats().reserved <= budget);
+    // Still usable: free and allocate again, with data intact.
+    drop(big);
+    a.synchronize().unwrap();
+    let again = a.alloc(7 << 20, "again").unwrap();
+    let words = vec![7u32; 16];
+    gpu()
+        .queue()
+        .write_buffer(again.buffer(), again.offset(), bytemuck::cast_slice(&words));
+    assert_eq!(
+        readback::read_as::<u32>(gpu(), again.buffer(), again.offset(), 16).unwrap(),
+        words
+    );
+}
+
+#[test]
+fn fraction_budget_follows_what_the_backend_reports() {
+    let r = Arena::new(
+        gpu(),
+        ArenaConfig {
+            budget: Budget::FractionOfDevice(0.5),
+            ..Default::default()
+        },
+    );
+    match gpu().device_memory() {
+        Some(total) => assert_eq!(r.unwrap().budget(), Some(total / 2)),
+        None => assert!(r.unwrap_err().to_string().contains("Budget::Bytes")),
+    }
+    assert!(Arena::new(
+        gpu(),
+        ArenaConfig {
+            budget: Budget::FractionOfDevice(1.5),
+            ..Default::default()
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn pools_have_their_own_buffers_usage_and_quota() {
+    let a = arena(Default::default());
+    let acts = a
+        .add_pool(
+            "activations",
+            PoolConfig {
+                quota: Some(8 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let verts = a
+        .add_pool(
+            "vertices",
+            PoolConfig {
+                quota: None,
+                usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+            },
+        )
+        .unwrap();
+    assert!(a.add_pool("activations", PoolConfig::default()).is_err());
+    assert_eq!(a.pool("activations"), Some(acts));
+    let x = a.alloc_in(acts, 3 << 20, "act").unwrap();
+    let v = a.alloc_in(verts, 1024, "mesh").unwrap();
+    assert!(v.buffer().usage().contains(wgpu::BufferUsages::VERTEX));
+    assert!(x.buffer() != v.buffer());
+    let err = a.alloc_in(acts, 6 << 20, "too much").unwrap_err();
+    assert!(
+        matches!(&err, Error::OutOfMemory(o) if o.limit == Limit::PoolQuota("activations".into())),
+        "{err}"
+    );
+    // The default pool is not limited by the activations quota.
+    let _d = a.alloc(6 << 20, "default pool").unwrap();
+}
+
+#[test]
+fn trim_gives_empty_blocks_back_and_keeps_the_reserve() {
+    let a = arena(ArenaConfig {
+        trim_keep: 0,
+        ..Default::default()
+    });
+    let xs: Vec<_> = (0..8).map(|_| a.alloc(3 << 20, "x").unwrap()).collect();
+    let reserved = a.stats().reserved;
+    assert!(reserved >= 24 << 20);
+    drop(xs);
+    a.synchronize().unwrap();
+    let released = a.trim();
+    assert_eq!(released, reserved);
+    assert_eq!(a.stats().reserved, 0);
+    assert!(a.stats().blocks_released >= 1);
+    // Usable after trimming.
+    let y = a.alloc(1000, "y").unwrap();
+    assert!(y.size() >= 1000);
+}
+
+#[test]
+fn steady_loops_create_no_buffers_after_warm_up() {
+    let a = arena(Default::default());
+    let kernels = Kernels::new(&a).unwrap();
+    let n = 4096;
+    let run = |iters: usize| {
+        for _ in 0..iters {
+            let x = a.alloc_typed::<f32>(n, "x").unwrap();
+            let y = a.alloc_typed::<f32>(n, "y").unwrap();
+            let mut b = kernels.batch();
+            b.axpy(n as u64, 1.0, &x, &y).unwrap();
+            b.submit().unwrap();
+        }
+    };
+    run(20);
+    a.synchronize().unwrap();
+    let warm = a.stats().blocks_created;
+    run(200);
+    assert_eq!(a.stats().blocks_created, warm, "{}", a.summary());
+}
+
+#[test]
+fn stats_summary_leak_report_and_dumps() {
+    let a = arena(ArenaConfig {
+        name: "report-test".into(),
+        ..Default::default()
+    });
+    let w = a.alloc(1 << 20, "weights").unwrap();
+    let b = a.alloc(4096, "bias \"quoted\"").unwrap();
+    let t = a.alloc(8192, "temp").unwrap();
+    drop(t);
+    let s = a.stats();
+    assert_eq!(s.live_allocations, 2);
+    assert_eq!(s.pending_frees, 1);
+    assert!(s.active > s.allocated);
+    assert_eq!(s.per_label[0].0, "weights");
+    let summary = a.summary();
+    for needle in ["report-test", "allocated", "reserved", "weights", "peak"] {
+        assert!(summary.contains(needle), "{summary}");
+    }
+    let leaks = a.leak_report().unwrap();
+    assert!(
+        leaks.contains("2 allocation(s)") && leaks.contains("weights") && leaks.contains("age"),
+        "{leaks}"
+    );
+    let json = a.to_json();
+    assert!(
+        json.contains("\"label\":\"weights\"") && json.contains("bias \\\"quoted\\\""),
+        "{json}"
+    );
+    assert!(json.contains("\"kind\":\"pending\""));
+    let svg = a.to_svg();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("weights") && svg.trim_end().ends_with("</svg>")
+    );
+    a.reset_peak();
+    assert_eq!(a.stats().peak_allocated, a.stats().allocated);
+    drop((w, b));
+    a.synchronize().unwrap();
+    assert!(a.leak_report().is_none());
+}
+
+#[test]
+fn guard_check_reports_an_overrun_with_its_label() {
+    let a = arena(ArenaConfig {
+        guard_bytes: 256,
+        ..Default::default()
+    });
+    let ok = a.alloc(1000, "innocent").unwrap();
+    let bad = a.alloc(1000, "overrunner").unwrap();
+    let under = a.alloc(64, "underrunner").unwrap();
+    assert!(a.check_guards().unwrap().is_empty());
+    // Plant an overrun: 8 bytes written just past the end of 'overrunner'.
+    gpu()
+        .queue()
+        .write_buffer(bad.buffer(), bad.offset() + bad.size(), &[1u8; 8]);
+    // And an underrun just before 'underrunner'.
+    gpu()
+        .queue()
+        .write_buffer(under.buffer(), under.offset() - 4, &[0u8; 4]);
+    let v = a.check_guards().unwrap();
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert_eq!(
+        (v[0].label.as_str(), v[0].side, v[0].corrupted_words),
+        ("overrunner", Side::After, 2)
+    );
+    assert_eq!(
+        (v[1].label.as_str(), v[1].side, v[1].corrupted_words),
+        ("underrunner", Side::Before, 1)
+    );
+    assert!(v[0].to_string().contains("overrun"));
+    // The user data of the innocent neighbour is untouched by the guards.
+    let data = vec![9u32; 250];
+    gpu()
+        .queue()
+        .write_buffer(ok.buffer(), ok.offset(), bytemuck::cast_slice(&data));
+    assert_eq!(
+        readback::read_as::<u32>(gpu(), ok.buffer(), ok.offset(), 250).unwrap(),
+        data
+    );
+    assert!(arena(Default::default()).check_guards().is_err());
+}
+
+/// Safe reuse under load. Several threads loop: allocate x and y, upload random data,
+/// dispatch `y += a * x`, drop x and y *immediately after submitting* (the GPU may still be
+/// reading them), and allocate again. Every iteration reads its own result back and checks
+/// it against the CPU.
+///
+/// Why it would fail without deferred frees: the dropped ranges would go straight back to
+/// the free lists, so the next iteration (of this or another thread) would be placed on the
+/// same bytes while the submitted kernel still reads them. wgpu orders queue writes after
+/// earlier submissions, but the arena cannot rely on that: ranges are also written through
+/// mapped staging memory and by host code sharing the device, which no queue ordering
+/// covers. The in-flight check below makes the property itself observable: while a
+/// submission that used a dropped range has not completed, no new allocation may overlap it.
+#[test]
+fn freed_ranges_are_not_reused_while_the_gpu_may_read_them() {
+    let a = arena(Default::default());
+    let kernels = Arc::new(Kernels::new(&a).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let kernels = kernels.clone();
+            std::thread::spawn(move || {
+                let mut r = rng();
+                let a = kernels.arena().clone();
+                for iter in 0..25 {
+                    let n = r.gen_range(1..20_000usize);
+                    let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
+                    let alpha = r.gen_range(-2.0f32..2.0);
+                    let xa = a.alloc_typed::<f32>(n, "x").unwrap();
+                    let ya = a.alloc_typed::<f32>(n, "y").unwrap();
+                    let out = a.alloc_typed::<f32>(n, "out").unwrap();
+                    gpu()
+                        .queue()
+                        .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&x));
+                    gpu()
+                        .queue()
+                        .write_buffer(ya.buffer(), ya.offset(), bytemuck::cast_slice(&y));
+                    let mut b = kernels.batch();
+                    b.axpy(n as u64, alpha, &xa, &ya).unwrap();
+                    b.copy(n as u64, &ya, &out).unwrap();
+                    b.submit().unwrap();
+                    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let flag = done.clone();
+                    gpu().queue().on_submitted_work_done(move || {
+                        flag.store(true, std::sync::atomic::Ordering::SeqCst)
+                    });
+                    let (xr, yr) = (
+                        (xa.buffer().clone(), xa.offset(), xa.size()),
+                        (ya.buffer().clone(), ya.offset(), ya.size()),
+                    );
+                    drop((xa, ya));
+                    // Immediately allocate the same sizes again while the kernel may run.
+                    let x2 = a.alloc_typed::<f32>(n, "x2").unwrap();
+                    let y2 = a.alloc_typed::<f32>(n, "y2").unwrap();
+                    if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                        for new in [&*x2, &*y2] {
+                            for (buf, off, size) in [&xr, &yr] {
+                                let overlap = new.buffer() == buf
+                                    && new.offset() < off + size
+                                    && *off < new.offset() + new.size();
+                                assert!(
+                                    !overlap,
+                                    "thread {t} iter {iter}: range reused while in flight"
+                                );
+                            }
+                        }
+                    }
+                    // Scribble over the new ranges, as a reuse would.
+                    gpu().queue().write_buffer(
+                        x2.buffer(),
+                        x2.offset(),
+                        &vec![0xFFu8; x2.size() as usize],
+                    );
+                    gpu().queue().write_buffer(
+                        y2.buffer(),
+                        y2.offset(),
+                        &vec![0xFFu8; y2.size() as usize],
+                    );
+                    let got =
+                        readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), n).unwrap();
+                    let want: Vec<f32> = x.iter().zip(&y).map(|(p, q)| alpha * p + q).collect();
+                    assert_close(&got, &want, 1e-6, &format!("thread {t} iter {iter}"));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    a.synchronize().unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocated, 0);
+    assert_eq!(s.allocations, s.frees);
+}
