@@ -21,6 +21,8 @@ use super::Shared;
 pub struct Allocation {
     pub(super) shared: Arc<Shared>,
     pub(super) id: u64,
+    pub(super) slot: u32,
+    pub(super) label_index: u32,
     pub(super) pool: usize,
     pub(super) placed: Placed,
     pub(super) buffer: wgpu::Buffer,
@@ -109,7 +111,7 @@ impl std::fmt::Debug for Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         self.shared
-            .defer_free(self.id, self.pool, self.placed, self.label.clone());
+            .defer_free(self.slot, self.label_index, self.pool, self.placed);
     }
 }
 

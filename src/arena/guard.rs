@@ -85,7 +85,7 @@ impl Arena {
         let mut meta: Vec<(u64, String, u64, Side)> = Vec::new();
         {
             let st = shared.state.lock();
-            for (id, r) in &st.live {
+            for (id, r) in st.live.iter() {
                 let pool = &st.pools[r.pool];
                 let Some(buffer) = pool.buffer(r.block) else {
                     continue;

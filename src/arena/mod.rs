@@ -262,7 +262,7 @@ impl Arena {
         for p in &mut st.pools {
             p.set.reset_peak();
         }
-        for l in st.labels.values_mut() {
+        for (_, l) in &mut st.label_stats {
             l.peak_bytes = l.bytes;
         }
     }
@@ -274,6 +274,15 @@ impl Arena {
 }
 
 impl Shared {
+    /// Seals the open frees into an epoch, at most one epoch in flight at a time: a free
+    /// sealed later still waits for all work submitted before its drop, and registering a
+    /// completion callback on every allocation would cost more than the allocation.
+    fn seal_lazily(&self, st: &mut State) {
+        if st.sealed.is_empty() {
+            self.seal(st);
+        }
+    }
+
     fn seal(&self, st: &mut State) {
         if let Some(epoch) = st.seal() {
             let completion = self.completion.clone();
@@ -309,8 +318,8 @@ impl Shared {
             ));
         }
         st.harvest(self.completion.get());
-        self.seal(&mut st);
-        let label = st.intern(label);
+        self.seal_lazily(&mut st);
+        let (label, label_index) = st.intern(label);
         let align = st.pools[pool].alignment;
         let guard = self.config.guard_bytes.next_multiple_of(align);
         let total = size.checked_add(2 * guard).ok_or(AllocError::TooLarge {
@@ -320,13 +329,19 @@ impl Shared {
 
         let mut retries = 0u32;
         let mut allow_new = false;
+        let mut reclaimed = false;
         let placed = loop {
             match self.try_place(&mut st, pool, total, align, &label, allow_new) {
                 Ok(p) => break p,
                 Err(Reserve::Alloc(e)) => return Err(e.into()),
                 Err(Reserve::NeedBlock) => {
-                    // Before growing, collect frees the GPU has finished with.
-                    allow_new = true;
+                    // Before growing, collect every free the GPU has finished with: seal
+                    // what is open, poll (which runs completion callbacks) and retry once.
+                    if reclaimed || (st.open.is_empty() && st.sealed.is_empty()) {
+                        allow_new = true;
+                    }
+                    reclaimed = true;
+                    self.seal(&mut st);
                     self.gpu.poll();
                     st.harvest(self.completion.get());
                 }
@@ -370,6 +385,7 @@ impl Shared {
         };
         let id = st.next_id;
         st.next_id += 1;
+        let created = Instant::now();
         let offset = placed.offset + guard;
         if guard > 0 {
             guard::fill(
@@ -381,27 +397,27 @@ impl Shared {
                 placed.size - guard - size,
             );
         }
-        st.live.insert(
+        let slot = st.live.insert(LiveRecord {
             id,
-            LiveRecord {
-                label: label.clone(),
-                size,
-                pool,
-                block: placed.block,
-                offset,
-                range_offset: placed.offset,
-                created: Instant::now(),
-                backtrace: self
-                    .config
-                    .backtraces
-                    .then(std::backtrace::Backtrace::force_capture),
-            },
-        );
-        st.note_alloc(&label, placed.size);
+            label: label.clone(),
+            size,
+            pool,
+            block: placed.block,
+            offset,
+            range_offset: placed.offset,
+            created,
+            backtrace: self
+                .config
+                .backtraces
+                .then(std::backtrace::Backtrace::force_capture),
+        });
+        st.note_alloc(label_index, placed.size);
         drop(st);
         Ok(Allocation {
             shared: self.clone(),
             id,
+            slot,
+            label_index,
             pool,
             placed,
             buffer,
@@ -430,7 +446,8 @@ impl Shared {
         let mut created: Option<wgpu::Buffer> = None;
         let mut released = Vec::new();
         let name = &self.config.name;
-        let pool_name = p.name.clone();
+        // Borrowed, not cloned: this runs on every allocation.
+        let pool_name: &str = &p.name;
         let result = p.set.allocate(
             total,
             align,
@@ -448,7 +465,10 @@ impl Shared {
                 }
                 if let Some(q) = quota {
                     if pool_reserved + block_size > q {
-                        return Err(Reserve::Over(Limit::PoolQuota(pool_name.clone()), Some(q)));
+                        return Err(Reserve::Over(
+                            Limit::PoolQuota(pool_name.to_string()),
+                            Some(q),
+                        ));
                     }
                 }
                 let buffer = self
@@ -531,13 +551,13 @@ impl Shared {
         }))
     }
 
-    pub(crate) fn defer_free(&self, id: u64, pool: usize, placed: Placed, label: Arc<str>) {
+    pub(crate) fn defer_free(&self, slot: u32, label: u32, pool: usize, placed: Placed) {
         let mut st = self.state.lock();
-        st.live.remove(&id);
+        st.live.remove(slot);
         st.counters.frees += 1;
         st.counters.allocated -= placed.size;
         st.counters.pending += placed.size;
-        if let Some(l) = st.labels.get_mut(&label) {
+        if let Some((_, l)) = st.label_stats.get_mut(label as usize) {
             l.count -= 1;
             l.bytes -= placed.size;
         }

@@ -92,7 +92,7 @@ impl Arena {
     fn dump_blocks(&self) -> Vec<(String, u32, u64, bool, Vec<DumpRange>)> {
         let st = self.shared().state.lock();
         let mut by_range: HashMap<(usize, u32, u64), (u64, &LiveRecord)> = HashMap::new();
-        for (id, r) in &st.live {
+        for (id, r) in st.live.iter() {
             by_range.insert((r.pool, r.block.0, r.range_offset), (*id, r));
         }
         let mut blocks = Vec::new();

@@ -3,7 +3,7 @@
 //! Everything here runs under the arena's one mutex; GPU calls made while holding it never
 //! wait on callbacks that take it (the completion callback only touches an atomic).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +39,7 @@ impl Pool {
 
 /// What the leak report and dumps know of a live allocation.
 pub(crate) struct LiveRecord {
+    pub id: u64,
     pub label: Arc<str>,
     pub size: u64,
     pub pool: usize,
@@ -85,15 +86,64 @@ pub(crate) struct Counters {
     pub peak_reserved: u64,
 }
 
+/// Live allocations in slots reused LIFO: O(1) insert and remove without hashing.
+#[derive(Default)]
+pub(crate) struct LiveSlab {
+    slots: Vec<Option<LiveRecord>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl LiveSlab {
+    pub fn insert(&mut self, record: LiveRecord) -> u32 {
+        self.len += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(record);
+                i
+            }
+            None => {
+                self.slots.push(Some(record));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn remove(&mut self, slot: u32) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            if s.take().is_some() {
+                self.len -= 1;
+                self.free.push(slot);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `(id, record)` of every live allocation.
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &LiveRecord)> {
+        self.slots.iter().flatten().map(|r| (&r.id, r))
+    }
+}
+
 pub(crate) struct State {
     pub pools: Vec<Pool>,
     pub open: Vec<PendingFree>,
     pub sealed: VecDeque<(u64, Vec<PendingFree>)>,
     pub next_epoch: u64,
-    pub live: HashMap<u64, LiveRecord>,
+    pub live: LiveSlab,
     pub next_id: u64,
     pub counters: Counters,
-    pub labels: HashMap<Arc<str>, LabelStats>,
+    /// Label -> index into `label_stats`; labels are interned once and counted by index
+    /// so the hot path hashes a label once per allocation and never on free.
+    pub labels: rustc_hash::FxHashMap<Arc<str>, u32>,
+    pub label_stats: Vec<(Arc<str>, LabelStats)>,
 }
 
 impl State {
@@ -103,10 +153,11 @@ impl State {
             open: Vec::new(),
             sealed: VecDeque::new(),
             next_epoch: 1,
-            live: HashMap::new(),
+            live: LiveSlab::default(),
             next_id: 1,
             counters: Counters::default(),
-            labels: HashMap::new(),
+            labels: Default::default(),
+            label_stats: Vec::new(),
         }
     }
 
@@ -114,18 +165,18 @@ impl State {
         self.pools.iter().map(|p| p.set.stats().reserved).sum()
     }
 
-    pub fn intern(&mut self, label: &str) -> Arc<str> {
-        match self.labels.get_key_value(label) {
-            Some((k, _)) => k.clone(),
-            None => {
-                let k: Arc<str> = Arc::from(label);
-                self.labels.insert(k.clone(), LabelStats::default());
-                k
-            }
+    pub fn intern(&mut self, label: &str) -> (Arc<str>, u32) {
+        if let Some(&i) = self.labels.get(label) {
+            return (self.label_stats[i as usize].0.clone(), i);
         }
+        let k: Arc<str> = Arc::from(label);
+        let i = self.label_stats.len() as u32;
+        self.labels.insert(k.clone(), i);
+        self.label_stats.push((k.clone(), LabelStats::default()));
+        (k, i)
     }
 
-    pub fn note_alloc(&mut self, label: &Arc<str>, size: u64) {
+    pub fn note_alloc(&mut self, label: u32, size: u64) {
         let c = &mut self.counters;
         c.allocations += 1;
         c.allocated += size;
@@ -134,7 +185,7 @@ impl State {
         let reserved = self.reserved();
         let c = &mut self.counters;
         c.peak_reserved = c.peak_reserved.max(reserved);
-        if let Some(l) = self.labels.get_mut(label) {
+        if let Some((_, l)) = self.label_stats.get_mut(label as usize) {
             l.count += 1;
             l.bytes += size;
             l.peak_bytes = l.peak_bytes.max(l.bytes);

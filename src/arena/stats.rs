@@ -98,7 +98,7 @@ impl Arena {
             }
         }
         let mut per_label: Vec<(String, LabelStats)> = st
-            .labels
+            .label_stats
             .iter()
             .filter(|(_, l)| l.count > 0 || l.peak_bytes > 0)
             .map(|(k, v)| (k.to_string(), *v))

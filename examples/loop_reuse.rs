@@ -1,0 +1,137 @@
+//! "Allocate inside the loop, or preallocate?" Every iteration needs a fresh buffer of
+//! `SIZE` bytes, writes into it and lets it go. Three ways, same work:
+//! `create_buffer` + `destroy`; the arena; one buffer preallocated by hand.
+//!
+//! ```text
+//! cargo run --release --example loop_reuse [ITERATIONS] [SIZE_BYTES]
+//! ```
+
+use std::time::Instant;
+
+use vramkit::{Arena, ArenaConfig, Gpu};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let iters: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(20_000);
+    let size: u64 = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(1 << 20);
+    let gpu = Gpu::headless()?;
+    println!("device: {}", gpu.describe());
+    println!(
+        "{iters} iterations, {} per buffer, a 256-byte write each, a submit every 64\n",
+        vramkit::fmt_bytes(size)
+    );
+    let payload = vec![7u8; 256];
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+    let flush = |i: usize| {
+        if i % 64 == 63 {
+            gpu.queue().submit([]);
+        }
+    };
+
+    // 1. create_buffer + destroy every iteration.
+    let start = Instant::now();
+    for i in 0..iters {
+        let b = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("loop"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        gpu.queue().write_buffer(&b, 0, &payload);
+        b.destroy();
+        flush(i);
+    }
+    gpu.wait_idle()?;
+    let create_s = start.elapsed().as_secs_f64() / iters as f64;
+
+    // 2. The arena (warm-up first, as a real loop would have).
+    let arena = Arena::new(
+        &gpu,
+        ArenaConfig {
+            usage,
+            ..Default::default()
+        },
+    )?;
+    for i in 0..64 {
+        let a = arena.alloc(size, "loop")?;
+        gpu.queue().write_buffer(a.buffer(), a.offset(), &payload);
+        flush(i);
+    }
+    arena.synchronize()?;
+    arena.reset_peak();
+    let warm_blocks = arena.stats().blocks_created;
+    let start = Instant::now();
+    for i in 0..iters {
+        let a = arena.alloc(size, "loop")?;
+        gpu.queue().write_buffer(a.buffer(), a.offset(), &payload);
+        drop(a);
+        flush(i);
+    }
+    gpu.wait_idle()?;
+    let arena_s = start.elapsed().as_secs_f64() / iters as f64;
+    let stats = arena.stats();
+
+    // 3. One buffer preallocated by hand.
+    let pre = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("pre"),
+        size,
+        usage,
+        mapped_at_creation: false,
+    });
+    let start = Instant::now();
+    for i in 0..iters {
+        gpu.queue().write_buffer(&pre, 0, &payload);
+        flush(i);
+    }
+    gpu.wait_idle()?;
+    let pre_s = start.elapsed().as_secs_f64() / iters as f64;
+
+    println!(
+        "{:<26} {:>14} {:>16} {:>14}",
+        "strategy", "us/iteration", "buffers created", "peak reserved"
+    );
+    println!(
+        "{:<26} {:>14.2} {:>16} {:>14}",
+        "create_buffer + destroy",
+        create_s * 1e6,
+        iters,
+        vramkit::fmt_bytes(size)
+    );
+    println!(
+        "{:<26} {:>14.2} {:>16} {:>14}",
+        "vramkit arena",
+        arena_s * 1e6,
+        stats.blocks_created - warm_blocks,
+        vramkit::fmt_bytes(stats.peak_reserved)
+    );
+    println!(
+        "{:<26} {:>14.2} {:>16} {:>14}",
+        "preallocated by hand",
+        pre_s * 1e6,
+        1,
+        vramkit::fmt_bytes(size)
+    );
+    println!();
+    println!("create_us_per_iteration: {:.3}", create_s * 1e6);
+    println!("arena_us_per_iteration: {:.3}", arena_s * 1e6);
+    println!("prealloc_us_per_iteration: {:.3}", pre_s * 1e6);
+    println!("speedup_vs_create_buffer: {:.2}", create_s / arena_s);
+    println!(
+        "arena_overhead_vs_prealloc_us: {:.3}",
+        (arena_s - pre_s) * 1e6
+    );
+    println!(
+        "buffers_created_after_warmup: {}",
+        stats.blocks_created - warm_blocks
+    );
+    Ok(())
+}
