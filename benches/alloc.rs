@@ -1,1 +1,40 @@
-fn main() {}
+//! Criterion benchmark of the allocator core against offset-allocator and range-alloc on
+//! the synthetic workloads of `bench alloc` (same generators, smaller sizes).
+//!
+//! ```text
+//! cargo bench --bench alloc
+//! ```
+
+#[path = "../examples/support/alloc_bench.rs"]
+mod alloc_bench;
+
+use alloc_bench::{churn, fifo, lifo, run_once, Bench, Offset, RangeAlloc, Workload};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use vramkit::alloc::RangeAllocator;
+
+fn workload<B: Bench>(c: &mut Criterion, group: &str, w: &Workload, with_range_alloc: bool) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(w.ops.len() as u64));
+    g.bench_with_input(BenchmarkId::new("vramkit", w.name), w, |b, w| {
+        b.iter(|| run_once::<RangeAllocator>(w))
+    });
+    g.bench_with_input(BenchmarkId::new("offset-allocator", w.name), w, |b, w| {
+        b.iter(|| run_once::<Offset>(w))
+    });
+    if with_range_alloc {
+        g.bench_with_input(BenchmarkId::new("range-alloc", w.name), w, |b, w| {
+            b.iter(|| run_once::<RangeAlloc>(w))
+        });
+    }
+    g.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    // range-alloc is O(n) per free list walk: only on the workloads where it finishes.
+    workload::<RangeAllocator>(c, "churn80", &churn(20_000, 1), false);
+    workload::<RangeAllocator>(c, "lifo", &lifo(20_000, 2), true);
+    workload::<RangeAllocator>(c, "fifo", &fifo(20_000, 3), true);
+}
+
+criterion_group!(alloc, benches);
+criterion_main!(alloc);

@@ -25,7 +25,7 @@ fn allocations_are_aligned_disjoint_and_bindable() {
         let size = r.gen_range(1..100_000u64);
         let x = a.alloc(size, &format!("t{}", i % 5)).unwrap();
         assert_eq!(x.offset() % align, 0);
-        assert!(x.size() >= size && x.size() % 4 == 0);
+        assert!(x.size() >= size && x.size().is_multiple_of(4));
         for y in &live {
             if y.buffer() == x.buffer() {
                 assert!(x.offset() + x.size() <= y.offset() || y.offset() + y.size() <= x.offset());

@@ -31,7 +31,8 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
     .expect("arena");
     for size in [256u64, 64 << 10, 1 << 20, 16 << 20, 64 << 20] {
         let iters = if size >= 16 << 20 { 2_000 } else { 20_000 };
-        let create = per_op(iters / 4, |_| {
+        // wgpu frees destroyed buffers at the next poll: that poll is part of the peer's cost.
+        let create = per_op(iters / 4, |i| {
             let b = gpu.device().create_buffer(&wgpu::BufferDescriptor {
                 label: None,
                 size,
@@ -39,15 +40,23 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
                 mapped_at_creation: false,
             });
             b.destroy();
+            if i + 1 == iters / 4 {
+                gpu.wait_idle().expect("wait");
+            }
         });
-        gpu.wait_idle().expect("wait");
-        // Warm up, then measure with the safe-reuse bookkeeping included (no GPU work is
-        // in flight, so each free comes back on the next allocation).
-        for _ in 0..16 {
+        // Warm up (the pool grows to cover the allocations between two polls), then measure
+        // with the safe-reuse bookkeeping included.
+        for _ in 0..1024 {
             drop(arena.alloc(size, "bench").expect("alloc"));
         }
         let warm = arena.stats().blocks_created;
-        let ours = per_op(iters, |_| drop(arena.alloc(size, "bench").expect("alloc")));
+        let ours = per_op(iters, |i| {
+            drop(arena.alloc(size, "bench").expect("alloc"));
+            if i + 1 == iters {
+                gpu.wait_idle().expect("wait");
+                arena.maintain();
+            }
+        });
         let created = arena.stats().blocks_created - warm;
         let speedup = create / ours;
         println!(
@@ -78,4 +87,62 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
     }
 }
 
-pub fn suite_kernels(_gpu: &Gpu, _figures: &mut Figures) {}
+/// Kernel bandwidth and CPU cost per dispatch inside a batch.
+pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
+    use vramkit::kernels::Kernels;
+    let arena = Arena::new(gpu, Default::default()).expect("arena");
+    let kernels = Kernels::new(&arena).expect("kernels");
+    println!("\n== kernels: f32, GB/s counting bytes read + written ==");
+    let n: usize = if gpu.is_cpu() { 1 << 22 } else { 1 << 26 };
+    let x = arena.alloc_typed::<f32>(n, "x").expect("x");
+    let y = arena.alloc_typed::<f32>(n, "y").expect("y");
+    let data: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    gpu.queue()
+        .write_buffer(x.buffer(), x.offset(), bytemuck::cast_slice(&data));
+    gpu.queue()
+        .write_buffer(y.buffer(), y.offset(), bytemuck::cast_slice(&data));
+    let reps = if gpu.is_cpu() { 5 } else { 50 };
+    println!(
+        "{:<8} {:>12} {:>10} {:>10}",
+        "kernel", "elements", "ms/call", "GB/s"
+    );
+    for (name, bytes_per_elem) in [("axpy", 12u64), ("copy", 8), ("fill", 4)] {
+        let run = |reps: usize| {
+            let mut b = kernels.batch();
+            for _ in 0..reps {
+                match name {
+                    "axpy" => b.axpy(n as u64, 1e-6, &x, &y).map(|_| ()),
+                    "copy" => b.copy(n as u64, &x, &y).map(|_| ()),
+                    _ => b.fill(n as u64, 1.0, &y).map(|_| ()),
+                }
+                .expect("record");
+            }
+            let t = Instant::now();
+            let idx = b.submit().expect("submit");
+            gpu.wait_for(idx).expect("wait");
+            t.elapsed().as_secs_f64()
+        };
+        run(2);
+        let secs = (0..3).map(|_| run(reps)).fold(f64::MAX, f64::min) / reps as f64;
+        let gbps = bytes_per_elem as f64 * n as f64 / secs / 1e9;
+        println!("{:<8} {:>12} {:>10.3} {:>10.1}", name, n, secs * 1e3, gbps);
+        figures.add(format!("kernel_{name}_gbps"), format!("{gbps:.1}"));
+    }
+    // CPU cost of recording a dispatch inside a batch (small n, nothing waits on the GPU).
+    let small = arena.alloc_typed::<f32>(1024, "small").expect("small");
+    let small_y = arena.alloc_typed::<f32>(1024, "small y").expect("small y");
+    let count = 2000;
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let mut b = kernels.batch();
+        let t = Instant::now();
+        for _ in 0..count {
+            b.axpy(1024, 1.0, &small, &small_y).expect("record");
+        }
+        best = best.min(t.elapsed().as_secs_f64() / count as f64);
+        let idx = b.submit().expect("submit");
+        gpu.wait_for(idx).expect("wait");
+    }
+    println!("cpu per dispatch in a batch: {:.2} us", best * 1e6);
+    figures.add("kernel_cpu_us_per_dispatch", format!("{:.3}", best * 1e6));
+}

@@ -25,7 +25,7 @@ pub struct Allocation {
     pub(super) label_index: u32,
     pub(super) pool: usize,
     pub(super) placed: Placed,
-    pub(super) buffer: wgpu::Buffer,
+    pub(super) buffer: Arc<wgpu::Buffer>,
     pub(super) offset: u64,
     pub(super) size: u64,
     pub(super) label: Arc<str>,
@@ -81,7 +81,7 @@ impl Allocation {
     /// `T`'s size.
     pub fn typed<T: bytemuck::Pod>(self) -> crate::Result<Typed<T>> {
         let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || self.size % elem != 0 || self.offset % elem != 0 {
+        if elem == 0 || !self.size.is_multiple_of(elem) || !self.offset.is_multiple_of(elem) {
             return Err(crate::Error::invalid(
                 format!(
                     "allocation '{}' of {} bytes at offset {} cannot hold whole {}-byte elements",

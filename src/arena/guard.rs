@@ -47,6 +47,9 @@ impl std::fmt::Display for GuardViolation {
     }
 }
 
+/// A block's buffer and its guard regions as `[first word, words, region index, 0]`.
+type BlockRegions = (wgpu::Buffer, Vec<[u32; 4]>);
+
 /// Writes the pattern into the guards before and after a new allocation.
 pub(super) fn fill(
     gpu: &Gpu,
@@ -80,8 +83,7 @@ impl Arena {
             ));
         }
         let gpu = &shared.gpu;
-        // (pool, block) -> buffer and regions [start word, words, region index]
-        let mut per_block: BTreeMap<(usize, u32), (wgpu::Buffer, Vec<[u32; 4]>)> = BTreeMap::new();
+        let mut per_block: BTreeMap<(usize, u32), BlockRegions> = BTreeMap::new();
         let mut meta: Vec<(u64, String, u64, Side)> = Vec::new();
         {
             let st = shared.state.lock();
@@ -96,7 +98,7 @@ impl Arena {
                 let g = r.offset - r.range_offset;
                 let entry = per_block
                     .entry((r.pool, r.block.0))
-                    .or_insert_with(|| (buffer.clone(), Vec::new()));
+                    .or_insert_with(|| (wgpu::Buffer::clone(buffer), Vec::new()));
                 for (side, start) in [
                     (Side::Before, r.range_offset),
                     (Side::After, r.offset + r.size),
@@ -105,7 +107,12 @@ impl Arena {
                     entry
                         .1
                         .push([(start / 4) as u32, (g / 4) as u32, region, 0]);
-                    meta.push((*id, r.label.to_string(), r.size, side));
+                    meta.push((
+                        *id,
+                        st.label_stats[r.label as usize].0.to_string(),
+                        r.size,
+                        side,
+                    ));
                 }
             }
         }

@@ -38,6 +38,9 @@ use crate::alloc::{AllocError, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
 use state::{Completion, LiveRecord, PendingFree, Placed, Pool, State};
 
+/// Allocations between two device polls on the growth path (see `Shared::alloc`).
+const POLL_INTERVAL: u64 = 64;
+
 /// Names a pool of an [`Arena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolId(usize);
@@ -337,13 +340,25 @@ impl Shared {
                 Err(Reserve::NeedBlock) => {
                     // Before growing, collect every free the GPU has finished with: seal
                     // what is open, poll (which runs completion callbacks) and retry once.
-                    if reclaimed || (st.open.is_empty() && st.sealed.is_empty()) {
+                    // A poll costs far more than an allocation, so within
+                    // POLL_INTERVAL allocations of the last one the pool grows instead;
+                    // the working set then settles where a poll returns many ranges.
+                    // The budget still bounds growth (over it, the arena waits and trims).
+                    // Requests for a dedicated block always poll first: a new large buffer
+                    // costs more than the poll.
+                    let dedicated = total >= st.pools[pool].set.policy().dedicated_threshold;
+                    let recently =
+                        !dedicated && st.counters.allocations - st.last_poll_at < POLL_INTERVAL;
+                    if reclaimed || recently || (st.open.is_empty() && st.sealed.is_empty()) {
                         allow_new = true;
                     }
+                    if !reclaimed && !recently {
+                        self.seal(&mut st);
+                        self.gpu.poll();
+                        st.last_poll_at = st.counters.allocations;
+                        st.harvest(self.completion.get());
+                    }
                     reclaimed = true;
-                    self.seal(&mut st);
-                    self.gpu.poll();
-                    st.harvest(self.completion.get());
                 }
                 Err(Reserve::Over(limit, budget)) => {
                     retries += 1;
@@ -399,7 +414,7 @@ impl Shared {
         }
         let slot = st.live.insert(LiveRecord {
             id,
-            label: label.clone(),
+            label: label_index,
             size,
             pool,
             block: placed.block,
@@ -509,7 +524,7 @@ impl Shared {
             if p.buffers.len() <= i {
                 p.buffers.resize_with(i + 1, || None);
             }
-            p.buffers[i] = Some(buffer);
+            p.buffers[i] = Some(Arc::new(buffer));
             st.counters.blocks_created += 1;
         }
         Ok(placed)

@@ -25,7 +25,7 @@ pub(super) fn leak_report(st: &State, arena: &str) -> Option<String> {
         let _ = writeln!(
             out,
             "  #{id} '{}' {} in pool '{}' block {} at offset {}, age {:.3} s",
-            r.label,
+            st.label_stats[r.label as usize].0,
             fmt_bytes(r.size),
             st.pools[r.pool].name,
             r.block.0,
@@ -105,7 +105,11 @@ impl Arena {
                 a.for_each_range(|offset, len, used| {
                     let (kind, label, rid) = match (used, by_range.get(&(pi, id.0, offset))) {
                         (false, _) => ("free", String::new(), None),
-                        (true, Some((rid, r))) => ("live", r.label.to_string(), Some(*rid)),
+                        (true, Some((rid, r))) => (
+                            "live",
+                            st.label_stats[r.label as usize].0.to_string(),
+                            Some(*rid),
+                        ),
                         (true, None) => ("pending", "(freed, GPU may still use)".to_string(), None),
                     };
                     ranges.push(DumpRange {

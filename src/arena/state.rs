@@ -19,12 +19,13 @@ pub(crate) struct Pool {
     pub name: String,
     pub config: PoolConfig,
     pub set: BlockSet,
-    pub buffers: Vec<Option<wgpu::Buffer>>,
+    /// One `Arc` per block, so an allocation holds its buffer with one atomic increment.
+    pub buffers: Vec<Option<Arc<wgpu::Buffer>>>,
     pub alignment: u64,
 }
 
 impl Pool {
-    pub fn buffer(&self, id: BlockId) -> Option<&wgpu::Buffer> {
+    pub fn buffer(&self, id: BlockId) -> Option<&Arc<wgpu::Buffer>> {
         self.buffers.get(id.0 as usize)?.as_ref()
     }
 
@@ -40,7 +41,8 @@ impl Pool {
 /// What the leak report and dumps know of a live allocation.
 pub(crate) struct LiveRecord {
     pub id: u64,
-    pub label: Arc<str>,
+    /// Index into `State::label_stats`.
+    pub label: u32,
     pub size: u64,
     pub pool: usize,
     pub block: BlockId,
@@ -139,6 +141,8 @@ pub(crate) struct State {
     pub next_epoch: u64,
     pub live: LiveSlab,
     pub next_id: u64,
+    /// `counters.allocations` at the last poll made to reclaim frees before growing.
+    pub last_poll_at: u64,
     pub counters: Counters,
     /// Label -> index into `label_stats`; labels are interned once and counted by index
     /// so the hot path hashes a label once per allocation and never on free.
@@ -155,6 +159,7 @@ impl State {
             next_epoch: 1,
             live: LiveSlab::default(),
             next_id: 1,
+            last_poll_at: 0,
             counters: Counters::default(),
             labels: Default::default(),
             label_stats: Vec::new(),

@@ -1,0 +1,81 @@
+"""Hardware ceilings and PyTorch peers, measured on the same machine as vramkit's bench.
+
+Prints one `name: value` line per figure (GB/s count bytes read + written where noted).
+Run on the GPU machine: python3 scripts/torch_peers.py
+"""
+import time
+
+import torch
+
+
+def bench(fn, warmup=3, reps=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    dev = torch.device("cuda")
+    print(f"torch_device: {torch.cuda.get_device_name(0)}")
+    nbytes = 1 << 30
+    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    host.random_(0, 255)
+    gpu = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    t = bench(lambda: gpu.copy_(host, non_blocking=True))
+    print(f"torch_pinned_h2d_gbps: {nbytes / t / 1e9:.2f}")
+    t = bench(lambda: host.copy_(gpu, non_blocking=True))
+    print(f"torch_pinned_d2h_gbps: {nbytes / t / 1e9:.2f}")
+    other = torch.empty_like(gpu)
+    t = bench(lambda: other.copy_(gpu))
+    print(f"torch_device_copy_gbps: {2 * nbytes / t / 1e9:.1f}")
+    del host, gpu, other
+
+    n = 1 << 26
+    x = torch.rand(n, device=dev)
+    y = torch.rand(n, device=dev)
+    t = bench(lambda: y.add_(x, alpha=1e-6))
+    print(f"torch_add_gbps: {3 * 4 * n / t / 1e9:.1f}")
+    t = bench(lambda: y.copy_(x))
+    print(f"torch_copy_f32_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    t = bench(lambda: y.fill_(1.0))
+    print(f"torch_fill_gbps: {4 * n / t / 1e9:.1f}")
+    t = bench(lambda: x.sum())
+    print(f"torch_sum_gbps: {4 * n / t / 1e9:.1f}")
+    del x, y
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    m = 4096
+    a = torch.randn(m, m, device=dev)
+    b = torch.randn(m, m, device=dev)
+    t = bench(lambda: a @ b, reps=10)
+    print(f"torch_matmul_fp32_tflops: {2 * m ** 3 / t / 1e12:.1f}")
+    del a, b
+
+    # The caching allocator's own alloc+free (host time, as vramkit's arena is measured).
+    for size in (256, 1 << 20, 64 << 20):
+        for _ in range(100):
+            del_t = torch.empty(size, dtype=torch.uint8, device=dev)
+            del del_t
+        iters = 20000
+        start = time.perf_counter()
+        for _ in range(iters):
+            tmp = torch.empty(size, dtype=torch.uint8, device=dev)
+            del tmp
+        us = (time.perf_counter() - start) / iters * 1e6
+        print(f"torch_empty_free_us_{size}: {us:.3f}")
+
+
+if __name__ == "__main__":
+    main()
