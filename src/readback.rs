@@ -50,7 +50,9 @@ pub(crate) fn map_read(
 /// `offset` and `size` must be multiples of 4 (wgpu's copy alignment); the buffer needs
 /// `COPY_SRC`.
 pub fn read_buffer(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
-    if !offset.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) || !size.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) {
+    if !offset.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+        || !size.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+    {
         return Err(Error::invalid(
             format!("read of {size} bytes at offset {offset} is not 4-byte aligned"),
             "read a 4-byte aligned range that covers what you need",

@@ -523,7 +523,10 @@ impl RangeAllocator {
             if node.addr_prev != prev {
                 return Err(format!("node {n} has a wrong previous link"));
             }
-            if node.size == 0 || !node.offset.is_multiple_of(MIN_ALIGN) || !node.size.is_multiple_of(MIN_ALIGN) {
+            if node.size == 0
+                || !node.offset.is_multiple_of(MIN_ALIGN)
+                || !node.size.is_multiple_of(MIN_ALIGN)
+            {
                 return Err(format!("node {n} has a bad size or offset"));
             }
             if node.used() {
