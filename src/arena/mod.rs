@@ -232,9 +232,10 @@ impl Arena {
     /// loops so freed memory shows up in statistics and `trim`.
     pub fn maintain(&self) -> usize {
         let shared = self.shared();
-        shared.gpu.poll();
         let mut st = shared.state.lock();
-        shared.seal(&mut st);
+        // Seal first so the poll can complete this epoch too (its callback only marks an
+        // atomic, so polling under the lock cannot deadlock).
+        shared.seal_and_poll(&mut st);
         st.harvest(shared.completion.get())
     }
 
@@ -295,8 +296,18 @@ impl Shared {
         }
     }
 
+    /// Seals, then polls so that finished epochs complete. wgpu runs completion callbacks
+    /// only once a submission follows them, so an empty submit goes first; this is why
+    /// polling stays off the hot path.
+    fn seal_and_poll(&self, st: &mut State) {
+        self.seal(st);
+        self.gpu.queue().submit([]);
+        self.gpu.poll();
+    }
+
     fn wait_and_harvest(&self, st: &mut State) -> Result<()> {
         self.seal(st);
+        self.gpu.queue().submit([]);
         self.gpu.wait_idle()?;
         st.counters.waits += 1;
         st.harvest(self.completion.get());
@@ -353,8 +364,7 @@ impl Shared {
                         allow_new = true;
                     }
                     if !reclaimed && !recently {
-                        self.seal(&mut st);
-                        self.gpu.poll();
+                        self.seal_and_poll(&mut st);
                         st.last_poll_at = st.counters.allocations;
                         st.harvest(self.completion.get());
                     }

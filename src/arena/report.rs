@@ -182,7 +182,16 @@ impl Arena {
     pub fn to_svg(&self) -> String {
         let blocks = self.dump_blocks();
         let (width, bar, gap, left) = (1000.0f64, 22.0f64, 14.0f64, 230.0f64);
-        let height = 40.0 + blocks.len() as f64 * (bar + gap) + 30.0;
+        let mut labels: Vec<&str> = blocks
+            .iter()
+            .flat_map(|b| b.4.iter())
+            .filter(|r| r.kind == "live")
+            .map(|r| r.label.as_str())
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        let legend_rows = labels.len().div_ceil(4) as f64;
+        let height = 40.0 + blocks.len() as f64 * (bar + gap) + 20.0 + legend_rows * 18.0 + 10.0;
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -223,6 +232,20 @@ impl Arena {
                     fmt_bytes(r.size)
                 );
             }
+        }
+        // Legend: one swatch per label, four to a row.
+        let top = 40.0 + blocks.len() as f64 * (bar + gap) + 10.0;
+        for (i, label) in labels.iter().enumerate() {
+            let x = 10.0 + (i % 4) as f64 * 300.0;
+            let y = top + (i / 4) as f64 * 18.0;
+            let _ = writeln!(
+                out,
+                "<rect x=\"{x}\" y=\"{y}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
+                colour(label),
+                x + 18.0,
+                y + 11.0,
+                xml_escape(label)
+            );
         }
         out.push_str("</svg>\n");
         out
