@@ -1,22 +1,30 @@
-// Elementwise f32 kernels. Each invocation handles one element; the grid is 2D so element
-// counts beyond 65535 workgroups work: index = (wg.y * num_wg.x + wg.x) * 256 + local.
+// Elementwise f32 kernels, scalar: one element per invocation, for elements
+// [params.start, params.end). The vec4 file handles the aligned body; this one the tail
+// (and whole arrays where vec4 does not apply).
+//
+// The grid is 2D so counts beyond 65535 workgroups work:
+// index = (wg.y * num_workgroups.x + wg.x) * 256 + local.
 // Buffers are bound at the allocation's offset and size, so index 0 is the allocation start.
 // Inputs are declared read_write too: arena ranges share buffers, and WebGPU forbids binding
 // one buffer both read-only and read-write in a dispatch (see gfx-rs/wgpu#8470).
 
 struct Params {
-    n: u32,
+    end: u32,
+    start: u32,
     alpha: f32,
     beta: f32,
     value: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
-fn linear_index(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {
-    return (wg.y * nwg.x + wg.x) * 256u + local;
+fn element(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {
+    return params.start + (wg.y * nwg.x + wg.x) * 256u + local;
 }
 
 // y = alpha * x + y
@@ -24,8 +32,8 @@ fn linear_index(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {
 fn axpy(@builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) local: u32) {
-    let i = linear_index(wg, nwg, local);
-    if i < params.n {
+    let i = element(wg, nwg, local);
+    if i < params.end {
         y[i] = params.alpha * x[i] + y[i];
     }
 }
@@ -35,8 +43,8 @@ fn axpy(@builtin(workgroup_id) wg: vec3<u32>,
 fn axpby(@builtin(workgroup_id) wg: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) local: u32) {
-    let i = linear_index(wg, nwg, local);
-    if i < params.n {
+    let i = element(wg, nwg, local);
+    if i < params.end {
         y[i] = params.alpha * x[i] + params.beta * y[i];
     }
 }
@@ -46,8 +54,8 @@ fn axpby(@builtin(workgroup_id) wg: vec3<u32>,
 fn copy(@builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) local: u32) {
-    let i = linear_index(wg, nwg, local);
-    if i < params.n {
+    let i = element(wg, nwg, local);
+    if i < params.end {
         y[i] = x[i];
     }
 }
@@ -57,8 +65,8 @@ fn copy(@builtin(workgroup_id) wg: vec3<u32>,
 fn fill(@builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) local: u32) {
-    let i = linear_index(wg, nwg, local);
-    if i < params.n {
+    let i = element(wg, nwg, local);
+    if i < params.end {
         y[i] = params.value;
     }
 }

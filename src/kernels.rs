@@ -1,15 +1,31 @@
 //! Compute kernels dispatched on arena allocations.
 //!
-//! A [`Batch`] records many dispatches into one command encoder and submits them together,
-//! in order. Kernel parameters live in small uniform allocations from the arena's
-//! `kernel-params` pool; they are dropped after submission and, like every arena range,
-//! reused only once the GPU is done with them.
+//! A [`Batch`] records many dispatches into one command encoder and one compute pass, and
+//! submits them together, in order. Kernel parameters go into a per-batch ring of uniform
+//! slots (one arena allocation per 32 to 64 dispatches, written with one `write_buffer`) and are
+//! selected with dynamic offsets, so a dispatch costs no buffer creation and, when the same
+//! allocations are used again, no bind group creation either.
+//!
+//! Every elementwise kernel runs as a vec4 body (16-byte loads and stores) plus a scalar
+//! tail for the last `n % 4` elements, both on the same bind group.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::arena::{Allocation, PoolConfig, PoolId};
-use crate::{shaders, Arena, Error, Gpu, Result};
+use crate::shaders::{self, NamedLayout};
+use crate::{Arena, Error, Gpu, Result};
 
-/// Workgroup size of the 1-D kernels in `shaders/elementwise.wgsl`.
+/// Workgroup size of the 1-D kernels in `shaders/elementwise*.wgsl`.
 pub const WORKGROUP: u64 = 256;
+/// Parameter slots per uniform allocation of a batch.
+const SLOTS_PER_CHUNK: u64 = 64;
+/// Bind groups kept per kernel library before the cache is cleared.
+const BIND_CACHE_LIMIT: usize = 4096;
 
 /// Splits `units` work items, `per_group` per workgroup, into a 2-D grid that respects
 /// `max_compute_workgroups_per_dimension` (so counts beyond 65535 workgroups work). Shaders
@@ -24,20 +40,53 @@ pub fn grid(units: u64, per_group: u64, gpu: &Gpu) -> (u32, u32) {
     }
 }
 
-/// The kernel library bound to an arena.
-#[derive(Clone, Debug)]
-pub struct Kernels {
-    arena: Arena,
-    params: PoolId,
-}
-
+/// Parameters of the elementwise kernels; matches `Params` in the WGSL.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ElementwiseParams {
-    n: u32,
+    end: u32,
+    start: u32,
     alpha: f32,
     beta: f32,
     value: f32,
+    _pad: [u32; 3],
+}
+
+const PARAMS_SIZE: u64 = std::mem::size_of::<ElementwiseParams>() as u64;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    params: (wgpu::Buffer, u64),
+    x: (wgpu::Buffer, u64, u64),
+    y: (wgpu::Buffer, u64, u64),
+}
+
+struct BindCache {
+    released: u64,
+    groups: HashMap<BindKey, wgpu::BindGroup>,
+}
+
+struct Shared {
+    layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    cache: Mutex<BindCache>,
+}
+
+/// The kernel library bound to an arena.
+#[derive(Clone)]
+pub struct Kernels {
+    arena: Arena,
+    params: PoolId,
+    stride: u64,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels")
+            .field("arena", &self.arena)
+            .finish()
+    }
 }
 
 impl Kernels {
@@ -53,9 +102,55 @@ impl Kernels {
                 },
             )?,
         };
+        let device = arena.gpu().device();
+        let storage = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                // None: the vec4 pipelines need 16 bytes, the scalar ones 4; wgpu checks the
+                // bound size against the pipeline at each dispatch.
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("vramkit elementwise"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: true,
+                        min_binding_size: NonZeroU64::new(PARAMS_SIZE),
+                    },
+                    count: None,
+                },
+                storage(1),
+                storage(2),
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("vramkit elementwise"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let stride =
+            (arena.gpu().limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
         Ok(Kernels {
             arena: arena.clone(),
             params,
+            stride,
+            shared: Arc::new(Shared {
+                layout,
+                pipeline_layout,
+                cache: Mutex::new(BindCache {
+                    released: 0,
+                    groups: HashMap::new(),
+                }),
+            }),
         })
     }
 
@@ -68,17 +163,81 @@ impl Kernels {
     /// it is submitted, so an allocation cannot be dropped (and its range reused) while
     /// commands that read it are recorded but not yet submitted.
     pub fn batch<'a>(&'a self) -> Batch<'a> {
+        let encoder =
+            self.arena
+                .gpu()
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit batch"),
+                });
         Batch {
             kernels: self,
-            encoder: self.arena.gpu().device().create_command_encoder(
-                &wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit batch"),
-                },
-            ),
-            keep: Vec::new(),
+            encoder,
+            pass: None,
+            chunks: Vec::new(),
+            staged: Vec::new(),
             dispatches: 0,
-            _borrows: std::marker::PhantomData,
+            _borrows: PhantomData,
         }
+    }
+
+    fn pipeline(&self, vec4: bool, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        let shader = if vec4 {
+            &shaders::ELEMENTWISE_VEC4
+        } else {
+            &shaders::ELEMENTWISE
+        };
+        let layout = NamedLayout {
+            name: "elementwise",
+            layout: &self.shared.pipeline_layout,
+        };
+        self.arena.gpu().pipeline_with_layout(shader, entry, layout)
+    }
+
+    fn bind_group(&self, params: &Allocation, x: &Allocation, y: &Allocation) -> wgpu::BindGroup {
+        let key = BindKey {
+            params: (params.buffer().clone(), params.offset()),
+            x: (x.buffer().clone(), x.offset(), x.size()),
+            y: (y.buffer().clone(), y.offset(), y.size()),
+        };
+        let released = self.arena.blocks_released();
+        let mut cache = self.shared.cache.lock();
+        if cache.released != released || cache.groups.len() >= BIND_CACHE_LIMIT {
+            // A block was destroyed (its bind groups are dead) or the cache is full.
+            cache.groups.clear();
+            cache.released = released;
+        }
+        if let Some(g) = cache.groups.get(&key) {
+            return g.clone();
+        }
+        let group = self
+            .arena
+            .gpu()
+            .device()
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("vramkit elementwise"),
+                layout: &self.shared.layout,
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: params.buffer(),
+                            offset: params.offset(),
+                            size: NonZeroU64::new(PARAMS_SIZE),
+                        }),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: x.binding_resource(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: y.binding_resource(),
+                    },
+                ],
+            });
+        cache.groups.insert(key, group.clone());
+        group
     }
 }
 
@@ -86,9 +245,13 @@ impl Kernels {
 pub struct Batch<'a> {
     kernels: &'a Kernels,
     encoder: wgpu::CommandEncoder,
-    keep: Vec<Allocation>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    /// Uniform allocations holding this batch's parameter slots; the last one is filling.
+    chunks: Vec<Allocation>,
+    /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
+    staged: Vec<u8>,
     dispatches: usize,
-    _borrows: std::marker::PhantomData<&'a Allocation>,
+    _borrows: PhantomData<&'a Allocation>,
 }
 
 fn check_f32(a: &Allocation, n: u64, name: &str) -> Result<()> {
@@ -106,7 +269,7 @@ fn check_f32(a: &Allocation, n: u64, name: &str) -> Result<()> {
 }
 
 impl<'a> Batch<'a> {
-    /// Number of dispatches recorded so far.
+    /// Number of kernel calls recorded so far.
     pub fn len(&self) -> usize {
         self.dispatches
     }
@@ -116,27 +279,74 @@ impl<'a> Batch<'a> {
         self.dispatches == 0
     }
 
-    fn params(&mut self, p: ElementwiseParams) -> Result<Allocation> {
+    fn slots_used(&self) -> u64 {
+        self.staged.len() as u64 / self.kernels.stride
+    }
+
+    /// Makes sure the current chunk has `slots` free parameter slots.
+    fn reserve_slots(&mut self, slots: u64) -> Result<()> {
+        if !self.chunks.is_empty() && self.slots_used() + slots <= SLOTS_PER_CHUNK {
+            return Ok(());
+        }
+        self.flush_params();
         let k = self.kernels;
-        let a = k.arena.alloc_in(
-            k.params,
-            std::mem::size_of::<ElementwiseParams>() as u64,
-            "kernel params",
-        )?;
+        let chunk = k
+            .arena
+            .alloc_in(k.params, SLOTS_PER_CHUNK * k.stride, "kernel params")?;
+        // Initialise the whole chunk now, before any dispatch that reads it is recorded.
+        // wgpu zero-fills buffer ranges that are uninitialised when a command buffer is
+        // recorded; a slot written only at submit could be zeroed after our write when
+        // another thread's submission flushes it first (seen as kernels that did nothing).
+        let zeros = vec![0u8; chunk.size() as usize];
         k.arena
             .gpu()
             .queue()
-            .write_buffer(a.buffer(), a.offset(), bytemuck::bytes_of(&p));
-        Ok(a)
+            .write_buffer(chunk.buffer(), chunk.offset(), &zeros);
+        self.chunks.push(chunk);
+        Ok(())
     }
 
-    /// Records one elementwise dispatch; `x` is `None` for kernels that read no input
-    /// (their pipeline layout has no binding 1).
+    fn flush_params(&mut self) {
+        if let Some(chunk) = self.chunks.last() {
+            if !self.staged.is_empty() {
+                self.kernels.arena.gpu().queue().write_buffer(
+                    chunk.buffer(),
+                    chunk.offset(),
+                    &self.staged,
+                );
+            }
+        }
+        self.staged.clear();
+    }
+
+    fn push_params(&mut self, p: ElementwiseParams) -> u32 {
+        let offset = self.staged.len();
+        self.staged.extend_from_slice(bytemuck::bytes_of(&p));
+        self.staged.resize(offset + self.kernels.stride as usize, 0);
+        offset as u32
+    }
+
+    fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        let encoder = &mut self.encoder;
+        self.pass.get_or_insert_with(|| {
+            encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("vramkit batch"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime()
+        })
+    }
+
+    /// Records one elementwise kernel over `n` elements: a vec4 body and a scalar tail.
+    /// `x` is `None` for kernels that read no input.
     fn elementwise(
         &mut self,
         entry: &str,
         n: u64,
-        p: ElementwiseParams,
+        alpha: f32,
+        beta: f32,
+        value: f32,
         x: Option<&'a Allocation>,
         y: &'a Allocation,
     ) -> Result<()> {
@@ -153,41 +363,52 @@ impl<'a> Batch<'a> {
         if n == 0 {
             return Ok(());
         }
-        let gpu = self.kernels.arena.gpu().clone();
-        let pipeline = gpu.pipeline(&shaders::ELEMENTWISE, entry)?;
-        let params = self.params(p)?;
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: params.binding_resource(),
-        }];
-        if let Some(x) = x {
-            entries.push(wgpu::BindGroupEntry {
-                binding: 1,
-                resource: x.binding_resource(),
-            });
-        }
-        entries.push(wgpu::BindGroupEntry {
-            binding: 2,
-            resource: y.binding_resource(),
-        });
-        let bind = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(entry),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        {
-            let mut pass = self
-                .encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(entry),
-                    timestamp_writes: None,
-                });
+        let k = self.kernels;
+        let gpu = k.arena.gpu().clone();
+        let body = n / 4;
+        let tail = n % 4;
+        let vec4_pipeline = if body > 0 {
+            Some(k.pipeline(true, entry)?)
+        } else {
+            None
+        };
+        let scalar_pipeline = if tail > 0 {
+            Some(k.pipeline(false, entry)?)
+        } else {
+            None
+        };
+        self.reserve_slots(2)?;
+        let bind = {
+            let chunk = self
+                .chunks
+                .last()
+                .ok_or_else(|| Error::invalid("no parameter chunk", "internal"))?;
+            k.bind_group(chunk, x.unwrap_or(y), y)
+        };
+        let params = |end: u64, start: u64| ElementwiseParams {
+            end: end as u32,
+            start: start as u32,
+            alpha,
+            beta,
+            value,
+            _pad: [0; 3],
+        };
+        if let Some(pipeline) = vec4_pipeline {
+            let offset = self.push_params(params(body, 0));
+            let pass = self.pass();
             pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            let (gx, gy) = grid(n, WORKGROUP, &gpu);
+            pass.set_bind_group(0, &bind, &[offset]);
+            let (gx, gy) = grid(body, WORKGROUP, &gpu);
             pass.dispatch_workgroups(gx, gy, 1);
         }
-        self.keep.push(params);
+        if let Some(pipeline) = scalar_pipeline {
+            let offset = self.push_params(params(n, body * 4));
+            let pass = self.pass();
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[offset]);
+            let (gx, gy) = grid(tail, WORKGROUP, &gpu);
+            pass.dispatch_workgroups(gx, gy, 1);
+        }
         self.dispatches += 1;
         Ok(())
     }
@@ -200,18 +421,7 @@ impl<'a> Batch<'a> {
         x: &'a Allocation,
         y: &'a Allocation,
     ) -> Result<&mut Self> {
-        self.elementwise(
-            "axpy",
-            n,
-            ElementwiseParams {
-                n: n as u32,
-                alpha,
-                beta: 1.0,
-                value: 0.0,
-            },
-            Some(x),
-            y,
-        )?;
+        self.elementwise("axpy", n, alpha, 1.0, 0.0, Some(x), y)?;
         Ok(self)
     }
 
@@ -224,70 +434,41 @@ impl<'a> Batch<'a> {
         beta: f32,
         y: &'a Allocation,
     ) -> Result<&mut Self> {
-        self.elementwise(
-            "axpby",
-            n,
-            ElementwiseParams {
-                n: n as u32,
-                alpha,
-                beta,
-                value: 0.0,
-            },
-            Some(x),
-            y,
-        )?;
+        self.elementwise("axpby", n, alpha, beta, 0.0, Some(x), y)?;
         Ok(self)
     }
 
     /// `y[i] = x[i]` for `i < n`. Unlike `copy_buffer_to_buffer`, it works between two
     /// allocations of the same block.
     pub fn copy(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
-        self.elementwise(
-            "copy",
-            n,
-            ElementwiseParams {
-                n: n as u32,
-                alpha: 1.0,
-                beta: 0.0,
-                value: 0.0,
-            },
-            Some(x),
-            y,
-        )?;
+        self.elementwise("copy", n, 1.0, 0.0, 0.0, Some(x), y)?;
         Ok(self)
     }
 
     /// `y[i] = value` for `i < n`.
     pub fn fill(&mut self, n: u64, value: f32, y: &'a Allocation) -> Result<&mut Self> {
-        self.elementwise(
-            "fill",
-            n,
-            ElementwiseParams {
-                n: n as u32,
-                alpha: 0.0,
-                beta: 0.0,
-                value,
-            },
-            None,
-            y,
-        )?;
+        self.elementwise("fill", n, 0.0, 0.0, value, None, y)?;
         Ok(self)
     }
 
-    /// The encoder, to record copies or passes of your own between kernels.
+    /// The encoder, to record copies or passes of your own between kernels. Ends the
+    /// batch's current compute pass; the next kernel starts a new one.
     pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
         &mut self.encoder
     }
 
     /// Submits everything recorded, in order. Parameter allocations are released after the
     /// submit (and reused only once this work is done).
-    pub fn submit(self) -> Result<wgpu::SubmissionIndex> {
-        let gpu = self.kernels.arena.gpu();
+    pub fn submit(mut self) -> Result<wgpu::SubmissionIndex> {
+        self.pass = None;
+        self.flush_params();
+        let gpu = self.kernels.arena.gpu().clone();
         let encoder = self.encoder;
         let index = gpu.scoped("submitting a kernel batch", || {
             gpu.queue().submit([encoder.finish()])
         })?;
-        drop(self.keep);
+        drop(self.chunks);
         Ok(index)
     }
 }

@@ -119,3 +119,51 @@ fn copy_and_fill_write_every_element_including_within_one_block() {
         assert!(got.iter().all(|&v| v == value), "fill n={n}");
     }
 }
+
+#[test]
+fn dependent_kernels_in_one_batch_run_in_order() {
+    // axpy writes y, then copy reads y: the second must see the first's result.
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for n in [3usize, 1000, 4097] {
+        let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
+        let (xa, ya) = (upload(&arena, &x, "x"), upload(&arena, &y, "y"));
+        let out = upload(&arena, &vec![f32::NAN; n], "out");
+        let mut batch = kernels.batch();
+        batch
+            .axpy(n as u64, 3.0, &xa, &ya)
+            .unwrap()
+            .copy(n as u64, &ya, &out)
+            .unwrap();
+        batch.submit().unwrap();
+        let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), n).unwrap();
+        let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| 3.0 * a + b).collect();
+        assert_close(&got, &want, 1e-6, &format!("axpy then copy, n={n}"));
+    }
+}
+
+#[test]
+fn long_batches_span_several_parameter_chunks() {
+    // 150 dependent axpy calls in one batch (each a vec4 body and a scalar tail, so two
+    // parameter slots each): the result is y + 150 * x only if every call saw its own
+    // parameters and ran in order.
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    let n = 1001;
+    let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
+    let (xa, ya) = (upload(&arena, &x, "x"), upload(&arena, &y, "y"));
+    let mut batch = kernels.batch();
+    for _ in 0..150 {
+        batch.axpy(n as u64, 1.0, &xa, &ya).unwrap();
+    }
+    batch.submit().unwrap();
+    let got = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
+    let want: Vec<f32> = x
+        .iter()
+        .zip(&y)
+        .map(|(a, b)| (0..150).fold(*b, |acc, _| a + acc))
+        .collect();
+    assert_close(&got, &want, 1e-5, "150 chained axpy");
+}

@@ -271,6 +271,12 @@ impl Arena {
         }
     }
 
+    /// How many block buffers the arena has destroyed so far. Anything that caches objects
+    /// referring to arena buffers (bind groups) must drop them when this changes.
+    pub fn blocks_released(&self) -> u64 {
+        self.shared().state.lock().counters.blocks_released
+    }
+
     /// The budget in bytes, if any.
     pub fn budget(&self) -> Option<u64> {
         self.shared().budget

@@ -262,7 +262,17 @@ impl Gpu {
 
     /// The compute pipeline for `entry` in `shader`, compiled once and cached.
     pub fn pipeline(&self, shader: &Shader, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.inner.pipelines.get(self, shader, entry)
+        self.inner.pipelines.get(self, shader, entry, None)
+    }
+
+    /// Like [`pipeline`](Self::pipeline), with an explicit pipeline layout.
+    pub fn pipeline_with_layout(
+        &self,
+        shader: &Shader,
+        entry: &str,
+        layout: crate::shaders::NamedLayout<'_>,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.inner.pipelines.get(self, shader, entry, Some(layout))
     }
 
     /// Runs `f` inside a wgpu error scope and turns a captured error into [`Error::Wgpu`].

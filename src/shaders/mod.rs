@@ -38,7 +38,13 @@ shader!(
     ELEMENTWISE,
     "elementwise.wgsl",
     wgpu::Features::empty(),
-    "f32 elementwise kernels (axpy, axpby)."
+    "f32 elementwise kernels, one element per invocation (tails and short arrays)."
+);
+shader!(
+    ELEMENTWISE_VEC4,
+    "elementwise_vec4.wgsl",
+    wgpu::Features::empty(),
+    "f32 elementwise kernels, one vec4 per invocation (the aligned body of each array)."
 );
 shader!(
     GUARD_CHECK,
@@ -48,13 +54,26 @@ shader!(
 );
 
 /// Every shader shipped with the crate.
-pub const ALL: &[Shader] = &[ELEMENTWISE, GUARD_CHECK];
+pub const ALL: &[Shader] = &[ELEMENTWISE, ELEMENTWISE_VEC4, GUARD_CHECK];
 
 /// Compute pipelines by (shader, entry point), created on first use.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
-    pipelines: Mutex<HashMap<(&'static str, String), Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+}
+
+/// Shader file, entry point, and the name of the explicit layout (`""` for automatic).
+type PipelineKey = (&'static str, String, &'static str);
+
+/// An explicit pipeline layout, named for the cache. Kernels that need dynamic offsets or
+/// bind groups shared between entry points use one; the automatic layout can do neither.
+#[derive(Clone, Copy)]
+pub struct NamedLayout<'a> {
+    /// Cache key: one name per distinct layout.
+    pub name: &'static str,
+    /// The layout.
+    pub layout: &'a wgpu::PipelineLayout,
 }
 
 impl PipelineCache {
@@ -63,8 +82,14 @@ impl PipelineCache {
         gpu: &Gpu,
         shader: &Shader,
         entry: &str,
+        layout: Option<NamedLayout<'_>>,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
-        if let Some(p) = self.pipelines.lock().get(&(shader.name, entry.to_string())) {
+        let key = (
+            shader.name,
+            entry.to_string(),
+            layout.map_or("", |l| l.name),
+        );
+        if let Some(p) = self.pipelines.lock().get(&key) {
             return Ok(p.clone());
         }
         if !gpu.has(shader.requires) {
@@ -103,7 +128,7 @@ impl PipelineCache {
                     gpu.device()
                         .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                             label: Some(entry),
-                            layout: None,
+                            layout: layout.map(|l| l.layout),
                             module: &module,
                             entry_point: Some(entry),
                             compilation_options: Default::default(),
@@ -116,9 +141,7 @@ impl PipelineCache {
                 message: e.to_string(),
             })?;
         let pipeline = Arc::new(pipeline);
-        self.pipelines
-            .lock()
-            .insert((shader.name, entry.to_string()), pipeline.clone());
+        self.pipelines.lock().insert(key, pipeline.clone());
         Ok(pipeline)
     }
 }
