@@ -339,14 +339,12 @@ impl<'a> Batch<'a> {
     }
 
     /// Records one elementwise kernel over `n` elements: a vec4 body and a scalar tail.
-    /// `x` is `None` for kernels that read no input.
+    /// The scalars are `[alpha, beta, value]`; `x` is `None` for kernels that read no input.
     fn elementwise(
         &mut self,
         entry: &str,
         n: u64,
-        alpha: f32,
-        beta: f32,
-        value: f32,
+        [alpha, beta, value]: [f32; 3],
         x: Option<&'a Allocation>,
         y: &'a Allocation,
     ) -> Result<()> {
@@ -421,7 +419,7 @@ impl<'a> Batch<'a> {
         x: &'a Allocation,
         y: &'a Allocation,
     ) -> Result<&mut Self> {
-        self.elementwise("axpy", n, alpha, 1.0, 0.0, Some(x), y)?;
+        self.elementwise("axpy", n, [alpha, 1.0, 0.0], Some(x), y)?;
         Ok(self)
     }
 
@@ -434,20 +432,20 @@ impl<'a> Batch<'a> {
         beta: f32,
         y: &'a Allocation,
     ) -> Result<&mut Self> {
-        self.elementwise("axpby", n, alpha, beta, 0.0, Some(x), y)?;
+        self.elementwise("axpby", n, [alpha, beta, 0.0], Some(x), y)?;
         Ok(self)
     }
 
     /// `y[i] = x[i]` for `i < n`. Unlike `copy_buffer_to_buffer`, it works between two
     /// allocations of the same block.
     pub fn copy(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
-        self.elementwise("copy", n, 1.0, 0.0, 0.0, Some(x), y)?;
+        self.elementwise("copy", n, [1.0, 0.0, 0.0], Some(x), y)?;
         Ok(self)
     }
 
     /// `y[i] = value` for `i < n`.
     pub fn fill(&mut self, n: u64, value: f32, y: &'a Allocation) -> Result<&mut Self> {
-        self.elementwise("fill", n, 0.0, 0.0, value, None, y)?;
+        self.elementwise("fill", n, [0.0, 0.0, value], None, y)?;
         Ok(self)
     }
 
