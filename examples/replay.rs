@@ -61,12 +61,24 @@ fn best_of<A: SubAllocator>(
 /// next allocation, exactly as in the CPU replay: the two must then reserve the same. Without
 /// it, the arena only `maintain`s (non-blocking), and frees the device has not yet confirmed
 /// stay pending, as they would in a real program.
-fn replay_on_gpu(gpu: &vramkit::Gpu, events: &[vramkit::alloc::trace::TraceEvent], wait: bool) -> Result<(), Box<dyn std::error::Error>> {
+fn replay_on_gpu(
+    gpu: &vramkit::Gpu,
+    events: &[vramkit::alloc::trace::TraceEvent],
+    wait: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
     use vramkit::alloc::trace::TraceEvent;
     let mode = if wait { "sync" } else { "async" };
-    let arena = vramkit::Arena::new(&gpu, vramkit::ArenaConfig { name: "replay".into(), ..Default::default() })?;
+    let arena = vramkit::Arena::new(
+        gpu,
+        vramkit::ArenaConfig {
+            name: "replay".into(),
+            ..Default::default()
+        },
+    )?;
     let policy = vramkit::alloc::BlockPolicy::for_max_binding(
-        gpu.limits().max_storage_buffer_binding_size.min(gpu.limits().max_buffer_size),
+        gpu.limits()
+            .max_storage_buffer_binding_size
+            .min(gpu.limits().max_buffer_size),
     );
     println!("arena policy: {policy:?}");
     let mut live: Vec<Option<vramkit::Allocation>> = Vec::new();
@@ -102,7 +114,10 @@ fn replay_on_gpu(gpu: &vramkit::Gpu, events: &[vramkit::alloc::trace::TraceEvent
         s.peak_reserved as f64 / s.peak_allocated.max(1) as f64
     );
     println!("arena_{mode}_blocks_created: {}", s.blocks_created);
-    println!("arena_{mode}_us_per_event: {:.2}", elapsed.as_secs_f64() * 1e6 / events.len() as f64);
+    println!(
+        "arena_{mode}_us_per_event: {:.2}",
+        elapsed.as_secs_f64() * 1e6 / events.len() as f64
+    );
     Ok(())
 }
 

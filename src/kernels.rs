@@ -54,12 +54,78 @@ struct ElementwiseParams {
 
 const PARAMS_SIZE: u64 = std::mem::size_of::<ElementwiseParams>() as u64;
 
+/// A buffer range as a bind group sees it. Owned (a buffer handle is a cheap clone), so the
+/// batch can bind scratch ranges it owns itself.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Bound {
+    buffer: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
+impl Bound {
+    fn of(a: &Allocation) -> Bound {
+        Bound {
+            buffer: a.buffer().clone(),
+            offset: a.offset(),
+            size: a.size(),
+        }
+    }
+
+    fn resource(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: NonZeroU64::new(self.size),
+        })
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct BindKey {
-    params: (wgpu::Buffer, u64),
-    x: (wgpu::Buffer, u64, u64),
-    y: (wgpu::Buffer, u64, u64),
+    params: Bound,
+    x: Bound,
+    y: Bound,
 }
+
+/// What a reduction computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    /// Sum of the elements.
+    Sum,
+    /// Largest element.
+    Max,
+    /// Smallest element.
+    Min,
+    /// Sum divided by the element count.
+    Mean,
+}
+
+impl Reduce {
+    fn code(self) -> u32 {
+        match self {
+            Reduce::Sum | Reduce::Mean => 0,
+            Reduce::Max => 1,
+            Reduce::Min => 2,
+        }
+    }
+}
+
+/// Parameters of `shaders/reduce.wgsl`; same size as the elementwise ones.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ReduceParams {
+    n: u32,
+    cols: u32,
+    rows: u32,
+    op: u32,
+    scale: f32,
+    _pad: [u32; 3],
+}
+
+/// Elements one workgroup reduces in the first pass of a whole-array reduction: 32 per
+/// invocation keeps enough loads in flight without leaving the second pass much to do.
+const REDUCE_SEGMENT: u64 = 256 * 32;
 
 struct BindCache {
     released: u64,
@@ -177,6 +243,7 @@ impl Kernels {
             chunks: Vec::new(),
             staged: Vec::new(),
             dispatches: 0,
+            scratch: Vec::new(),
             _borrows: PhantomData,
         }
     }
@@ -187,6 +254,15 @@ impl Kernels {
         } else {
             &shaders::ELEMENTWISE
         };
+        self.pipeline_of(shader, entry)
+    }
+
+    /// A pipeline of any shader written for the shared layout (parameters, `x`, `y`).
+    fn pipeline_of(
+        &self,
+        shader: &shaders::Shader,
+        entry: &str,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         let layout = NamedLayout {
             name: "elementwise",
             layout: &self.shared.pipeline_layout,
@@ -194,11 +270,14 @@ impl Kernels {
         self.arena.gpu().pipeline_with_layout(shader, entry, layout)
     }
 
-    fn bind_group(&self, params: &Allocation, x: &Allocation, y: &Allocation) -> wgpu::BindGroup {
+    fn bind_group(&self, params: &Allocation, x: Bound, y: Bound) -> wgpu::BindGroup {
         let key = BindKey {
-            params: (params.buffer().clone(), params.offset()),
-            x: (x.buffer().clone(), x.offset(), x.size()),
-            y: (y.buffer().clone(), y.offset(), y.size()),
+            params: Bound {
+                size: PARAMS_SIZE,
+                ..Bound::of(params)
+            },
+            x,
+            y,
         };
         let released = self.arena.blocks_released();
         let mut cache = self.shared.cache.lock();
@@ -220,19 +299,15 @@ impl Kernels {
                 entries: &[
                     wgpu::BindGroupEntry {
                         binding: 0,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: params.buffer(),
-                            offset: params.offset(),
-                            size: NonZeroU64::new(PARAMS_SIZE),
-                        }),
+                        resource: key.params.resource(),
                     },
                     wgpu::BindGroupEntry {
                         binding: 1,
-                        resource: x.binding_resource(),
+                        resource: key.x.resource(),
                     },
                     wgpu::BindGroupEntry {
                         binding: 2,
-                        resource: y.binding_resource(),
+                        resource: key.y.resource(),
                     },
                 ],
             });
@@ -248,6 +323,8 @@ pub struct Batch<'a> {
     pass: Option<wgpu::ComputePass<'static>>,
     /// Uniform allocations holding this batch's parameter slots; the last one is filling.
     chunks: Vec<Allocation>,
+    /// Scratch ranges (reduction partials) kept until submit.
+    scratch: Vec<Allocation>,
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     staged: Vec<u8>,
     dispatches: usize,
@@ -319,9 +396,9 @@ impl<'a> Batch<'a> {
         self.staged.clear();
     }
 
-    fn push_params(&mut self, p: ElementwiseParams) -> u32 {
+    fn push_params(&mut self, p: &[u8]) -> u32 {
         let offset = self.staged.len();
-        self.staged.extend_from_slice(bytemuck::bytes_of(&p));
+        self.staged.extend_from_slice(p);
         self.staged.resize(offset + self.kernels.stride as usize, 0);
         offset as u32
     }
@@ -336,6 +413,34 @@ impl<'a> Batch<'a> {
                 })
                 .forget_lifetime()
         })
+    }
+
+    /// Records one dispatch of a kernel that uses the shared layout (parameters, `x`, `y`):
+    /// its parameters go into the next slot of the batch's uniform ring.
+    fn dispatch(
+        &mut self,
+        pipeline: &wgpu::ComputePipeline,
+        params: &[u8],
+        x: Bound,
+        y: Bound,
+        (gx, gy): (u32, u32),
+    ) -> Result<()> {
+        debug_assert_eq!(params.len() as u64, PARAMS_SIZE);
+        self.reserve_slots(1)?;
+        let k = self.kernels;
+        let bind = {
+            let chunk = self
+                .chunks
+                .last()
+                .ok_or_else(|| Error::invalid("no parameter chunk", "internal"))?;
+            k.bind_group(chunk, x, y)
+        };
+        let offset = self.push_params(params);
+        let pass = self.pass();
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[offset]);
+        pass.dispatch_workgroups(gx, gy, 1);
+        Ok(())
     }
 
     /// Records one elementwise kernel over `n` elements: a vec4 body and a scalar tail.
@@ -375,14 +480,6 @@ impl<'a> Batch<'a> {
         } else {
             None
         };
-        self.reserve_slots(2)?;
-        let bind = {
-            let chunk = self
-                .chunks
-                .last()
-                .ok_or_else(|| Error::invalid("no parameter chunk", "internal"))?;
-            k.bind_group(chunk, x.unwrap_or(y), y)
-        };
         let params = |end: u64, start: u64| ElementwiseParams {
             end: end as u32,
             start: start as u32,
@@ -391,21 +488,24 @@ impl<'a> Batch<'a> {
             value,
             _pad: [0; 3],
         };
+        let x = x.unwrap_or(y);
         if let Some(pipeline) = vec4_pipeline {
-            let offset = self.push_params(params(body, 0));
-            let pass = self.pass();
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[offset]);
-            let (gx, gy) = grid(body, WORKGROUP, &gpu);
-            pass.dispatch_workgroups(gx, gy, 1);
+            self.dispatch(
+                &pipeline,
+                bytemuck::bytes_of(&params(body, 0)),
+                Bound::of(x),
+                Bound::of(y),
+                grid(body, WORKGROUP, &gpu),
+            )?;
         }
         if let Some(pipeline) = scalar_pipeline {
-            let offset = self.push_params(params(n, body * 4));
-            let pass = self.pass();
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[offset]);
-            let (gx, gy) = grid(tail, WORKGROUP, &gpu);
-            pass.dispatch_workgroups(gx, gy, 1);
+            self.dispatch(
+                &pipeline,
+                bytemuck::bytes_of(&params(n, body * 4)),
+                Bound::of(x),
+                Bound::of(y),
+                grid(tail, WORKGROUP, &gpu),
+            )?;
         }
         self.dispatches += 1;
         Ok(())
@@ -449,6 +549,107 @@ impl<'a> Batch<'a> {
         Ok(self)
     }
 
+    fn reduce_pass(
+        &mut self,
+        op: Reduce,
+        [n, cols, rows]: [u64; 3],
+        scale: f32,
+        x: Bound,
+        y: Bound,
+    ) -> Result<()> {
+        let k = self.kernels;
+        let gpu = k.arena.gpu().clone();
+        let pipeline = k.pipeline_of(&shaders::REDUCE, "reduce_rows")?;
+        let params = ReduceParams {
+            n: n as u32,
+            cols: cols as u32,
+            rows: rows as u32,
+            op: op.code(),
+            scale,
+            _pad: [0; 3],
+        };
+        self.dispatch(
+            &pipeline,
+            bytemuck::bytes_of(&params),
+            x,
+            y,
+            grid(rows, 1, &gpu),
+        )
+    }
+
+    /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed
+    /// as a row-major `rows x cols` matrix; one workgroup per row.
+    pub fn reduce_rows(
+        &mut self,
+        op: Reduce,
+        rows: u64,
+        cols: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
+        if rows == 0 || cols == 0 {
+            return Err(Error::invalid(
+                "a reduction over no elements",
+                "pass at least one row and one column",
+            ));
+        }
+        let n = rows
+            .checked_mul(cols)
+            .filter(|&n| n <= u32::MAX as u64)
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!("{rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
+                    "split the rows",
+                )
+            })?;
+        check_f32(x, n, "x")?;
+        check_f32(y, rows, "y")?;
+        let scale = if op == Reduce::Mean {
+            1.0 / cols as f32
+        } else {
+            1.0
+        };
+        self.reduce_pass(op, [n, cols, rows], scale, Bound::of(x), Bound::of(y))?;
+        self.dispatches += 1;
+        Ok(self)
+    }
+
+    /// `out[0] = op(x[0..n])`. Large arrays take two passes: segments of 8192 elements into
+    /// partials (scratch the batch allocates and keeps until submit), then the partials.
+    pub fn reduce(
+        &mut self,
+        op: Reduce,
+        n: u64,
+        x: &'a Allocation,
+        out: &'a Allocation,
+    ) -> Result<&mut Self> {
+        if n == 0 || n > u32::MAX as u64 {
+            return Err(Error::invalid(
+                format!("cannot reduce {n} elements"),
+                "pass 1 to 2^32 - 1 elements",
+            ));
+        }
+        check_f32(x, n, "x")?;
+        check_f32(out, 1, "out")?;
+        let scale = if op == Reduce::Mean {
+            1.0 / n as f32
+        } else {
+            1.0
+        };
+        let rows = n.div_ceil(REDUCE_SEGMENT);
+        if rows == 1 {
+            self.reduce_pass(op, [n, n, 1], scale, Bound::of(x), Bound::of(out))?;
+        } else {
+            let partials = self.kernels.arena.alloc(rows * 4, "reduce partials")?;
+            let p = Bound::of(&partials);
+            self.scratch.push(partials);
+            self.reduce_pass(op, [n, REDUCE_SEGMENT, rows], 1.0, Bound::of(x), p.clone())?;
+            self.reduce_pass(op, [rows, rows, 1], scale, p, Bound::of(out))?;
+        }
+        self.dispatches += 1;
+        Ok(self)
+    }
+
     /// The encoder, to record copies or passes of your own between kernels. Ends the
     /// batch's current compute pass; the next kernel starts a new one.
     pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
@@ -467,6 +668,7 @@ impl<'a> Batch<'a> {
             gpu.queue().submit([encoder.finish()])
         })?;
         drop(self.chunks);
+        drop(self.scratch);
         Ok(index)
     }
 }

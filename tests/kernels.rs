@@ -167,3 +167,115 @@ fn long_batches_span_several_parameter_chunks() {
         .collect();
     assert_close(&got, &want, 1e-5, "150 chained axpy");
 }
+
+fn cpu_reduce(op: vramkit::kernels::Reduce, x: &[f32]) -> f64 {
+    use vramkit::kernels::Reduce;
+    match op {
+        Reduce::Sum => x.iter().map(|&v| v as f64).sum(),
+        Reduce::Mean => x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64,
+        Reduce::Max => x.iter().fold(f64::MIN, |a, &v| a.max(v as f64)),
+        Reduce::Min => x.iter().fold(f64::MAX, |a, &v| a.min(v as f64)),
+    }
+}
+
+/// f32 sums are checked against an f64 reference relative to the sum of magnitudes (the
+/// condition of the sum); max and min must be exact.
+fn assert_reduced(op: vramkit::kernels::Reduce, got: f32, x: &[f32], what: &str) {
+    use vramkit::kernels::Reduce;
+    let want = cpu_reduce(op, x);
+    match op {
+        Reduce::Max | Reduce::Min => assert_eq!(got as f64, want, "{what}"),
+        Reduce::Sum | Reduce::Mean => {
+            let mut scale: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
+            if op == Reduce::Mean {
+                scale /= x.len() as f64;
+            }
+            let err = (got as f64 - want).abs() / scale.max(f64::MIN_POSITIVE);
+            assert!(
+                err < 1e-5,
+                "{what}: got {got}, want {want} (error {err:e} of the magnitude sum)"
+            );
+        }
+    }
+}
+
+#[test]
+fn whole_array_reductions_match_the_cpu() {
+    use vramkit::kernels::Reduce;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for n in [
+        1usize,
+        255,
+        256,
+        257,
+        8191,
+        8192,
+        8193,
+        100_003,
+        65535 * 256 + 257,
+    ] {
+        let x = random_f32(&mut r, n);
+        let xa = upload(&arena, &x, "x");
+        let outs: Vec<_> = (0..4).map(|_| upload(&arena, &[f32::NAN], "out")).collect();
+        let ops = [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean];
+        let mut batch = kernels.batch();
+        for (op, out) in ops.iter().zip(&outs) {
+            batch.reduce(*op, n as u64, &xa, out).unwrap();
+        }
+        batch.submit().unwrap();
+        for (op, out) in ops.iter().zip(&outs) {
+            let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
+            assert_reduced(*op, got, &x, &format!("{op:?} n={n}"));
+        }
+    }
+}
+
+#[test]
+fn row_reductions_match_the_cpu() {
+    use vramkit::kernels::Reduce;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    // 70000 rows need a second grid row of workgroups.
+    for (rows, cols) in [(1usize, 1usize), (3, 257), (5, 10_007), (70_000, 3)] {
+        let x = random_f32(&mut r, rows * cols);
+        let xa = upload(&arena, &x, "x");
+        for op in [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean] {
+            let y = upload(&arena, &vec![f32::NAN; rows], "y");
+            let mut batch = kernels.batch();
+            batch
+                .reduce_rows(op, rows as u64, cols as u64, &xa, &y)
+                .unwrap();
+            batch.submit().unwrap();
+            let got = readback::read_as::<f32>(gpu(), y.buffer(), y.offset(), rows).unwrap();
+            for (row, g) in got.iter().enumerate() {
+                assert_reduced(
+                    op,
+                    *g,
+                    &x[row * cols..(row + 1) * cols],
+                    &format!("{op:?} row {row} of {rows}x{cols}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn reductions_reject_empty_and_short_inputs() {
+    use vramkit::kernels::Reduce;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let x = arena.alloc_typed::<f32>(10, "x").unwrap();
+    let y = arena.alloc_typed::<f32>(2, "y").unwrap();
+    let mut batch = kernels.batch();
+    assert!(batch.reduce(Reduce::Sum, 0, &x, &y).is_err());
+    assert!(batch.reduce(Reduce::Sum, 11, &x, &y).is_err());
+    assert!(
+        batch.reduce_rows(Reduce::Max, 3, 3, &x, &y).is_err(),
+        "y holds 2 rows, not 3"
+    );
+    assert!(batch.reduce_rows(Reduce::Max, 0, 3, &x, &y).is_err());
+    assert!(batch.is_empty());
+}

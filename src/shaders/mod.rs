@@ -47,6 +47,12 @@ shader!(
     "f32 elementwise kernels, one vec4 per invocation (the aligned body of each array)."
 );
 shader!(
+    REDUCE,
+    "reduce.wgsl",
+    wgpu::Features::empty(),
+    "Sum, max and min over rows of a 2-D view (and, in two passes, over whole arrays)."
+);
+shader!(
     GUARD_CHECK,
     "guard_check.wgsl",
     wgpu::Features::empty(),
@@ -54,7 +60,7 @@ shader!(
 );
 
 /// Every shader shipped with the crate.
-pub const ALL: &[Shader] = &[ELEMENTWISE, ELEMENTWISE_VEC4, GUARD_CHECK];
+pub const ALL: &[Shader] = &[ELEMENTWISE, ELEMENTWISE_VEC4, REDUCE, GUARD_CHECK];
 
 /// Compute pipelines by (shader, entry point), created on first use.
 #[derive(Default)]
