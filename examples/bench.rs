@@ -1,7 +1,7 @@
 //! The runnable benchmark: prints a short table, then one `name: value` line per figure.
 //!
 //! ```text
-//! cargo run --release --example bench -- [alloc] [arena] [kernels] [all]
+//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [all]
 //! ```
 //! With no argument every suite runs. Suites that need a GPU open one with
 //! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
@@ -101,7 +101,7 @@ fn main() {
     if want("alloc") {
         suite_alloc(&mut figures);
     }
-    let gpu_suites = ["arena", "kernels"];
+    let gpu_suites = ["arena", "kernels", "stream"];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
             Ok(gpu) => {
@@ -112,6 +112,9 @@ fn main() {
                 }
                 if want("kernels") {
                     bench_gpu::suite_kernels(&gpu, &mut figures);
+                }
+                if want("stream") {
+                    bench_gpu::suite_stream(&gpu, &mut figures);
                 }
             }
             Err(e) => {

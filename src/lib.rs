@@ -20,6 +20,7 @@ mod gpu;
 pub mod kernels;
 pub mod readback;
 pub mod shaders;
+pub mod stream;
 
 pub use arena::{Allocation, Arena, ArenaConfig};
 pub use error::{Error, Result};

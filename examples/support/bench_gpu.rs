@@ -165,3 +165,96 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     println!("cpu per dispatch in a batch: {:.2} us", best * 1e6);
     figures.add("kernel_cpu_us_per_dispatch", format!("{:.3}", best * 1e6));
 }
+
+/// Upload through the staging ring against `Queue::write_buffer` and wgpu's `StagingBelt`,
+/// each timed from the first byte to the GPU having all of it.
+pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
+    use vramkit::stream::{Uploader, UploaderConfig};
+    let size: u64 = if gpu.is_cpu() { 128 << 20 } else { 1 << 30 };
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+    let arena = Arena::new(
+        gpu,
+        ArenaConfig {
+            usage,
+            ..Default::default()
+        },
+    )
+    .expect("arena");
+    let dst = arena.alloc(size, "upload target").expect("dst");
+    let data: Vec<u8> = (0..size as usize)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let chunk = 64usize << 20;
+    let best = |f: &mut dyn FnMut()| {
+        f();
+        (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                gpu.wait_idle().expect("wait");
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let uploader = Uploader::new(gpu, UploaderConfig::default());
+    let ours = best(&mut || uploader.upload(&dst, 0, &data).expect("upload"));
+    let write_buffer = best(&mut || {
+        for (k, piece) in data.chunks(chunk).enumerate() {
+            gpu.queue()
+                .write_buffer(dst.buffer(), dst.offset() + (k * chunk) as u64, piece);
+        }
+        gpu.queue().submit([]);
+    });
+    let mut belt = wgpu::util::StagingBelt::new(gpu.device().clone(), 8 << 20);
+    let staging_belt = best(&mut || {
+        let mut encoder = gpu.device().create_command_encoder(&Default::default());
+        for (k, piece) in data.chunks(8 << 20).enumerate() {
+            let len = wgpu::BufferSize::new(piece.len() as u64).expect("non-empty");
+            let mut view = belt.write_buffer(
+                &mut encoder,
+                dst.buffer(),
+                dst.offset() + (k * (8 << 20)) as u64,
+                len,
+            );
+            view.copy_from_slice(piece);
+        }
+        belt.finish();
+        gpu.queue().submit([encoder.finish()]);
+        belt.recall();
+    });
+    let download = best(&mut || {
+        let back =
+            vramkit::readback::read_buffer(gpu, dst.buffer(), dst.offset(), size).expect("read");
+        assert_eq!(back.len() as u64, size);
+    });
+    let gbps = |s: f64| size as f64 / s / 1e9;
+    println!(
+        "\n== stream: {} host -> GPU, GB/s (best of 3) ==",
+        vramkit::fmt_bytes(size)
+    );
+    println!("{:<24} {:>10}", "path", "GB/s");
+    println!("{:<24} {:>10.2}", "vramkit Uploader", gbps(ours));
+    println!("{:<24} {:>10.2}", "Queue::write_buffer", gbps(write_buffer));
+    println!("{:<24} {:>10.2}", "util::StagingBelt", gbps(staging_belt));
+    println!("{:<24} {:>10.2}", "download (plain map)", gbps(download));
+    let s = uploader.stats();
+    println!(
+        "staging buffers created: {} ({}), waits {}",
+        s.staging_created,
+        vramkit::fmt_bytes(s.staging_bytes),
+        s.waits
+    );
+    figures.add("upload_gbps", format!("{:.2}", gbps(ours)));
+    figures.add(
+        "upload_vs_write_buffer",
+        format!("{:.2}", write_buffer / ours),
+    );
+    figures.add(
+        "upload_vs_staging_belt",
+        format!("{:.2}", staging_belt / ours),
+    );
+    figures.add("write_buffer_gbps", format!("{:.2}", gbps(write_buffer)));
+    figures.add("staging_belt_gbps", format!("{:.2}", gbps(staging_belt)));
+    figures.add("download_gbps", format!("{:.2}", gbps(download)));
+}

@@ -53,6 +53,12 @@ shader!(
     "Sum, max and min over rows of a 2-D view (and, in two passes, over whole arrays)."
 );
 shader!(
+    PATCH_WORDS,
+    "patch_words.wgsl",
+    wgpu::Features::empty(),
+    "Writes the partial words at the unaligned edges of an upload."
+);
+shader!(
     GUARD_CHECK,
     "guard_check.wgsl",
     wgpu::Features::empty(),
@@ -60,7 +66,13 @@ shader!(
 );
 
 /// Every shader shipped with the crate.
-pub const ALL: &[Shader] = &[ELEMENTWISE, ELEMENTWISE_VEC4, REDUCE, GUARD_CHECK];
+pub const ALL: &[Shader] = &[
+    ELEMENTWISE,
+    ELEMENTWISE_VEC4,
+    REDUCE,
+    PATCH_WORDS,
+    GUARD_CHECK,
+];
 
 /// Compute pipelines by (shader, entry point), created on first use.
 #[derive(Default)]

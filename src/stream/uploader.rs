@@ -1,0 +1,357 @@
+//! The upload ring.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::arena::Allocation;
+use crate::{shaders, Error, Gpu, Result};
+
+/// Settings of an [`Uploader`].
+#[derive(Clone, Debug)]
+pub struct UploaderConfig {
+    /// Bytes per staging buffer (and per copy command). Rounded up to 4.
+    pub chunk_size: u64,
+    /// Most staging bytes held at once; a full ring waits for the GPU (back-pressure).
+    pub max_staging: u64,
+    /// Threads that write one chunk into mapped memory when it is large (1 = no threads).
+    pub copy_threads: usize,
+}
+
+impl Default for UploaderConfig {
+    fn default() -> Self {
+        UploaderConfig {
+            chunk_size: 8 << 20,
+            max_staging: 128 << 20,
+            copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+        }
+    }
+}
+
+/// Counters of an [`Uploader`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UploaderStats {
+    /// Bytes uploaded.
+    pub bytes: u64,
+    /// Chunks copied.
+    pub chunks: u64,
+    /// Staging buffers created (zero per upload once warm).
+    pub staging_created: u64,
+    /// Staging bytes held now.
+    pub staging_bytes: u64,
+    /// Times an upload waited for the GPU to release a staging buffer.
+    pub waits: u64,
+    /// Uploads whose unaligned edges needed the patch kernel.
+    pub patches: u64,
+}
+
+struct Ring {
+    buffers: Vec<wgpu::Buffer>,
+    /// Staging buffers mapped and ready to be written.
+    free: Vec<usize>,
+    stats: UploaderStats,
+}
+
+/// Uploads host bytes into arena allocations through a ring of mapped staging buffers.
+/// `Send + Sync`; several threads may upload at once.
+///
+/// ```no_run
+/// # let gpu = vramkit::Gpu::headless()?;
+/// let arena = vramkit::Arena::new(&gpu, Default::default())?;
+/// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+/// let dst = arena.alloc(1 << 20, "weights")?;
+/// uploader.upload(&dst, 0, &vec![1u8; 1 << 20])?;
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub struct Uploader {
+    gpu: Gpu,
+    config: UploaderConfig,
+    ring: Mutex<Ring>,
+    ready_tx: mpsc::Sender<usize>,
+    ready_rx: Mutex<mpsc::Receiver<usize>>,
+}
+
+impl std::fmt::Debug for Uploader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uploader")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Uploader {
+    /// A new, empty ring; staging buffers are created on demand up to `max_staging`.
+    pub fn new(gpu: &Gpu, config: UploaderConfig) -> Uploader {
+        let chunk_size = config.chunk_size.max(4).next_multiple_of(4);
+        let config = UploaderConfig {
+            chunk_size,
+            max_staging: config.max_staging.max(chunk_size),
+            copy_threads: config.copy_threads.max(1),
+        };
+        let (ready_tx, ready_rx) = mpsc::channel();
+        Uploader {
+            gpu: gpu.clone(),
+            config,
+            ring: Mutex::new(Ring {
+                buffers: Vec::new(),
+                free: Vec::new(),
+                stats: UploaderStats::default(),
+            }),
+            ready_tx,
+            ready_rx: Mutex::new(ready_rx),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> UploaderStats {
+        self.ring.lock().stats
+    }
+
+    /// Copies `data` into `dst` at byte `offset`. Returns once every byte is in staging
+    /// memory and its copy is submitted: GPU work submitted afterwards sees the data
+    /// (queue order); the call does not wait for the copy to finish.
+    ///
+    /// Any size and offset work: whole words go through staging buffers; the 1 to 3 bytes
+    /// at an unaligned start or end are merged into their words on the GPU, leaving the
+    /// neighbouring bytes as they were.
+    ///
+    /// Errors: a range past the end of `dst`, or a `dst` whose buffer lacks `COPY_DST`
+    /// (and, for unaligned edges, `STORAGE`).
+    pub fn upload(&self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= dst.size())
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!(
+                        "upload of {len} bytes at offset {offset} into '{}' of {} bytes",
+                        dst.label(),
+                        dst.size()
+                    ),
+                    "keep offset + data length within the allocation",
+                )
+            })?;
+        if !dst.buffer().usage().contains(wgpu::BufferUsages::COPY_DST) {
+            return Err(Error::invalid(
+                format!(
+                    "allocation '{}' lives in a buffer without COPY_DST",
+                    dst.label()
+                ),
+                "allocate it from a pool whose usage includes COPY_DST",
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let first_word = offset.next_multiple_of(4);
+        let last_word = end / 4 * 4;
+        if first_word < last_word {
+            let body = &data[(first_word - offset) as usize..(last_word - offset) as usize];
+            self.copy_words(dst, first_word, body)?;
+        }
+        self.patch_edges(dst, offset, data, first_word, last_word)?;
+        self.ring.lock().stats.bytes += len;
+        Ok(())
+    }
+
+    fn copy_words(&self, dst: &Allocation, at: u64, body: &[u8]) -> Result<()> {
+        let chunk = self.config.chunk_size as usize;
+        for (k, piece) in body.chunks(chunk).enumerate() {
+            let index = self.acquire()?;
+            let staging = self.ring.lock().buffers[index].clone();
+            let n = piece.len() as u64;
+            self.fill(&staging, piece)?;
+            staging.unmap();
+            let mut encoder =
+                self.gpu
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit upload"),
+                    });
+            let target = dst.offset() + at + (k * chunk) as u64;
+            encoder.copy_buffer_to_buffer(&staging, 0, dst.buffer(), target, n);
+            self.gpu.scoped("submitting an upload chunk", || {
+                self.gpu.queue().submit([encoder.finish()])
+            })?;
+            // Re-map for the next use; wgpu resolves this once the copy has finished.
+            let tx = self.ready_tx.clone();
+            staging.map_async(wgpu::MapMode::Write, .., move |r| {
+                if r.is_ok() {
+                    let _ = tx.send(index);
+                }
+            });
+            self.ring.lock().stats.chunks += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes `piece` into the mapped staging buffer, split across threads when large.
+    fn fill(&self, staging: &wgpu::Buffer, piece: &[u8]) -> Result<()> {
+        let map_err = |e: wgpu::MapRangeError| Error::Device {
+            during: "writing a staging buffer".into(),
+            message: e.to_string(),
+        };
+        let threads = self.config.copy_threads;
+        let n = piece.len();
+        if threads <= 1 || n < (1 << 20) {
+            let mut view = staging.get_mapped_range_mut(..n as u64).map_err(map_err)?;
+            view.copy_from_slice(piece);
+            return Ok(());
+        }
+        // Disjoint views of one mapping may be written at the same time.
+        let part = n
+            .div_ceil(threads)
+            .next_multiple_of(wgpu::MAP_ALIGNMENT as usize);
+        let mut views = Vec::new();
+        for start in (0..n).step_by(part) {
+            let end = (start + part).min(n);
+            views.push((
+                start,
+                staging
+                    .get_mapped_range_mut(start as u64..end as u64)
+                    .map_err(map_err)?,
+            ));
+        }
+        std::thread::scope(|s| {
+            for (start, mut view) in views {
+                let src = &piece[start..start + view.len()];
+                s.spawn(move || view.copy_from_slice(src));
+            }
+        });
+        Ok(())
+    }
+
+    /// A mapped staging buffer: a free one, a new one while under `max_staging`, or (when
+    /// the ring is full) the next one the GPU releases.
+    fn acquire(&self) -> Result<usize> {
+        loop {
+            {
+                let rx = self.ready_rx.lock();
+                let mut ring = self.ring.lock();
+                while let Ok(i) = rx.try_recv() {
+                    ring.free.push(i);
+                }
+                if let Some(i) = ring.free.pop() {
+                    return Ok(i);
+                }
+                if ring.stats.staging_bytes + self.config.chunk_size <= self.config.max_staging {
+                    let buffer = self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("vramkit upload staging"),
+                        size: self.config.chunk_size,
+                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: true,
+                    });
+                    ring.buffers.push(buffer);
+                    ring.stats.staging_created += 1;
+                    ring.stats.staging_bytes += self.config.chunk_size;
+                    return Ok(ring.buffers.len() - 1);
+                }
+                ring.stats.waits += 1;
+            }
+            // Back-pressure: wait for submitted copies, which resolves their re-maps.
+            self.gpu.wait_idle()?;
+        }
+    }
+
+    /// Merges the bytes outside `[first_word, last_word)` into their words on the GPU.
+    fn patch_edges(
+        &self,
+        dst: &Allocation,
+        offset: u64,
+        data: &[u8],
+        first_word: u64,
+        last_word: u64,
+    ) -> Result<()> {
+        let end = offset + data.len() as u64;
+        // (word index, value, byte mask) for each partially written word.
+        let mut words: Vec<[u32; 4]> = Vec::new();
+        let mut add_bytes = |from: u64, to: u64| {
+            if from >= to {
+                return;
+            }
+            let word = from / 4;
+            let (mut value, mut mask) = (0u32, 0u32);
+            for b in from..to {
+                let shift = 8 * (b % 4) as u32;
+                value |= (data[(b - offset) as usize] as u32) << shift;
+                mask |= 0xFF << shift;
+            }
+            words.push([word as u32, value, mask, 0]);
+        };
+        if first_word > last_word {
+            add_bytes(offset, end); // all bytes inside one word
+        } else {
+            add_bytes(offset, first_word.min(end));
+            add_bytes(last_word.max(offset), end);
+        }
+        if words.is_empty() {
+            return Ok(());
+        }
+        if !dst.buffer().usage().contains(wgpu::BufferUsages::STORAGE) {
+            return Err(Error::invalid(
+                format!(
+                    "unaligned upload into '{}', whose buffer lacks STORAGE usage",
+                    dst.label()
+                ),
+                "upload at 4-byte aligned offsets and lengths, or use a STORAGE pool",
+            ));
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+        struct Patch {
+            words: [[u32; 4]; 2],
+            count: u32,
+            _pad: [u32; 3],
+        }
+        let mut patch = Patch {
+            words: [[0; 4]; 2],
+            count: words.len() as u32,
+            _pad: [0; 3],
+        };
+        patch.words[..words.len()].copy_from_slice(&words);
+        use wgpu::util::DeviceExt;
+        let device = self.gpu.device();
+        let pipeline = self.gpu.pipeline(&shaders::PATCH_WORDS, "patch_words")?;
+        self.gpu.scoped("patching unaligned upload edges", || {
+            let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("vramkit upload patch"),
+                contents: bytemuck::bytes_of(&patch),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+            let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("vramkit upload patch"),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: uniform.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: dst.binding_resource(),
+                    },
+                ],
+            });
+            let mut encoder = device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+            self.gpu.queue().submit([encoder.finish()]);
+        })?;
+        self.ring.lock().stats.patches += 1;
+        Ok(())
+    }
+}
+
+// The ring holds only wgpu handles and plain data; make the thread-safety promise checked.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Uploader>();
+    assert_send_sync::<Arc<Uploader>>();
+};

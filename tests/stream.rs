@@ -1,0 +1,153 @@
+//! Uploads through the staging ring, read back byte by byte against the expected bytes.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{gpu, rng};
+use rand::{Rng, RngCore};
+use vramkit::arena::PoolConfig;
+use vramkit::stream::{Uploader, UploaderConfig};
+use vramkit::{readback, Arena};
+
+fn small_ring() -> UploaderConfig {
+    // Tiny chunks and ring so that chunking, reuse and back-pressure all happen.
+    UploaderConfig {
+        chunk_size: 4096,
+        max_staging: 3 * 4096,
+        copy_threads: 3,
+    }
+}
+
+#[test]
+fn random_bytes_round_trip_at_any_size_and_offset() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    let size = 40_000u64;
+    let dst = arena.alloc(size, "dst").unwrap();
+    // Known background, so bytes the upload must not touch are checked too.
+    let mut expected = vec![0u8; size as usize];
+    r.fill_bytes(&mut expected);
+    up.upload(&dst, 0, &expected).unwrap();
+    for len in [
+        1usize,
+        2,
+        3,
+        4,
+        5,
+        7,
+        8,
+        1000,
+        4095,
+        4096,
+        4097,
+        3 * 4096 + 5,
+        30_001,
+    ] {
+        for offset in [0u64, 1, 2, 3, 5, 4096 - 1] {
+            if offset + len as u64 > size {
+                continue;
+            }
+            let mut data = vec![0u8; len];
+            r.fill_bytes(&mut data);
+            up.upload(&dst, offset, &data).unwrap();
+            expected[offset as usize..offset as usize + len].copy_from_slice(&data);
+        }
+    }
+    let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size).unwrap();
+    assert!(
+        got == expected,
+        "first differing byte: {:?}",
+        got.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+    let s = up.stats();
+    assert!(
+        s.staging_bytes <= 3 * 4096,
+        "staging stays within its bound: {s:?}"
+    );
+    assert!(
+        s.staging_created <= 3 && s.chunks > 10 * s.staging_created,
+        "the ring is reused: {s:?}"
+    );
+    assert!(s.patches > 0, "{s:?}");
+}
+
+#[test]
+fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(
+        gpu(),
+        UploaderConfig {
+            chunk_size: 1024,
+            max_staging: 1024,
+            copy_threads: 1,
+        },
+    );
+    let mut r = rng();
+    let mut data = vec![0u8; 64 * 1024];
+    r.fill_bytes(&mut data);
+    let dst = arena.alloc(data.len() as u64, "dst").unwrap();
+    up.upload(&dst, 0, &data).unwrap();
+    let s = up.stats();
+    assert_eq!((s.staging_created, s.chunks), (1, 64), "{s:?}");
+    let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), data.len() as u64).unwrap();
+    assert!(got == data);
+}
+
+#[test]
+fn many_threads_upload_at_once() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Arc::new(Uploader::new(gpu(), small_ring()));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let (arena, up) = (arena.clone(), up.clone());
+            std::thread::spawn(move || {
+                let mut r = rng();
+                for i in 0..10 {
+                    let len = r.gen_range(1..20_000usize);
+                    let dst = arena.alloc(len as u64 + 8, "t").unwrap();
+                    let mut data = vec![0u8; len];
+                    r.fill_bytes(&mut data);
+                    let offset = r.gen_range(0..8u64);
+                    up.upload(&dst, offset, &data).unwrap();
+                    let start = offset / 4 * 4;
+                    let words = (offset + len as u64).next_multiple_of(4) - start;
+                    let got =
+                        readback::read_buffer(gpu(), dst.buffer(), dst.offset() + start, words)
+                            .unwrap();
+                    let skip = (offset - start) as usize;
+                    assert!(got[skip..skip + len] == data[..], "thread {t} upload {i}");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn bad_uploads_get_typed_errors() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), Default::default());
+    let dst = arena.alloc(100, "short").unwrap();
+    let e = up.upload(&dst, 90, &[0u8; 20]).unwrap_err().to_string();
+    assert!(
+        e.contains("short") && e.contains("within the allocation"),
+        "{e}"
+    );
+    let no_copy = arena
+        .add_pool(
+            "storage only",
+            PoolConfig {
+                quota: None,
+                usage: wgpu::BufferUsages::STORAGE,
+            },
+        )
+        .unwrap();
+    let s = arena.alloc_in(no_copy, 64, "no copy dst").unwrap();
+    let e = up.upload(&s, 0, &[1u8; 8]).unwrap_err().to_string();
+    assert!(e.contains("COPY_DST"), "{e}");
+    up.upload(&dst, 100, &[]).unwrap();
+}
