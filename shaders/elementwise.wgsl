@@ -1,6 +1,8 @@
-// Elementwise f32 kernels, scalar: one element per invocation, for elements
-// [params.start, params.end). The vec4 file handles the aligned body; this one the tail
-// (and whole arrays where vec4 does not apply).
+// Elementwise f32 kernels over elements of type `Elem`, for indices [params.start, params.end).
+// There is no `Elem` here on purpose: vramkit compiles this file twice, prefixed with
+// `alias Elem = vec4<f32>;` (one 16-byte load or store per invocation, the aligned body of
+// an array) and with `alias Elem = f32;` (the 1..3 elements of the tail). Both variants bind
+// the same ranges, so one bind group serves both dispatches.
 //
 // The grid is 2D so counts beyond 65535 workgroups work:
 // index = (wg.y * num_workgroups.x + wg.x) * 256 + local.
@@ -20,8 +22,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read_write> x: array<Elem>;
+@group(0) @binding(2) var<storage, read_write> y: array<Elem>;
 
 fn element(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {
     return params.start + (wg.y * nwg.x + wg.x) * 256u + local;
@@ -67,6 +69,6 @@ fn fill(@builtin(workgroup_id) wg: vec3<u32>,
         @builtin(local_invocation_index) local: u32) {
     let i = element(wg, nwg, local);
     if i < params.end {
-        y[i] = params.value;
+        y[i] = Elem(params.value);
     }
 }

@@ -200,10 +200,17 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     // VRAMKIT_UPLOAD_SWEEP=1 also times other chunk sizes and thread counts.
     if std::env::var("VRAMKIT_UPLOAD_SWEEP").is_ok() {
         for (chunk_mb, threads) in [(4u64, 4usize), (8, 8), (16, 8), (32, 8), (32, 16), (64, 16)] {
-            let cfg = UploaderConfig { chunk_size: chunk_mb << 20, max_staging: 8 * (chunk_mb << 20), copy_threads: threads };
+            let cfg = UploaderConfig {
+                chunk_size: chunk_mb << 20,
+                max_staging: 8 * (chunk_mb << 20),
+                copy_threads: threads,
+            };
             let u = Uploader::new(gpu, cfg);
             let t = best(&mut || u.upload(&dst, 0, &data).expect("upload"));
-            println!("sweep chunk {chunk_mb} MiB, {threads} threads: {:.2} GB/s", size as f64 / t / 1e9);
+            println!(
+                "sweep chunk {chunk_mb} MiB, {threads} threads: {:.2} GB/s",
+                size as f64 / t / 1e9
+            );
         }
     }
     let uploader = Uploader::new(gpu, UploaderConfig::default());

@@ -34,18 +34,24 @@ macro_rules! shader {
     };
 }
 
-shader!(
-    ELEMENTWISE,
-    "elementwise.wgsl",
-    wgpu::Features::empty(),
-    "f32 elementwise kernels, one element per invocation (tails and short arrays)."
-);
-shader!(
-    ELEMENTWISE_VEC4,
-    "elementwise_vec4.wgsl",
-    wgpu::Features::empty(),
-    "f32 elementwise kernels, one vec4 per invocation (the aligned body of each array)."
-);
+/// f32 elementwise kernels, one element per invocation (tails and short arrays).
+pub const ELEMENTWISE: Shader = Shader {
+    name: "elementwise.wgsl (f32)",
+    source: concat!(
+        "alias Elem = f32;\n",
+        include_str!("../../shaders/elementwise.wgsl")
+    ),
+    requires: wgpu::Features::empty(),
+};
+/// f32 elementwise kernels, one vec4 per invocation (the aligned body of each array).
+pub const ELEMENTWISE_VEC4: Shader = Shader {
+    name: "elementwise.wgsl (vec4)",
+    source: concat!(
+        "alias Elem = vec4<f32>;\n",
+        include_str!("../../shaders/elementwise.wgsl")
+    ),
+    requires: wgpu::Features::empty(),
+};
 shader!(
     REDUCE,
     "reduce.wgsl",
