@@ -32,6 +32,11 @@ pub struct ArenaConfig {
     /// known pattern that [`check_guards`](super::Arena::check_guards) verifies on the GPU.
     /// 0 turns it off. Rounded up to the allocation alignment.
     pub guard_bytes: u64,
+    /// When a pool runs out of room, the arena polls the device to collect frees the GPU
+    /// has finished with, but at most once per this many allocations; in between it grows
+    /// instead. Larger values cost less CPU and hold more memory in hot loops with GPU work
+    /// in flight; 0 polls every time. Requests for dedicated blocks always poll first.
+    pub poll_interval: u64,
     /// Capture a backtrace for every allocation, shown in leak reports (slow; for
     /// debugging). Also turned on by `VRAMKIT_BACKTRACE=1`.
     pub backtraces: bool,
@@ -48,6 +53,7 @@ impl Default for ArenaConfig {
                 | wgpu::BufferUsages::COPY_DST,
             trim_keep: 0,
             guard_bytes: 0,
+            poll_interval: 64,
             backtraces: std::env::var("VRAMKIT_BACKTRACE").is_ok_and(|v| v == "1"),
         }
     }

@@ -38,9 +38,6 @@ use crate::alloc::{AllocError, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
 use state::{Completion, LiveRecord, PendingFree, Placed, Pool, State};
 
-/// Allocations between two device polls on the growth path (see `Shared::alloc`).
-const POLL_INTERVAL: u64 = 64;
-
 /// Names a pool of an [`Arena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolId(usize);
@@ -358,14 +355,14 @@ impl Shared {
                     // Before growing, collect every free the GPU has finished with: seal
                     // what is open, poll (which runs completion callbacks) and retry once.
                     // A poll costs far more than an allocation, so within
-                    // POLL_INTERVAL allocations of the last one the pool grows instead;
+                    // `config.poll_interval` allocations of the last one the pool grows instead;
                     // the working set then settles where a poll returns many ranges.
                     // The budget still bounds growth (over it, the arena waits and trims).
                     // Requests for a dedicated block always poll first: a new large buffer
                     // costs more than the poll.
                     let dedicated = total >= st.pools[pool].set.policy().dedicated_threshold;
-                    let recently =
-                        !dedicated && st.counters.allocations - st.last_poll_at < POLL_INTERVAL;
+                    let recently = !dedicated
+                        && st.counters.allocations - st.last_poll_at < self.config.poll_interval;
                     if reclaimed || recently || (st.open.is_empty() && st.sealed.is_empty()) {
                         allow_new = true;
                     }
