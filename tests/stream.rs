@@ -151,3 +151,42 @@ fn bad_uploads_get_typed_errors() {
     assert!(e.contains("COPY_DST"), "{e}");
     up.upload(&dst, 100, &[]).unwrap();
 }
+
+#[test]
+fn downloads_read_back_any_range_through_the_ring() {
+    use vramkit::stream::{Downloader, DownloaderConfig};
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), Default::default());
+    // A small ring so that chunks wrap around it several times.
+    let down = Downloader::new(
+        gpu(),
+        DownloaderConfig {
+            chunk_size: 4096,
+            depth: 3,
+            copy_threads: 2,
+        },
+    );
+    let mut r = rng();
+    let size = 50_000u64;
+    let src = arena.alloc(size, "src").unwrap();
+    let mut data = vec![0u8; size as usize];
+    r.fill_bytes(&mut data);
+    up.upload(&src, 0, &data).unwrap();
+    for (offset, len) in [
+        (0u64, size),
+        (1, 1),
+        (3, 2),
+        (5, 4096),
+        (4095, 12_289),
+        (17, size - 17),
+        (size, 0),
+    ] {
+        let got = down.download(&src, offset, len).unwrap();
+        assert!(
+            got[..] == data[offset as usize..(offset + len) as usize],
+            "offset {offset} len {len}"
+        );
+    }
+    assert_eq!(down.staging_buffers(), 3);
+    assert!(down.download(&src, size - 2, 4).is_err());
+}

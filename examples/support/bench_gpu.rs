@@ -239,21 +239,31 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         gpu.queue().submit([encoder.finish()]);
         belt.recall();
     });
-    let download = best(&mut || {
+    let plain_download = best(&mut || {
         let back =
             vramkit::readback::read_buffer(gpu, dst.buffer(), dst.offset(), size).expect("read");
         assert_eq!(back.len() as u64, size);
     });
+    let downloader = vramkit::stream::Downloader::new(gpu, Default::default());
+    let download = best(&mut || {
+        let back = downloader.download(&dst, 0, size).expect("download");
+        assert!(back == data, "downloaded bytes differ");
+    });
     let gbps = |s: f64| size as f64 / s / 1e9;
     println!(
-        "\n== stream: {} host -> GPU, GB/s (best of 3) ==",
+        "\n== stream: {} host <-> GPU, GB/s (best of 3) ==",
         vramkit::fmt_bytes(size)
     );
     println!("{:<24} {:>10}", "path", "GB/s");
     println!("{:<24} {:>10.2}", "vramkit Uploader", gbps(ours));
     println!("{:<24} {:>10.2}", "Queue::write_buffer", gbps(write_buffer));
     println!("{:<24} {:>10.2}", "util::StagingBelt", gbps(staging_belt));
-    println!("{:<24} {:>10.2}", "download (plain map)", gbps(download));
+    println!("{:<24} {:>10.2}", "vramkit Downloader", gbps(download));
+    println!(
+        "{:<24} {:>10.2}",
+        "download (plain map)",
+        gbps(plain_download)
+    );
     let s = uploader.stats();
     println!(
         "staging buffers created: {} ({}), waits {}",
@@ -273,4 +283,8 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     figures.add("write_buffer_gbps", format!("{:.2}", gbps(write_buffer)));
     figures.add("staging_belt_gbps", format!("{:.2}", gbps(staging_belt)));
     figures.add("download_gbps", format!("{:.2}", gbps(download)));
+    figures.add(
+        "download_vs_plain_map",
+        format!("{:.2}", plain_download / download),
+    );
 }

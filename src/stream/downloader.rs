@@ -1,0 +1,192 @@
+//! The download ring.
+
+use std::sync::mpsc;
+
+use parking_lot::Mutex;
+
+use crate::arena::Allocation;
+use crate::{Error, Gpu, Result};
+
+/// Settings of a [`Downloader`].
+#[derive(Clone, Debug)]
+pub struct DownloaderConfig {
+    /// Bytes per staging buffer (and per copy command). Rounded up to 4.
+    pub chunk_size: u64,
+    /// Staging buffers in the ring: how many chunk copies may be in flight at once.
+    pub depth: usize,
+    /// Threads that copy one mapped chunk out when it is large (1 = no threads).
+    pub copy_threads: usize,
+}
+
+impl Default for DownloaderConfig {
+    fn default() -> Self {
+        DownloaderConfig {
+            chunk_size: 32 << 20,
+            depth: 4,
+            copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
+        }
+    }
+}
+
+/// Reads arena allocations back to host memory through a ring of `MAP_READ` staging
+/// buffers: the copies of the next chunks are in flight on the GPU while the current one
+/// is copied out of mapped memory. Staging buffers are created once and reused. Calls from
+/// several threads are serialised.
+///
+/// ```no_run
+/// # let gpu = vramkit::Gpu::headless()?;
+/// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+/// # let a = arena.alloc(1024, "result")?;
+/// let downloader = vramkit::stream::Downloader::new(&gpu, Default::default());
+/// let bytes: Vec<u8> = downloader.download(&a, 0, a.size())?;
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub struct Downloader {
+    gpu: Gpu,
+    config: DownloaderConfig,
+    ring: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl std::fmt::Debug for Downloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Downloader")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Downloader {
+    /// A ring whose staging buffers are created on first use.
+    pub fn new(gpu: &Gpu, config: DownloaderConfig) -> Downloader {
+        let config = DownloaderConfig {
+            chunk_size: config.chunk_size.max(4).next_multiple_of(4),
+            depth: config.depth.max(1),
+            copy_threads: config.copy_threads.max(1),
+        };
+        Downloader {
+            gpu: gpu.clone(),
+            config,
+            ring: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Staging buffers created so far (at most `depth`).
+    pub fn staging_buffers(&self) -> usize {
+        self.ring.lock().len()
+    }
+
+    /// Reads `len` bytes of `src` from byte `offset`. Sees all GPU work submitted before
+    /// the call. Any offset and length work (the covering whole words are copied; the
+    /// allocation's size is a multiple of 4, so they lie inside it).
+    pub fn download(&self, src: &Allocation, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= src.size())
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!(
+                        "download of {len} bytes at offset {offset} from '{}' of {} bytes",
+                        src.label(),
+                        src.size()
+                    ),
+                    "keep offset + length within the allocation",
+                )
+            })?;
+        if !src.buffer().usage().contains(wgpu::BufferUsages::COPY_SRC) {
+            return Err(Error::invalid(
+                format!(
+                    "allocation '{}' lives in a buffer without COPY_SRC",
+                    src.label()
+                ),
+                "allocate it from a pool whose usage includes COPY_SRC",
+            ));
+        }
+        let mut out = vec![0u8; len as usize];
+        if len == 0 {
+            return Ok(out);
+        }
+        let start = offset / 4 * 4;
+        let stop = end.next_multiple_of(4);
+        let mut ring = self.ring.lock();
+        while ring.len() < self.config.depth {
+            ring.push(self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("vramkit download staging"),
+                size: self.config.chunk_size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let chunks: Vec<(u64, u64)> = (start..stop)
+            .step_by(self.config.chunk_size as usize)
+            .map(|c| (c, (c + self.config.chunk_size).min(stop)))
+            .collect();
+        let (tx, rx) = mpsc::channel();
+        // Map results by chunk; callbacks may arrive in any order.
+        let mut resolved: Vec<Option<bool>> = vec![None; chunks.len()];
+        let mut next = 0;
+        for (done, &(c0, c1)) in chunks.iter().enumerate() {
+            // Keep up to `depth` copies submitted ahead of the chunk being read.
+            while next < chunks.len() && next < done + self.config.depth {
+                let (n0, n1) = chunks[next];
+                let staging = &ring[next % self.config.depth];
+                let mut encoder = self
+                    .gpu
+                    .device()
+                    .create_command_encoder(&Default::default());
+                encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + n0, staging, 0, n1 - n0);
+                self.gpu.scoped("submitting a download chunk", || {
+                    self.gpu.queue().submit([encoder.finish()])
+                })?;
+                let tx = tx.clone();
+                let id = next;
+                staging.map_async(wgpu::MapMode::Read, ..n1 - n0, move |r| {
+                    let _ = tx.send((id, r.is_ok()));
+                });
+                next += 1;
+            }
+            // Wait until this chunk's mapping has resolved.
+            while resolved[done].is_none() {
+                match rx.try_recv() {
+                    Ok((id, ok)) => resolved[id] = Some(ok),
+                    Err(_) => self.gpu.wait_idle()?,
+                }
+            }
+            if resolved[done] != Some(true) {
+                return Err(Error::Device {
+                    during: "mapping a download chunk".into(),
+                    message: "the staging buffer could not be mapped".into(),
+                });
+            }
+            let staging = &ring[done % self.config.depth];
+            {
+                let view = staging
+                    .get_mapped_range(..c1 - c0)
+                    .map_err(|e| Error::Device {
+                        during: "reading a download chunk".into(),
+                        message: e.to_string(),
+                    })?;
+                // Bytes of this chunk that belong to [offset, end).
+                let lo = offset.max(c0);
+                let hi = end.min(c1);
+                let src_bytes = &view[(lo - c0) as usize..(hi - c0) as usize];
+                let dst_bytes = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+                copy_parallel(dst_bytes, src_bytes, self.config.copy_threads);
+            }
+            staging.unmap();
+        }
+        Ok(out)
+    }
+}
+
+fn copy_parallel(dst: &mut [u8], src: &[u8], threads: usize) {
+    if threads <= 1 || dst.len() < (1 << 20) {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = dst.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        for (d, c) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            s.spawn(move || d.copy_from_slice(c));
+        }
+    });
+}
