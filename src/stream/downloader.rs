@@ -123,6 +123,7 @@ impl Downloader {
         let (tx, rx) = mpsc::channel();
         // Map results by chunk; callbacks may arrive in any order.
         let mut resolved: Vec<Option<bool>> = vec![None; chunks.len()];
+        let mut submitted: Vec<Option<wgpu::SubmissionIndex>> = vec![None; chunks.len()];
         let mut next = 0;
         for (done, &(c0, c1)) in chunks.iter().enumerate() {
             // Keep up to `depth` copies submitted ahead of the chunk being read.
@@ -134,9 +135,10 @@ impl Downloader {
                     .device()
                     .create_command_encoder(&Default::default());
                 encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + n0, staging, 0, n1 - n0);
-                self.gpu.scoped("submitting a download chunk", || {
+                let index = self.gpu.scoped("submitting a download chunk", || {
                     self.gpu.queue().submit([encoder.finish()])
                 })?;
+                submitted[next] = Some(index);
                 let tx = tx.clone();
                 let id = next;
                 staging.map_async(wgpu::MapMode::Read, ..n1 - n0, move |r| {
@@ -148,7 +150,12 @@ impl Downloader {
             while resolved[done].is_none() {
                 match rx.try_recv() {
                     Ok((id, ok)) => resolved[id] = Some(ok),
-                    Err(_) => self.gpu.wait_idle()?,
+                    // Wait for this chunk's copy only, so the later ones stay in flight
+                    // while this one is copied out.
+                    Err(_) => match submitted[done].take() {
+                        Some(index) => self.gpu.wait_for(index)?,
+                        None => self.gpu.wait_idle()?,
+                    },
                 }
             }
             if resolved[done] != Some(true) {
