@@ -9,7 +9,9 @@
 //! - [`Gpu`]: the device context, headless or borrowed from a host app;
 //! - [`shaders`]: the embedded WGSL, its pipeline cache and portability checker;
 //! - [`arena`]: GPU buffers sub-allocated with safe reuse, budgets and reports;
-//! - [`kernels`]: compute kernels on arena allocations.
+//! - [`kernels`]: compute kernels on arena allocations;
+//! - [`stream`]: upload and download rings of mapped staging buffers;
+//! - [`readback`]: the plain blocking read path (the reference the rings are checked against).
 
 #![warn(missing_docs)]
 
