@@ -2,7 +2,7 @@
 //! the GPU may still read it, bounded by a budget, and explained by statistics and dumps.
 //!
 //! # How it works
-//! Each pool owns a [`BlockSet`](crate::alloc::BlockSet "the block policy") whose blocks are `wgpu::Buffer`s.
+//! Each pool owns a [`crate::alloc::BlockSet`] whose blocks are `wgpu::Buffer`s.
 //! An [`Allocation`] is a range of one block. Dropping it does not free the range at once:
 //! the range joins an *epoch* that completes when all GPU work submitted before it has
 //! finished (`Queue::on_submitted_work_done`). Completed epochs are returned to the blocks
