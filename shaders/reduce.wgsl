@@ -1,6 +1,10 @@
-// Row reductions: y[row] = op(x[row * cols + c] for c < cols, index < n), one workgroup per
-// row. A whole-array reduction is two such passes: segments of the array as rows into
+// Row reductions: y[out_base + row] = op(x[base + row * cols + c] for c < cols, within n),
+// one workgroup per row. A whole-array reduction is segments of the array as rows into
 // partials, then the partials as one row.
+//
+// Like elementwise.wgsl this file has no `Elem`: vramkit compiles it with
+// `alias Elem = vec4<f32>;` (16-byte loads; n, cols and base count vec4s) and with
+// `alias Elem = f32;`, each prefix also defining `widen(v, fill) -> vec4<f32>`.
 //
 // Each invocation walks its columns with a stride of 256 and keeps four independent
 // accumulators, so four loads are in flight before the first is used; the workgroup then
@@ -9,18 +13,18 @@
 // elementwise.wgsl for why).
 
 struct Params {
-    n: u32,        // valid elements of x (bounds the last, partial row)
+    n: u32,        // valid elements of x after `base` (bounds the last, partial row)
     cols: u32,     // row length and stride
     rows: u32,
     op: u32,       // 0 sum, 1 max, 2 min
     scale: f32,    // result multiplier (1/n for a mean, else 1)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    base: u32,     // first element of row 0
+    out_base: u32, // where row 0's result goes in y
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> x: array<Elem>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
@@ -34,7 +38,7 @@ fn identity(op: u32) -> f32 {
     }
 }
 
-fn combine(op: u32, a: f32, b: f32) -> f32 {
+fn combine(op: u32, a: Elem, b: Elem) -> Elem {
     switch op {
         case 1u: { return max(a, b); }
         case 2u: { return min(a, b); }
@@ -42,11 +46,19 @@ fn combine(op: u32, a: f32, b: f32) -> f32 {
     }
 }
 
-fn load(op: u32, i: u32, end: u32) -> f32 {
+fn combine1(op: u32, a: f32, b: f32) -> f32 {
+    switch op {
+        case 1u: { return max(a, b); }
+        case 2u: { return min(a, b); }
+        default: { return a + b; }
+    }
+}
+
+fn load(op: u32, i: u32, end: u32) -> Elem {
     if i < end {
         return x[i];
     }
-    return identity(op);
+    return Elem(identity(op));
 }
 
 @compute @workgroup_size(256)
@@ -59,12 +71,12 @@ fn reduce_rows(@builtin(workgroup_id) wg: vec3<u32>,
         return;
     }
     let op = params.op;
-    let start = row * params.cols;
-    let end = min(start + params.cols, params.n);
-    var a0 = identity(op);
-    var a1 = identity(op);
-    var a2 = identity(op);
-    var a3 = identity(op);
+    let start = params.base + row * params.cols;
+    let end = min(start + params.cols, params.base + params.n);
+    var a0 = Elem(identity(op));
+    var a1 = a0;
+    var a2 = a0;
+    var a3 = a0;
     var i = start + local;
     loop {
         if i >= end {
@@ -76,15 +88,16 @@ fn reduce_rows(@builtin(workgroup_id) wg: vec3<u32>,
         a3 = combine(op, a3, load(op, i + 3u * WG, end));
         i += 4u * WG;
     }
-    partial[local] = combine(op, combine(op, a0, a1), combine(op, a2, a3));
+    let v = widen(combine(op, combine(op, a0, a1), combine(op, a2, a3)), identity(op));
+    partial[local] = combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w));
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         if local < s {
-            partial[local] = combine(op, partial[local], partial[local + s]);
+            partial[local] = combine1(op, partial[local], partial[local + s]);
         }
         workgroupBarrier();
     }
     if local == 0u {
-        y[row] = partial[0] * params.scale;
+        y[params.out_base + row] = partial[0] * params.scale;
     }
 }

@@ -120,12 +120,28 @@ struct ReduceParams {
     rows: u32,
     op: u32,
     scale: f32,
-    _pad: [u32; 3],
+    base: u32,
+    out_base: u32,
+    _pad: u32,
 }
 
-/// Elements one workgroup reduces in the first pass of a whole-array reduction: 32 per
-/// invocation keeps enough loads in flight without leaving the second pass much to do.
-const REDUCE_SEGMENT: u64 = 256 * 32;
+/// One pass of `shaders/reduce.wgsl`: rows of `cols` elements from `base` (in the
+/// pass's element unit, f32 or vec4), at most `n` of them, into `y[out_base..]`.
+#[derive(Clone, Copy)]
+struct ReducePass {
+    vec4: bool,
+    n: u64,
+    cols: u64,
+    rows: u64,
+    base: u64,
+    out_base: u64,
+    scale: f32,
+}
+
+/// vec4s one workgroup reduces in the first pass of a whole-array reduction: 8 per
+/// invocation (32 floats) keeps enough loads in flight without leaving the second pass
+/// much to do.
+const REDUCE_SEGMENT_VEC4: u64 = 256 * 8;
 
 struct BindCache {
     released: u64,
@@ -549,31 +565,31 @@ impl<'a> Batch<'a> {
         Ok(self)
     }
 
-    fn reduce_pass(
-        &mut self,
-        op: Reduce,
-        [n, cols, rows]: [u64; 3],
-        scale: f32,
-        x: Bound,
-        y: Bound,
-    ) -> Result<()> {
+    fn reduce_pass(&mut self, op: Reduce, pass: ReducePass, x: Bound, y: Bound) -> Result<()> {
         let k = self.kernels;
         let gpu = k.arena.gpu().clone();
-        let pipeline = k.pipeline_of(&shaders::REDUCE, "reduce_rows")?;
+        let shader = if pass.vec4 {
+            &shaders::REDUCE_VEC4
+        } else {
+            &shaders::REDUCE
+        };
+        let pipeline = k.pipeline_of(shader, "reduce_rows")?;
         let params = ReduceParams {
-            n: n as u32,
-            cols: cols as u32,
-            rows: rows as u32,
+            n: pass.n as u32,
+            cols: pass.cols as u32,
+            rows: pass.rows as u32,
             op: op.code(),
-            scale,
-            _pad: [0; 3],
+            scale: pass.scale,
+            base: pass.base as u32,
+            out_base: pass.out_base as u32,
+            _pad: 0,
         };
         self.dispatch(
             &pipeline,
             bytemuck::bytes_of(&params),
             x,
             y,
-            grid(rows, 1, &gpu),
+            grid(pass.rows, 1, &gpu),
         )
     }
 
@@ -609,13 +625,23 @@ impl<'a> Batch<'a> {
         } else {
             1.0
         };
-        self.reduce_pass(op, [n, cols, rows], scale, Bound::of(x), Bound::of(y))?;
+        let pass = ReducePass {
+            vec4: false,
+            n,
+            cols,
+            rows,
+            base: 0,
+            out_base: 0,
+            scale,
+        };
+        self.reduce_pass(op, pass, Bound::of(x), Bound::of(y))?;
         self.dispatches += 1;
         Ok(self)
     }
 
-    /// `out[0] = op(x[0..n])`. Large arrays take two passes: segments of 8192 elements into
-    /// partials (scratch the batch allocates and keeps until submit), then the partials.
+    /// `out[0] = op(x[0..n])`. Large arrays take two passes: segments of 8192 elements read
+    /// as vec4s into partials (scratch the batch allocates and keeps until submit; the 1..3
+    /// trailing floats make one more partial), then the partials.
     pub fn reduce(
         &mut self,
         op: Reduce,
@@ -636,15 +662,50 @@ impl<'a> Batch<'a> {
         } else {
             1.0
         };
-        let rows = n.div_ceil(REDUCE_SEGMENT);
-        if rows == 1 {
-            self.reduce_pass(op, [n, n, 1], scale, Bound::of(x), Bound::of(out))?;
+        let single = |n| ReducePass {
+            vec4: false,
+            n,
+            cols: n,
+            rows: 1,
+            base: 0,
+            out_base: 0,
+            scale,
+        };
+        let vec4s = n / 4;
+        let rows = vec4s.div_ceil(REDUCE_SEGMENT_VEC4);
+        if rows <= 1 {
+            self.reduce_pass(op, single(n), Bound::of(x), Bound::of(out))?;
         } else {
-            let partials = self.kernels.arena.alloc(rows * 4, "reduce partials")?;
+            // Pass 1: the whole vec4s in segments, one partial each; the 1..3 floats past
+            // the last vec4 add one more partial; pass 2 reduces the partials.
+            let tail = n % 4;
+            let slots = rows + u64::from(tail > 0);
+            let partials = self.kernels.arena.alloc(slots * 4, "reduce partials")?;
             let p = Bound::of(&partials);
             self.scratch.push(partials);
-            self.reduce_pass(op, [n, REDUCE_SEGMENT, rows], 1.0, Bound::of(x), p.clone())?;
-            self.reduce_pass(op, [rows, rows, 1], scale, p, Bound::of(out))?;
+            let body = ReducePass {
+                vec4: true,
+                n: vec4s,
+                cols: REDUCE_SEGMENT_VEC4,
+                rows,
+                base: 0,
+                out_base: 0,
+                scale: 1.0,
+            };
+            self.reduce_pass(op, body, Bound::of(x), p.clone())?;
+            if tail > 0 {
+                let rest = ReducePass {
+                    vec4: false,
+                    n: tail,
+                    cols: tail,
+                    rows: 1,
+                    base: vec4s * 4,
+                    out_base: rows,
+                    scale: 1.0,
+                };
+                self.reduce_pass(op, rest, Bound::of(x), p.clone())?;
+            }
+            self.reduce_pass(op, single(slots), p, Bound::of(out))?;
         }
         self.dispatches += 1;
         Ok(self)

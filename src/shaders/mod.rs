@@ -52,12 +52,24 @@ pub const ELEMENTWISE_VEC4: Shader = Shader {
     ),
     requires: wgpu::Features::empty(),
 };
-shader!(
-    REDUCE,
-    "reduce.wgsl",
-    wgpu::Features::empty(),
-    "Sum, max and min over rows of a 2-D view (and, in two passes, over whole arrays)."
-);
+/// Sum, max and min over rows of a 2-D view (and, in passes, over whole arrays), f32 loads.
+pub const REDUCE: Shader = Shader {
+    name: "reduce.wgsl (f32)",
+    source: concat!(
+        "alias Elem = f32;\nfn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
+        include_str!("../../shaders/reduce.wgsl")
+    ),
+    requires: wgpu::Features::empty(),
+};
+/// The same reductions with vec4 loads, for the bulk of whole-array reductions.
+pub const REDUCE_VEC4: Shader = Shader {
+    name: "reduce.wgsl (vec4)",
+    source: concat!(
+        "alias Elem = vec4<f32>;\nfn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
+        include_str!("../../shaders/reduce.wgsl")
+    ),
+    requires: wgpu::Features::empty(),
+};
 shader!(
     PATCH_WORDS,
     "patch_words.wgsl",
