@@ -79,28 +79,7 @@ impl Downloader {
     /// the call. Any offset and length work (the covering whole words are copied; the
     /// allocation's size is a multiple of 4, so they lie inside it).
     pub fn download(&self, src: &Allocation, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= src.size())
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!(
-                        "download of {len} bytes at offset {offset} from '{}' of {} bytes",
-                        src.label(),
-                        src.size()
-                    ),
-                    "keep offset + length within the allocation",
-                )
-            })?;
-        if !src.buffer().usage().contains(wgpu::BufferUsages::COPY_SRC) {
-            return Err(Error::invalid(
-                format!(
-                    "allocation '{}' lives in a buffer without COPY_SRC",
-                    src.label()
-                ),
-                "allocate it from a pool whose usage includes COPY_SRC",
-            ));
-        }
+        let end = super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
         let mut out = vec![0u8; len as usize];
         if len == 0 {
             return Ok(out);

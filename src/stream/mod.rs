@@ -13,3 +13,40 @@ mod uploader;
 
 pub use downloader::{Downloader, DownloaderConfig};
 pub use uploader::{Uploader, UploaderConfig, UploaderStats};
+
+use crate::arena::Allocation;
+use crate::{Error, Result};
+
+/// Checks that `[offset, offset + len)` lies inside `a` and that `a`'s buffer has `usage`
+/// (the copy direction); returns the end of the range.
+fn check_range(
+    a: &Allocation,
+    offset: u64,
+    len: u64,
+    usage: wgpu::BufferUsages,
+    what: &str,
+) -> Result<u64> {
+    let end = offset
+        .checked_add(len)
+        .filter(|&e| e <= a.size())
+        .ok_or_else(|| {
+            Error::invalid(
+                format!(
+                    "{what} of {len} bytes at offset {offset} in '{}' of {} bytes",
+                    a.label(),
+                    a.size()
+                ),
+                "keep offset + length within the allocation",
+            )
+        })?;
+    if !a.buffer().usage().contains(usage) {
+        return Err(Error::invalid(
+            format!(
+                "allocation '{}' lives in a buffer without {usage:?} usage",
+                a.label()
+            ),
+            format!("allocate it from a pool whose usage includes {usage:?}"),
+        ));
+    }
+    Ok(end)
+}

@@ -124,28 +124,7 @@ impl Uploader {
     /// (and, for unaligned edges, `STORAGE`).
     pub fn upload(&self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= dst.size())
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!(
-                        "upload of {len} bytes at offset {offset} into '{}' of {} bytes",
-                        dst.label(),
-                        dst.size()
-                    ),
-                    "keep offset + data length within the allocation",
-                )
-            })?;
-        if !dst.buffer().usage().contains(wgpu::BufferUsages::COPY_DST) {
-            return Err(Error::invalid(
-                format!(
-                    "allocation '{}' lives in a buffer without COPY_DST",
-                    dst.label()
-                ),
-                "allocate it from a pool whose usage includes COPY_DST",
-            ));
-        }
+        let end = super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
         if len == 0 {
             return Ok(());
         }
