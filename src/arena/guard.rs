@@ -156,35 +156,16 @@ impl Arena {
             contents: bytemuck::cast_slice(&vec![0u32; regions.len()]),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         });
-        gpu.scoped("checking arena guards", || {
-            let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("vramkit guard check"),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: block.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: regions_buf.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: counts.as_entire_binding(),
-                    },
-                ],
-            });
-            let mut encoder = device.create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                pass.set_pipeline(pipeline);
-                pass.set_bind_group(0, &bind, &[]);
-                let (x, y) = crate::kernels::grid(regions.len() as u64, 1, gpu);
-                pass.dispatch_workgroups(x, y, 1);
-            }
-            gpu.queue().submit([encoder.finish()]);
-        })?;
+        gpu.dispatch_once(
+            "checking arena guards",
+            pipeline,
+            &[
+                block.as_entire_binding(),
+                regions_buf.as_entire_binding(),
+                counts.as_entire_binding(),
+            ],
+            crate::kernels::grid(regions.len() as u64, 1, gpu),
+        )?;
         readback::read_as::<u32>(gpu, &counts, 0, regions.len())
     }
 }

@@ -275,6 +275,42 @@ impl Gpu {
         self.inner.pipelines.get(self, shader, entry, Some(layout))
     }
 
+    /// Records one dispatch of `pipeline` (automatic layout; bind group 0 takes
+    /// `resources` as bindings 0, 1, ...) into its own command buffer and submits it, all
+    /// inside an error scope. For the occasional one-off kernels (guard checks, upload
+    /// edges); hot paths batch their dispatches instead.
+    pub(crate) fn dispatch_once(
+        &self,
+        during: &str,
+        pipeline: &wgpu::ComputePipeline,
+        resources: &[wgpu::BindingResource<'_>],
+        (x, y): (u32, u32),
+    ) -> Result<wgpu::SubmissionIndex> {
+        self.scoped(during, || {
+            let entries: Vec<wgpu::BindGroupEntry<'_>> = resources
+                .iter()
+                .enumerate()
+                .map(|(i, r)| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: r.clone(),
+                })
+                .collect();
+            let bind = self.device().create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(during),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            let mut encoder = self.device().create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                pass.dispatch_workgroups(x, y, 1);
+            }
+            self.queue().submit([encoder.finish()])
+        })
+    }
+
     /// Runs `f` inside a wgpu error scope and turns a captured error into [`Error::Wgpu`].
     /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
     /// uncaptured-error handler.

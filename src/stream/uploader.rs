@@ -295,37 +295,21 @@ impl Uploader {
         };
         patch.words[..words.len()].copy_from_slice(&words);
         use wgpu::util::DeviceExt;
-        let device = self.gpu.device();
         let pipeline = self.gpu.pipeline(&shaders::PATCH_WORDS, "patch_words")?;
-        self.gpu.scoped("patching unaligned upload edges", || {
-            let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        let uniform = self
+            .gpu
+            .device()
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("vramkit upload patch"),
                 contents: bytemuck::bytes_of(&patch),
                 usage: wgpu::BufferUsages::UNIFORM,
             });
-            let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("vramkit upload patch"),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: uniform.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: dst.binding_resource(),
-                    },
-                ],
-            });
-            let mut encoder = device.create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &bind, &[]);
-                pass.dispatch_workgroups(1, 1, 1);
-            }
-            self.gpu.queue().submit([encoder.finish()]);
-        })?;
+        self.gpu.dispatch_once(
+            "patching unaligned upload edges",
+            &pipeline,
+            &[uniform.as_entire_binding(), dst.binding_resource()],
+            (1, 1),
+        )?;
         self.ring.lock().stats.patches += 1;
         Ok(())
     }
