@@ -106,14 +106,19 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         "{:<8} {:>12} {:>10} {:>10}",
         "kernel", "elements", "ms/call", "GB/s"
     );
-    for (name, bytes_per_elem) in [("axpy", 12u64), ("copy", 8), ("fill", 4)] {
+    // Bytes per element counted: read + written (sum: read only, two passes).
+    let out = arena.alloc_typed::<f32>(1, "sum out").expect("out");
+    for (name, bytes_per_elem) in [("axpy", 12u64), ("copy", 8), ("fill", 4), ("sum", 4)] {
         let run = |reps: usize| {
             let mut b = kernels.batch();
             for _ in 0..reps {
                 match name {
                     "axpy" => b.axpy(n as u64, 1e-6, &x, &y).map(|_| ()),
                     "copy" => b.copy(n as u64, &x, &y).map(|_| ()),
-                    _ => b.fill(n as u64, 1.0, &y).map(|_| ()),
+                    "fill" => b.fill(n as u64, 1.0, &y).map(|_| ()),
+                    _ => b
+                        .reduce(vramkit::kernels::Reduce::Sum, n as u64, &x, &out)
+                        .map(|_| ()),
                 }
                 .expect("record");
             }
@@ -128,24 +133,6 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         println!("{:<8} {:>12} {:>10.3} {:>10.1}", name, n, secs * 1e3, gbps);
         figures.add(format!("kernel_{name}_gbps"), format!("{gbps:.1}"));
     }
-    // Whole-array sum (two passes), bytes read only.
-    let out = arena.alloc_typed::<f32>(1, "sum out").expect("out");
-    let run = |reps: usize| {
-        let mut b = kernels.batch();
-        for _ in 0..reps {
-            b.reduce(vramkit::kernels::Reduce::Sum, n as u64, &x, &out)
-                .expect("record");
-        }
-        let t = Instant::now();
-        let idx = b.submit().expect("submit");
-        gpu.wait_for(idx).expect("wait");
-        t.elapsed().as_secs_f64()
-    };
-    run(2);
-    let secs = (0..3).map(|_| run(reps)).fold(f64::MAX, f64::min) / reps as f64;
-    let gbps = 4.0 * n as f64 / secs / 1e9;
-    println!("{:<8} {:>12} {:>10.3} {:>10.1}", "sum", n, secs * 1e3, gbps);
-    figures.add("kernel_sum_gbps", format!("{gbps:.1}"));
 
     // CPU cost of recording a dispatch inside a batch (small n, nothing waits on the GPU).
     let small = arena.alloc_typed::<f32>(1024, "small").expect("small");
