@@ -83,15 +83,6 @@ pub enum Error {
         /// What to do instead.
         hint: String,
     },
-
-    /// Reading or writing a host file failed.
-    #[error("I/O error while {during}: {source}")]
-    Io {
-        /// What was being done.
-        during: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
 }
 
 /// `Result` with vramkit's [`Error`].
