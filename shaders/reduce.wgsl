@@ -4,7 +4,10 @@
 //
 // Like elementwise.wgsl this file has no `Elem`: vramkit compiles it with
 // `alias Elem = vec4<f32>;` (16-byte loads; n, cols and base count vec4s) and with
-// `alias Elem = f32;`, each prefix also defining `widen(v, fill) -> vec4<f32>`.
+// `alias Elem = f32;`, each prefix also defining `widen(v, fill) -> vec4<f32>`. The prefix
+// also brings the workgroup combine, `Ids` and `workgroup_combine(op, v, ids)`: from
+// reduce_workgroup.wgsl (a tree in workgroup memory, portable) or reduce_subgroup.wgsl
+// (subgroup operations, where the adapter has them).
 //
 // Each invocation walks its columns with a stride of 256 and keeps four independent
 // accumulators, so four loads are in flight before the first is used; the workgroup then
@@ -28,7 +31,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
-var<workgroup> partial: array<f32, 256>;
 
 fn identity(op: u32) -> f32 {
     switch op {
@@ -62,10 +64,9 @@ fn load(op: u32, i: u32, end: u32) -> Elem {
 }
 
 @compute @workgroup_size(256)
-fn reduce_rows(@builtin(workgroup_id) wg: vec3<u32>,
-               @builtin(num_workgroups) nwg: vec3<u32>,
-               @builtin(local_invocation_index) local: u32) {
-    let row = wg.y * nwg.x + wg.x;
+fn reduce_rows(ids: Ids) {
+    let local = ids.local;
+    let row = ids.wg.y * ids.nwg.x + ids.wg.x;
     // Uniform per workgroup, so the early return keeps barriers in uniform control flow.
     if row >= params.rows {
         return;
@@ -89,15 +90,8 @@ fn reduce_rows(@builtin(workgroup_id) wg: vec3<u32>,
         i += 4u * WG;
     }
     let v = widen(combine(op, combine(op, a0, a1), combine(op, a2, a3)), identity(op));
-    partial[local] = combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w));
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if local < s {
-            partial[local] = combine1(op, partial[local], partial[local + s]);
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_combine(op, combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w)), ids);
     if local == 0u {
-        y[params.out_base + row] = partial[0] * params.scale;
+        y[params.out_base + row] = total * params.scale;
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_close, gpu, random_f32, rng};
-use vramkit::kernels::Kernels;
+use vramkit::kernels::{KernelOptions, Kernels};
 use vramkit::{readback, Arena};
 
 fn upload(arena: &Arena, data: &[f32], label: &str) -> vramkit::arena::Typed<f32> {
@@ -168,6 +168,19 @@ fn long_batches_span_several_parameter_chunks() {
     assert_close(&got, &want, 1e-5, "150 chained axpy");
 }
 
+/// The kernels with every optional feature the adapter has, then the portable ones; the
+/// first must really use subgroups where the adapter has them.
+fn variants(arena: &Arena) -> [Kernels; 2] {
+    let full = Kernels::new(arena).unwrap();
+    assert_eq!(
+        full.options().subgroups,
+        gpu().has(wgpu::Features::SUBGROUP)
+    );
+    let portable = Kernels::with_options(arena, KernelOptions::portable()).unwrap();
+    assert!(!portable.options().subgroups);
+    [full, portable]
+}
+
 fn cpu_reduce(op: vramkit::kernels::Reduce, x: &[f32]) -> f64 {
     use vramkit::kernels::Reduce;
     match op {
@@ -203,31 +216,38 @@ fn assert_reduced(op: vramkit::kernels::Reduce, got: f32, x: &[f32], what: &str)
 fn whole_array_reductions_match_the_cpu() {
     use vramkit::kernels::Reduce;
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let kernels = Kernels::new(&arena).unwrap();
     let mut r = rng();
-    for n in [
-        1usize,
-        255,
-        256,
-        257,
-        8191,
-        8192,
-        8193,
-        100_003,
-        65535 * 256 + 257,
-    ] {
-        let x = random_f32(&mut r, n);
-        let xa = upload(&arena, &x, "x");
-        let outs: Vec<_> = (0..4).map(|_| upload(&arena, &[f32::NAN], "out")).collect();
-        let ops = [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean];
-        let mut batch = kernels.batch();
-        for (op, out) in ops.iter().zip(&outs) {
-            batch.reduce(*op, n as u64, &xa, out).unwrap();
-        }
-        batch.submit().unwrap();
-        for (op, out) in ops.iter().zip(&outs) {
-            let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
-            assert_reduced(*op, got, &x, &format!("{op:?} n={n}"));
+    for kernels in variants(&arena) {
+        for n in [
+            1usize,
+            255,
+            256,
+            257,
+            8191,
+            8192,
+            8193,
+            100_003,
+            65535 * 256 + 257,
+        ] {
+            let x = random_f32(&mut r, n);
+            let xa = upload(&arena, &x, "x");
+            let outs: Vec<_> = (0..4).map(|_| upload(&arena, &[f32::NAN], "out")).collect();
+            let ops = [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean];
+            let mut batch = kernels.batch();
+            for (op, out) in ops.iter().zip(&outs) {
+                batch.reduce(*op, n as u64, &xa, out).unwrap();
+            }
+            batch.submit().unwrap();
+            for (op, out) in ops.iter().zip(&outs) {
+                let got =
+                    readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
+                assert_reduced(
+                    *op,
+                    got,
+                    &x,
+                    &format!("{op:?} n={n} {:?}", kernels.options()),
+                );
+            }
         }
     }
 }
@@ -236,27 +256,28 @@ fn whole_array_reductions_match_the_cpu() {
 fn row_reductions_match_the_cpu() {
     use vramkit::kernels::Reduce;
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let kernels = Kernels::new(&arena).unwrap();
     let mut r = rng();
-    // 70000 rows need a second grid row of workgroups.
-    for (rows, cols) in [(1usize, 1usize), (3, 257), (5, 10_007), (70_000, 3)] {
-        let x = random_f32(&mut r, rows * cols);
-        let xa = upload(&arena, &x, "x");
-        for op in [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean] {
-            let y = upload(&arena, &vec![f32::NAN; rows], "y");
-            let mut batch = kernels.batch();
-            batch
-                .reduce_rows(op, rows as u64, cols as u64, &xa, &y)
-                .unwrap();
-            batch.submit().unwrap();
-            let got = readback::read_as::<f32>(gpu(), y.buffer(), y.offset(), rows).unwrap();
-            for (row, g) in got.iter().enumerate() {
-                assert_reduced(
-                    op,
-                    *g,
-                    &x[row * cols..(row + 1) * cols],
-                    &format!("{op:?} row {row} of {rows}x{cols}"),
-                );
+    for kernels in variants(&arena) {
+        // 70000 rows need a second grid row of workgroups.
+        for (rows, cols) in [(1usize, 1usize), (3, 257), (5, 10_007), (70_000, 3)] {
+            let x = random_f32(&mut r, rows * cols);
+            let xa = upload(&arena, &x, "x");
+            for op in [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean] {
+                let y = upload(&arena, &vec![f32::NAN; rows], "y");
+                let mut batch = kernels.batch();
+                batch
+                    .reduce_rows(op, rows as u64, cols as u64, &xa, &y)
+                    .unwrap();
+                batch.submit().unwrap();
+                let got = readback::read_as::<f32>(gpu(), y.buffer(), y.offset(), rows).unwrap();
+                for (row, g) in got.iter().enumerate() {
+                    assert_reduced(
+                        op,
+                        *g,
+                        &x[row * cols..(row + 1) * cols],
+                        &format!("{op:?} row {row} of {rows}x{cols} {:?}", kernels.options()),
+                    );
+                }
             }
         }
     }

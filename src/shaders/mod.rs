@@ -15,72 +15,157 @@ use crate::{Error, Gpu, Result};
 /// A WGSL source file from `shaders/` and the wgpu features it needs.
 #[derive(Clone, Copy, Debug)]
 pub struct Shader {
-    /// File name inside `shaders/`, also the cache key.
+    /// File name inside `shaders/` (with the variant), also the cache key.
     pub name: &'static str,
     /// The WGSL text.
     pub source: &'static str,
     /// Features the device must have to use it.
     pub requires: wgpu::Features,
+    /// Compiled without wgpu's injected bounds checks on workgroup and local arrays
+    /// (`ShaderRuntimeChecks::unchecked`). Only for shaders whose every index is in range
+    /// by construction and whose storage accesses are guarded explicitly; storage buffers
+    /// stay protected by the backend's robust buffer access where it has one.
+    pub unchecked: bool,
 }
 
+/// A shader made of WGSL text pieces (prefixes first) under one name.
 macro_rules! shader {
-    ($ident:ident, $file:literal, $requires:expr, $doc:literal) => {
-        #[doc = $doc]
+    ($(#[$doc:meta])* $ident:ident = $name:literal, [$($piece:expr),+ $(,)?], $requires:expr) => {
+        shader!($(#[$doc])* $ident = $name, [$($piece),+], $requires, false);
+    };
+    ($(#[$doc:meta])* $ident:ident = $name:literal, [$($piece:expr),+ $(,)?], $requires:expr, $unchecked:expr) => {
+        $(#[$doc])*
         pub const $ident: Shader = Shader {
-            name: $file,
-            source: include_str!(concat!("../../shaders/", $file)),
+            name: $name,
+            source: concat!($($piece),+),
             requires: $requires,
+            unchecked: $unchecked,
         };
     };
 }
 
-/// f32 elementwise kernels, one element per invocation (tails and short arrays).
-pub const ELEMENTWISE: Shader = Shader {
-    name: "elementwise.wgsl (f32)",
-    source: concat!(
-        "alias Elem = f32;\n",
-        include_str!("../../shaders/elementwise.wgsl")
-    ),
-    requires: wgpu::Features::empty(),
-};
-/// f32 elementwise kernels, one vec4 per invocation (the aligned body of each array).
-pub const ELEMENTWISE_VEC4: Shader = Shader {
-    name: "elementwise.wgsl (vec4)",
-    source: concat!(
-        "alias Elem = vec4<f32>;\n",
-        include_str!("../../shaders/elementwise.wgsl")
-    ),
-    requires: wgpu::Features::empty(),
-};
-/// Sum, max and min over rows of a 2-D view (and, in passes, over whole arrays), f32 loads.
-pub const REDUCE: Shader = Shader {
-    name: "reduce.wgsl (f32)",
-    source: concat!(
-        "alias Elem = f32;\nfn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
-        include_str!("../../shaders/reduce.wgsl")
-    ),
-    requires: wgpu::Features::empty(),
-};
-/// The same reductions with vec4 loads, for the bulk of whole-array reductions.
-pub const REDUCE_VEC4: Shader = Shader {
-    name: "reduce.wgsl (vec4)",
-    source: concat!(
-        "alias Elem = vec4<f32>;\nfn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-        include_str!("../../shaders/reduce.wgsl")
-    ),
-    requires: wgpu::Features::empty(),
-};
+macro_rules! file {
+    ($file:literal) => {
+        include_str!(concat!("../../shaders/", $file))
+    };
+}
+
+const NONE: wgpu::Features = wgpu::Features::empty();
+/// Prefix for f16 pairs packed in `u32` words (portable).
+macro_rules! h2_packed {
+    () => {
+        "alias H2 = u32;\n\
+         fn h2_to_f32(h: u32) -> vec2<f32> { return unpack2x16float(h); }\n\
+         fn f32_to_h2(v: vec2<f32>) -> u32 { return pack2x16float(v); }\n"
+    };
+}
+/// Prefix for native f16 pairs (`SHADER_F16`); same memory layout as the packed words.
+macro_rules! h2_native {
+    () => {
+        "enable f16;\n\
+         alias H2 = vec2<f16>;\n\
+         fn h2_to_f32(h: vec2<f16>) -> vec2<f32> { return vec2<f32>(h); }\n\
+         fn f32_to_h2(v: vec2<f32>) -> vec2<f16> { return vec2<f16>(v); }\n"
+    };
+}
+
 shader!(
-    PATCH_WORDS,
-    "patch_words.wgsl",
-    wgpu::Features::empty(),
-    "Writes the partial words at the unaligned edges of an upload."
+    /// f32 elementwise kernels, one element per invocation (tails and short arrays).
+    ELEMENTWISE = "elementwise.wgsl (f32)", ["alias Elem = f32;\n", file!("elementwise.wgsl")], NONE
 );
 shader!(
-    GUARD_CHECK,
-    "guard_check.wgsl",
-    wgpu::Features::empty(),
-    "Checks guard bytes around arena allocations."
+    /// f32 elementwise kernels, one vec4 per invocation (the aligned body of each array).
+    ELEMENTWISE_VEC4 = "elementwise.wgsl (vec4)", ["alias Elem = vec4<f32>;\n", file!("elementwise.wgsl")], NONE
+);
+shader!(
+    /// Sum, max and min over rows of a 2-D view (and, in passes, over whole arrays), f32
+    /// loads, combined in workgroup memory.
+    REDUCE = "reduce.wgsl (f32)",
+    ["alias Elem = f32;\n", "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
+     file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+    NONE
+);
+shader!(
+    /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
+    REDUCE_VEC4 = "reduce.wgsl (vec4)",
+    ["alias Elem = vec4<f32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
+     file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+    NONE
+);
+shader!(
+    /// [`REDUCE`] combining each workgroup with subgroup operations.
+    REDUCE_SUBGROUP = "reduce.wgsl (f32, subgroup)",
+    ["alias Elem = f32;\n",
+     "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
+     file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+    wgpu::Features::SUBGROUP
+);
+shader!(
+    /// [`REDUCE_VEC4`] combining each workgroup with subgroup operations.
+    REDUCE_VEC4_SUBGROUP = "reduce.wgsl (vec4, subgroup)",
+    ["alias Elem = vec4<f32>;\n",
+     "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
+     file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+    wgpu::Features::SUBGROUP
+);
+shader!(
+    /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
+    SCAN_U32 = "scan.wgsl (u32)",
+    ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
+     file!("scan.wgsl")],
+    NONE, true
+);
+shader!(
+    /// Single-pass inclusive/exclusive prefix sum of f32.
+    SCAN_F32 = "scan.wgsl (f32)",
+    ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
+     file!("scan.wgsl")],
+    NONE, true
+);
+shader!(
+    /// Tiled 2-D transpose of f32 through workgroup memory.
+    TRANSPOSE = "transpose.wgsl", [file!("transpose.wgsl")], NONE, true
+);
+shader!(
+    /// Row-wise softmax (online max and sum, then one write).
+    SOFTMAX = "softmax.wgsl", [file!("softmax.wgsl")], NONE
+);
+shader!(
+    /// f32 matmul, 128x128 tiles, 8x8 outputs per invocation.
+    MATMUL_F32 = "matmul.wgsl (f32)",
+    ["alias In = f32;\nfn load_a(i: u32) -> f32 { return a[i]; }\nfn load_b(i: u32) -> f32 { return b[i]; }\n",
+     file!("matmul.wgsl")],
+    NONE, true
+);
+shader!(
+    /// Matmul of f16 inputs (packed pairs) with f32 accumulation and output.
+    MATMUL_F16_PACKED = "matmul.wgsl (f16 packed)",
+    [h2_packed!(), "alias In = H2;\nfn load_a(i: u32) -> f32 { return h2_to_f32(a[i >> 1u])[i & 1u]; }\nfn load_b(i: u32) -> f32 { return h2_to_f32(b[i >> 1u])[i & 1u]; }\n",
+     file!("matmul.wgsl")],
+    NONE, true
+);
+shader!(
+    /// Matmul of native f16 inputs with f32 accumulation and output.
+    MATMUL_F16_NATIVE = "matmul.wgsl (f16 native)",
+    [h2_native!(), "alias In = H2;\nfn load_a(i: u32) -> f32 { return h2_to_f32(a[i >> 1u])[i & 1u]; }\nfn load_b(i: u32) -> f32 { return h2_to_f32(b[i >> 1u])[i & 1u]; }\n",
+     file!("matmul.wgsl")],
+    wgpu::Features::SHADER_F16, true
+);
+shader!(
+    /// f32 <-> f16 casts, f16 pairs packed in u32 words.
+    CAST_F16_PACKED = "cast.wgsl (packed)", [h2_packed!(), file!("cast.wgsl")], NONE
+);
+shader!(
+    /// f32 <-> f16 casts with native f16 storage.
+    CAST_F16_NATIVE = "cast.wgsl (native)", [h2_native!(), file!("cast.wgsl")], wgpu::Features::SHADER_F16
+);
+shader!(
+    /// Writes the partial words at the unaligned edges of an upload.
+    PATCH_WORDS = "patch_words.wgsl", [file!("patch_words.wgsl")], NONE
+);
+shader!(
+    /// Checks guard bytes around arena allocations.
+    GUARD_CHECK = "guard_check.wgsl", [file!("guard_check.wgsl")], NONE
 );
 
 /// Every shader shipped with the crate.
@@ -88,6 +173,18 @@ pub const ALL: &[Shader] = &[
     ELEMENTWISE,
     ELEMENTWISE_VEC4,
     REDUCE,
+    REDUCE_VEC4,
+    REDUCE_SUBGROUP,
+    REDUCE_VEC4_SUBGROUP,
+    SCAN_U32,
+    SCAN_F32,
+    TRANSPOSE,
+    SOFTMAX,
+    MATMUL_F32,
+    MATMUL_F16_PACKED,
+    MATMUL_F16_NATIVE,
+    CAST_F16_PACKED,
+    CAST_F16_NATIVE,
     PATCH_WORDS,
     GUARD_CHECK,
 ];
@@ -142,11 +239,24 @@ impl PipelineCache {
                 None => {
                     let m = gpu
                         .scoped(&format!("compiling shader '{}'", shader.name), || {
-                            gpu.device()
-                                .create_shader_module(wgpu::ShaderModuleDescriptor {
-                                    label: Some(shader.name),
-                                    source: wgpu::ShaderSource::Wgsl(shader.source.into()),
-                                })
+                            let desc = wgpu::ShaderModuleDescriptor {
+                                label: Some(shader.name),
+                                source: wgpu::ShaderSource::Wgsl(shader.source.into()),
+                            };
+                            if shader.unchecked {
+                                // SAFETY: `unchecked` shaders index workgroup and local
+                                // arrays only within their sizes by construction and guard
+                                // every storage access against the bound lengths (see the
+                                // field's docs); their tests run on random shapes.
+                                unsafe {
+                                    gpu.device().create_shader_module_trusted(
+                                        desc,
+                                        wgpu::ShaderRuntimeChecks::unchecked(),
+                                    )
+                                }
+                            } else {
+                                gpu.device().create_shader_module(desc)
+                            }
                         })
                         .map_err(|e| Error::Shader {
                             shader: shader.name.into(),

@@ -2,12 +2,39 @@
 //!
 //! A [`Batch`] records many dispatches into one command encoder and one compute pass, and
 //! submits them together, in order. Kernel parameters go into a per-batch ring of uniform
-//! slots (one arena allocation per 32 to 64 dispatches, written with one `write_buffer`) and are
+//! slots (one arena allocation per 64 dispatches, written with one `write_buffer`) and are
 //! selected with dynamic offsets, so a dispatch costs no buffer creation and, when the same
 //! allocations are used again, no bind group creation either.
 //!
-//! Every elementwise kernel runs as a vec4 body (16-byte loads and stores) plus a scalar
-//! tail for the last `n % 4` elements, both on the same bind group.
+//! Every kernel uses one bind group layout: a 32-byte parameter block (dynamic uniform) and
+//! three storage ranges `x`, `y`, `z`. A kernel that needs fewer binds the same range twice;
+//! one bind group then serves every kernel over the same allocations.
+//!
+//! | file | kernels |
+//! |---|---|
+//! | [`elementwise`] | fill, copy, axpy, axpby, scale, unary maps (relu, gelu, exp, ...), binary ops |
+//! | [`reduce`] | sum, max, min, mean over arrays and rows, subgroup and portable variants |
+//! | [`scan`] | inclusive and exclusive prefix sums of u32 and f32 (single pass, decoupled look-back) |
+//! | [`transpose`] | tiled 2-D transpose |
+//! | [`matmul`] | f32 and f16-input matrix products, register-blocked |
+//! | [`softmax`] | row-wise softmax |
+//! | [`cast`] | f32 <-> f16 storage |
+//!
+//! Every kernel has a CPU reference in the tests (`tests/kernels.rs`), run on random inputs
+//! at awkward sizes.
+
+pub mod cast;
+pub mod elementwise;
+pub mod matmul;
+pub mod reduce;
+pub mod scan;
+pub mod softmax;
+pub mod transpose;
+
+pub use elementwise::{Binary, Unary};
+pub use matmul::MatmulInput;
+pub use reduce::Reduce;
+pub use scan::{ScanKind, ScanType};
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -20,12 +47,14 @@ use crate::arena::{Allocation, PoolConfig, PoolId};
 use crate::shaders::{self, NamedLayout};
 use crate::{Arena, Error, Gpu, Result};
 
-/// Workgroup size of the 1-D kernels in `shaders/elementwise*.wgsl`.
+/// Workgroup size of the 1-D kernels.
 pub const WORKGROUP: u64 = 256;
 /// Parameter slots per uniform allocation of a batch.
 const SLOTS_PER_CHUNK: u64 = 64;
 /// Bind groups kept per kernel library before the cache is cleared.
 const BIND_CACHE_LIMIT: usize = 4096;
+/// Bytes of every kernel's parameter block (eight 32-bit words).
+const PARAMS_SIZE: u64 = 32;
 
 /// Splits `units` work items, `per_group` per workgroup, into a 2-D grid that respects
 /// `max_compute_workgroups_per_dimension` (so counts beyond 65535 workgroups work). Shaders
@@ -40,19 +69,8 @@ pub fn grid(units: u64, per_group: u64, gpu: &Gpu) -> (u32, u32) {
     }
 }
 
-/// Parameters of the elementwise kernels; matches `Params` in the WGSL.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct ElementwiseParams {
-    end: u32,
-    start: u32,
-    alpha: f32,
-    beta: f32,
-    value: f32,
-    _pad: [u32; 3],
-}
-
-const PARAMS_SIZE: u64 = std::mem::size_of::<ElementwiseParams>() as u64;
+/// A kernel's parameter block: eight 32-bit words, each kernel's `Params` struct in WGSL.
+type Params = [u32; 8];
 
 /// A buffer range as a bind group sees it. Owned (a buffer handle is a cheap clone), so the
 /// batch can bind scratch ranges it owns itself.
@@ -81,67 +99,26 @@ impl Bound {
     }
 }
 
+/// The storage ranges of one dispatch: bindings 1, 2 and 3.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct BindKey {
-    params: Bound,
+struct Bindings {
     x: Bound,
     y: Bound,
+    z: Bound,
 }
 
-/// What a reduction computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reduce {
-    /// Sum of the elements.
-    Sum,
-    /// Largest element.
-    Max,
-    /// Smallest element.
-    Min,
-    /// Sum divided by the element count.
-    Mean,
-}
-
-impl Reduce {
-    fn code(self) -> u32 {
-        match self {
-            Reduce::Sum | Reduce::Mean => 0,
-            Reduce::Max => 1,
-            Reduce::Min => 2,
-        }
+impl Bindings {
+    /// `x` and `y`; `z` repeats `y` for kernels that bind two ranges.
+    fn two(x: Bound, y: Bound) -> Bindings {
+        Bindings { z: y.clone(), x, y }
     }
 }
 
-/// Parameters of `shaders/reduce.wgsl`; same size as the elementwise ones.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct ReduceParams {
-    n: u32,
-    cols: u32,
-    rows: u32,
-    op: u32,
-    scale: f32,
-    base: u32,
-    out_base: u32,
-    _pad: u32,
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    params: Bound,
+    io: Bindings,
 }
-
-/// One pass of `shaders/reduce.wgsl`: rows of `cols` elements from `base` (in the
-/// pass's element unit, f32 or vec4), at most `n` of them, into `y[out_base..]`.
-#[derive(Clone, Copy)]
-struct ReducePass {
-    vec4: bool,
-    n: u64,
-    cols: u64,
-    rows: u64,
-    base: u64,
-    out_base: u64,
-    scale: f32,
-}
-
-/// vec4s one workgroup reduces in the first pass of a whole-array reduction: 8 per
-/// invocation (32 floats) keeps enough loads in flight without leaving the second pass
-/// much to do.
-const REDUCE_SEGMENT_VEC4: u64 = 256 * 8;
 
 struct BindCache {
     released: u64,
@@ -154,12 +131,57 @@ struct Shared {
     cache: Mutex<BindCache>,
 }
 
+/// Which implementation of a kernel runs where the adapter offers a choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// Use subgroup operations in reductions when the device has `SUBGROUP`.
+    pub subgroups: bool,
+    /// Read and write f16 natively (`enable f16`) when the device has `SHADER_F16`; when
+    /// false or absent, f16 pairs are packed in `u32` words with `pack2x16float`. The
+    /// memory layout is the same either way.
+    pub native_f16: bool,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            subgroups: true,
+            native_f16: true,
+        }
+    }
+}
+
+impl KernelOptions {
+    /// The portable kernels only: what runs on an adapter without optional features.
+    pub fn portable() -> KernelOptions {
+        KernelOptions {
+            subgroups: false,
+            native_f16: false,
+        }
+    }
+}
+
 /// The kernel library bound to an arena.
+///
+/// ```no_run
+/// # fn main() -> vramkit::Result<()> {
+/// use vramkit::{kernels::Kernels, Arena, Gpu};
+/// let arena = Arena::new(Gpu::headless()?, Default::default())?;
+/// let kernels = Kernels::new(&arena)?;
+/// let x = arena.alloc(4 << 20, "x")?;
+/// let y = arena.alloc(4 << 20, "y")?;
+/// let mut batch = kernels.batch();
+/// batch.fill(1 << 20, 1.0, &x)?.fill(1 << 20, 2.0, &y)?.axpy(1 << 20, 0.5, &x, &y)?;
+/// batch.submit()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Kernels {
     arena: Arena,
     params: PoolId,
     stride: u64,
+    subgroups: bool,
+    native_f16: bool,
     shared: Arc<Shared>,
 }
 
@@ -167,13 +189,22 @@ impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kernels")
             .field("arena", &self.arena)
+            .field("subgroups", &self.subgroups)
+            .field("native_f16", &self.native_f16)
             .finish()
     }
 }
 
 impl Kernels {
-    /// Binds the kernels to `arena`, adding its `kernel-params` uniform pool if missing.
+    /// Binds the kernels to `arena`, adding its `kernel-params` uniform pool if missing, and
+    /// uses every optional feature the device has.
     pub fn new(arena: &Arena) -> Result<Kernels> {
+        Kernels::with_options(arena, KernelOptions::default())
+    }
+
+    /// Like [`new`](Self::new), choosing the variants: [`KernelOptions::portable`] runs the
+    /// kernels an adapter without optional features would run (tests compare both).
+    pub fn with_options(arena: &Arena, options: KernelOptions) -> Result<Kernels> {
         let params = match arena.pool("kernel-params") {
             Some(p) => p,
             None => arena.add_pool(
@@ -184,7 +215,8 @@ impl Kernels {
                 },
             )?,
         };
-        let device = arena.gpu().device();
+        let gpu = arena.gpu();
+        let device = gpu.device();
         let storage = |binding| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
@@ -198,7 +230,7 @@ impl Kernels {
             count: None,
         };
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("vramkit elementwise"),
+            label: Some("vramkit kernels"),
             entries: &[
                 wgpu::BindGroupLayoutEntry {
                     binding: 0,
@@ -212,19 +244,21 @@ impl Kernels {
                 },
                 storage(1),
                 storage(2),
+                storage(3),
             ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("vramkit elementwise"),
+            label: Some("vramkit kernels"),
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let stride =
-            (arena.gpu().limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
+        let stride = (gpu.limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
         Ok(Kernels {
             arena: arena.clone(),
             params,
             stride,
+            subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
+            native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
             shared: Arc::new(Shared {
                 layout,
                 pipeline_layout,
@@ -239,6 +273,14 @@ impl Kernels {
     /// The arena.
     pub fn arena(&self) -> &Arena {
         &self.arena
+    }
+
+    /// The variants in use: what was asked for, limited to what the device has.
+    pub fn options(&self) -> KernelOptions {
+        KernelOptions {
+            subgroups: self.subgroups,
+            native_f16: self.native_f16,
+        }
     }
 
     /// Starts a batch of dispatches. The batch borrows every allocation it is given until
@@ -264,36 +306,26 @@ impl Kernels {
         }
     }
 
-    fn pipeline(&self, vec4: bool, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
-        let shader = if vec4 {
-            &shaders::ELEMENTWISE_VEC4
-        } else {
-            &shaders::ELEMENTWISE
-        };
-        self.pipeline_of(shader, entry)
-    }
-
-    /// A pipeline of any shader written for the shared layout (parameters, `x`, `y`).
-    fn pipeline_of(
+    /// A pipeline of a shader written for the shared layout (parameters, `x`, `y`, `z`).
+    fn pipeline(
         &self,
         shader: &shaders::Shader,
         entry: &str,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
         let layout = NamedLayout {
-            name: "elementwise",
+            name: "kernels",
             layout: &self.shared.pipeline_layout,
         };
         self.arena.gpu().pipeline_with_layout(shader, entry, layout)
     }
 
-    fn bind_group(&self, params: &Allocation, x: Bound, y: Bound) -> wgpu::BindGroup {
+    fn bind_group(&self, params: &Allocation, io: Bindings) -> wgpu::BindGroup {
         let key = BindKey {
             params: Bound {
                 size: PARAMS_SIZE,
                 ..Bound::of(params)
             },
-            x,
-            y,
+            io,
         };
         let released = self.arena.blocks_released();
         let mut cache = self.shared.cache.lock();
@@ -310,7 +342,7 @@ impl Kernels {
             .gpu()
             .device()
             .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("vramkit elementwise"),
+                label: Some("vramkit kernels"),
                 layout: &self.shared.layout,
                 entries: &[
                     wgpu::BindGroupEntry {
@@ -319,11 +351,15 @@ impl Kernels {
                     },
                     wgpu::BindGroupEntry {
                         binding: 1,
-                        resource: key.x.resource(),
+                        resource: key.io.x.resource(),
                     },
                     wgpu::BindGroupEntry {
                         binding: 2,
-                        resource: key.y.resource(),
+                        resource: key.io.y.resource(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 3,
+                        resource: key.io.z.resource(),
                     },
                 ],
             });
@@ -333,13 +369,16 @@ impl Kernels {
 }
 
 /// Dispatches recorded into one encoder, submitted together by [`Batch::submit`].
+///
+/// Kernel methods return `&mut Self` so calls chain; each checks its arguments (element
+/// counts against allocation sizes, shapes) and records nothing when it returns an error.
 pub struct Batch<'a> {
     kernels: &'a Kernels,
     encoder: wgpu::CommandEncoder,
     pass: Option<wgpu::ComputePass<'static>>,
     /// Uniform allocations holding this batch's parameter slots; the last one is filling.
     chunks: Vec<Allocation>,
-    /// Scratch ranges (reduction partials) kept until submit.
+    /// Scratch ranges (reduction partials, scan state) kept until submit.
     scratch: Vec<Allocation>,
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     staged: Vec<u8>,
@@ -347,15 +386,32 @@ pub struct Batch<'a> {
     _borrows: PhantomData<&'a Allocation>,
 }
 
-fn check_f32(a: &Allocation, n: u64, name: &str) -> Result<()> {
-    if n * 4 > a.size() {
+/// Fails unless `a` holds `n` elements of `elem_bytes` each (f16 counts round up to words).
+fn check_len(a: &Allocation, n: u64, elem_bytes: u64, name: &str) -> Result<()> {
+    let need = (n * elem_bytes).next_multiple_of(4);
+    if need > a.size() {
         return Err(Error::invalid(
             format!(
-                "{name} ('{}') holds {} f32 elements, the kernel needs {n}",
+                "{name} ('{}') holds {} elements of {elem_bytes} bytes, the kernel needs {n}",
                 a.label(),
-                a.size() / 4
+                a.size() / elem_bytes
             ),
-            "allocate at least n * 4 bytes",
+            format!("allocate at least {need} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_f32(a: &Allocation, n: u64, name: &str) -> Result<()> {
+    check_len(a, n, 4, name)
+}
+
+/// Fails when `n` elements cannot be indexed with 32-bit invocation indices.
+fn check_count(n: u64, what: &str) -> Result<()> {
+    if n > u32::MAX as u64 {
+        return Err(Error::invalid(
+            format!("{what}: {n} elements exceed the 2^32 - 1 a kernel indexes"),
+            "split the work",
         ));
     }
     Ok(())
@@ -370,6 +426,10 @@ impl<'a> Batch<'a> {
     /// True when nothing is recorded.
     pub fn is_empty(&self) -> bool {
         self.dispatches == 0
+    }
+
+    fn gpu(&self) -> &'a Gpu {
+        self.kernels.arena.gpu()
     }
 
     fn slots_used(&self) -> u64 {
@@ -412,9 +472,9 @@ impl<'a> Batch<'a> {
         self.staged.clear();
     }
 
-    fn push_params(&mut self, p: &[u8]) -> u32 {
+    fn push_params(&mut self, p: &Params) -> u32 {
         let offset = self.staged.len();
-        self.staged.extend_from_slice(p);
+        self.staged.extend_from_slice(bytemuck::bytes_of(p));
         self.staged.resize(offset + self.kernels.stride as usize, 0);
         offset as u32
     }
@@ -431,17 +491,15 @@ impl<'a> Batch<'a> {
         })
     }
 
-    /// Records one dispatch of a kernel that uses the shared layout (parameters, `x`, `y`):
-    /// its parameters go into the next slot of the batch's uniform ring.
+    /// Records one dispatch of a kernel that uses the shared layout: its parameters go into
+    /// the next slot of the batch's uniform ring.
     fn dispatch(
         &mut self,
         pipeline: &wgpu::ComputePipeline,
-        params: &[u8],
-        x: Bound,
-        y: Bound,
+        params: Params,
+        io: Bindings,
         (gx, gy): (u32, u32),
     ) -> Result<()> {
-        debug_assert_eq!(params.len() as u64, PARAMS_SIZE);
         self.reserve_slots(1)?;
         let k = self.kernels;
         let bind = {
@@ -449,9 +507,9 @@ impl<'a> Batch<'a> {
                 .chunks
                 .last()
                 .ok_or_else(|| Error::invalid("no parameter chunk", "internal"))?;
-            k.bind_group(chunk, x, y)
+            k.bind_group(chunk, io)
         };
-        let offset = self.push_params(params);
+        let offset = self.push_params(&params);
         let pass = self.pass();
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[offset]);
@@ -459,256 +517,12 @@ impl<'a> Batch<'a> {
         Ok(())
     }
 
-    /// Records one elementwise kernel over `n` elements: a vec4 body and a scalar tail.
-    /// The scalars are `[alpha, beta, value]`; `x` is `None` for kernels that read no input.
-    fn elementwise(
-        &mut self,
-        entry: &str,
-        n: u64,
-        [alpha, beta, value]: [f32; 3],
-        x: Option<&'a Allocation>,
-        y: &'a Allocation,
-    ) -> Result<()> {
-        if n > u32::MAX as u64 {
-            return Err(Error::invalid(
-                format!("{n} elements exceed the 2^32 - 1 a kernel indexes"),
-                "split the work",
-            ));
-        }
-        if let Some(x) = x {
-            check_f32(x, n, "x")?;
-        }
-        check_f32(y, n, "y")?;
-        if n == 0 {
-            return Ok(());
-        }
-        let k = self.kernels;
-        let gpu = k.arena.gpu().clone();
-        let body = n / 4;
-        let tail = n % 4;
-        let vec4_pipeline = if body > 0 {
-            Some(k.pipeline(true, entry)?)
-        } else {
-            None
-        };
-        let scalar_pipeline = if tail > 0 {
-            Some(k.pipeline(false, entry)?)
-        } else {
-            None
-        };
-        let params = |end: u64, start: u64| ElementwiseParams {
-            end: end as u32,
-            start: start as u32,
-            alpha,
-            beta,
-            value,
-            _pad: [0; 3],
-        };
-        let x = x.unwrap_or(y);
-        if let Some(pipeline) = vec4_pipeline {
-            self.dispatch(
-                &pipeline,
-                bytemuck::bytes_of(&params(body, 0)),
-                Bound::of(x),
-                Bound::of(y),
-                grid(body, WORKGROUP, &gpu),
-            )?;
-        }
-        if let Some(pipeline) = scalar_pipeline {
-            self.dispatch(
-                &pipeline,
-                bytemuck::bytes_of(&params(n, body * 4)),
-                Bound::of(x),
-                Bound::of(y),
-                grid(tail, WORKGROUP, &gpu),
-            )?;
-        }
-        self.dispatches += 1;
-        Ok(())
-    }
-
-    /// `y[i] = alpha * x[i] + y[i]` for `i < n`.
-    pub fn axpy(
-        &mut self,
-        n: u64,
-        alpha: f32,
-        x: &'a Allocation,
-        y: &'a Allocation,
-    ) -> Result<&mut Self> {
-        self.elementwise("axpy", n, [alpha, 1.0, 0.0], Some(x), y)?;
-        Ok(self)
-    }
-
-    /// `y[i] = alpha * x[i] + beta * y[i]` for `i < n`.
-    pub fn axpby(
-        &mut self,
-        n: u64,
-        alpha: f32,
-        x: &'a Allocation,
-        beta: f32,
-        y: &'a Allocation,
-    ) -> Result<&mut Self> {
-        self.elementwise("axpby", n, [alpha, beta, 0.0], Some(x), y)?;
-        Ok(self)
-    }
-
-    /// `y[i] = x[i]` for `i < n`. Unlike `copy_buffer_to_buffer`, it works between two
-    /// allocations of the same block.
-    pub fn copy(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
-        self.elementwise("copy", n, [1.0, 0.0, 0.0], Some(x), y)?;
-        Ok(self)
-    }
-
-    /// `y[i] = value` for `i < n`.
-    pub fn fill(&mut self, n: u64, value: f32, y: &'a Allocation) -> Result<&mut Self> {
-        self.elementwise("fill", n, [0.0, 0.0, value], None, y)?;
-        Ok(self)
-    }
-
-    fn reduce_pass(&mut self, op: Reduce, pass: ReducePass, x: Bound, y: Bound) -> Result<()> {
-        let k = self.kernels;
-        let gpu = k.arena.gpu().clone();
-        let shader = if pass.vec4 {
-            &shaders::REDUCE_VEC4
-        } else {
-            &shaders::REDUCE
-        };
-        let pipeline = k.pipeline_of(shader, "reduce_rows")?;
-        let params = ReduceParams {
-            n: pass.n as u32,
-            cols: pass.cols as u32,
-            rows: pass.rows as u32,
-            op: op.code(),
-            scale: pass.scale,
-            base: pass.base as u32,
-            out_base: pass.out_base as u32,
-            _pad: 0,
-        };
-        self.dispatch(
-            &pipeline,
-            bytemuck::bytes_of(&params),
-            x,
-            y,
-            grid(pass.rows, 1, &gpu),
-        )
-    }
-
-    /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed
-    /// as a row-major `rows x cols` matrix; one workgroup per row.
-    pub fn reduce_rows(
-        &mut self,
-        op: Reduce,
-        rows: u64,
-        cols: u64,
-        x: &'a Allocation,
-        y: &'a Allocation,
-    ) -> Result<&mut Self> {
-        if rows == 0 || cols == 0 {
-            return Err(Error::invalid(
-                "a reduction over no elements",
-                "pass at least one row and one column",
-            ));
-        }
-        let n = rows
-            .checked_mul(cols)
-            .filter(|&n| n <= u32::MAX as u64)
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!("{rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
-                    "split the rows",
-                )
-            })?;
-        check_f32(x, n, "x")?;
-        check_f32(y, rows, "y")?;
-        let scale = if op == Reduce::Mean {
-            1.0 / cols as f32
-        } else {
-            1.0
-        };
-        let pass = ReducePass {
-            vec4: false,
-            n,
-            cols,
-            rows,
-            base: 0,
-            out_base: 0,
-            scale,
-        };
-        self.reduce_pass(op, pass, Bound::of(x), Bound::of(y))?;
-        self.dispatches += 1;
-        Ok(self)
-    }
-
-    /// `out[0] = op(x[0..n])`. Large arrays take two passes: segments of 8192 elements read
-    /// as vec4s into partials (scratch the batch allocates and keeps until submit; the 1..3
-    /// trailing floats make one more partial), then the partials.
-    pub fn reduce(
-        &mut self,
-        op: Reduce,
-        n: u64,
-        x: &'a Allocation,
-        out: &'a Allocation,
-    ) -> Result<&mut Self> {
-        if n == 0 || n > u32::MAX as u64 {
-            return Err(Error::invalid(
-                format!("cannot reduce {n} elements"),
-                "pass 1 to 2^32 - 1 elements",
-            ));
-        }
-        check_f32(x, n, "x")?;
-        check_f32(out, 1, "out")?;
-        let scale = if op == Reduce::Mean {
-            1.0 / n as f32
-        } else {
-            1.0
-        };
-        let single = |n| ReducePass {
-            vec4: false,
-            n,
-            cols: n,
-            rows: 1,
-            base: 0,
-            out_base: 0,
-            scale,
-        };
-        let vec4s = n / 4;
-        let rows = vec4s.div_ceil(REDUCE_SEGMENT_VEC4);
-        if rows <= 1 {
-            self.reduce_pass(op, single(n), Bound::of(x), Bound::of(out))?;
-        } else {
-            // Pass 1: the whole vec4s in segments, one partial each; the 1..3 floats past
-            // the last vec4 add one more partial; pass 2 reduces the partials.
-            let tail = n % 4;
-            let slots = rows + u64::from(tail > 0);
-            let partials = self.kernels.arena.alloc(slots * 4, "reduce partials")?;
-            let p = Bound::of(&partials);
-            self.scratch.push(partials);
-            let body = ReducePass {
-                vec4: true,
-                n: vec4s,
-                cols: REDUCE_SEGMENT_VEC4,
-                rows,
-                base: 0,
-                out_base: 0,
-                scale: 1.0,
-            };
-            self.reduce_pass(op, body, Bound::of(x), p.clone())?;
-            if tail > 0 {
-                let rest = ReducePass {
-                    vec4: false,
-                    n: tail,
-                    cols: tail,
-                    rows: 1,
-                    base: vec4s * 4,
-                    out_base: rows,
-                    scale: 1.0,
-                };
-                self.reduce_pass(op, rest, Bound::of(x), p.clone())?;
-            }
-            self.reduce_pass(op, single(slots), p, Bound::of(out))?;
-        }
-        self.dispatches += 1;
-        Ok(self)
+    /// A scratch range of `bytes` that lives until the batch is submitted.
+    fn scratch(&mut self, bytes: u64, label: &str) -> Result<Bound> {
+        let a = self.kernels.arena.alloc(bytes, label)?;
+        let b = Bound::of(&a);
+        self.scratch.push(a);
+        Ok(b)
     }
 
     /// The encoder, to record copies or passes of your own between kernels. Ends the

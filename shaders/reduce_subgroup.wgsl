@@ -1,0 +1,35 @@
+// Subgroup workgroup combine for reduce.wgsl (needs the SUBGROUP feature; naga 30 takes
+// subgroup builtins without `enable subgroups;` and rejects that directive): each subgroup reduces in registers, one barrier, then invocation 0
+// folds the per-subgroup values (8 of them with 32-wide subgroups). The result is valid in
+// invocation 0. `op` is uniform, so each subgroup operation runs in uniform control flow.
+
+struct Ids {
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_id) subgroup: u32,
+    @builtin(num_subgroups) subgroups: u32,
+}
+
+var<workgroup> partial: array<f32, 256>;
+
+fn workgroup_combine(op: u32, v: f32, ids: Ids) -> f32 {
+    var s: f32;
+    switch op {
+        case 1u: { s = subgroupMax(v); }
+        case 2u: { s = subgroupMin(v); }
+        default: { s = subgroupAdd(v); }
+    }
+    if ids.lane == 0u {
+        partial[ids.subgroup] = s;
+    }
+    workgroupBarrier();
+    var r = partial[0];
+    if ids.local == 0u {
+        for (var i = 1u; i < ids.subgroups; i++) {
+            r = combine1(op, r, partial[i]);
+        }
+    }
+    return r;
+}

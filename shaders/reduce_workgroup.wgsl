@@ -1,0 +1,22 @@
+// Portable workgroup combine for reduce.wgsl: a tree over 256 values in workgroup memory
+// (eight barrier steps). The result is valid in invocation 0.
+
+struct Ids {
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+}
+
+var<workgroup> partial: array<f32, 256>;
+
+fn workgroup_combine(op: u32, v: f32, ids: Ids) -> f32 {
+    partial[ids.local] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s / 2u) {
+        if ids.local < s {
+            partial[ids.local] = combine1(op, partial[ids.local], partial[ids.local + s]);
+        }
+        workgroupBarrier();
+    }
+    return partial[0];
+}

@@ -1,0 +1,53 @@
+//! f32 <-> f16 casts (`shaders/cast.wgsl`). An f16 array of `n` elements takes
+//! `2 * n` bytes rounded up to 4; with `SHADER_F16` the kernels read and write `f16`
+//! natively, elsewhere pairs packed in `u32` words; the layout is the same.
+
+use super::{check_count, check_len, grid, Batch, Bindings, Bound, Params, WORKGROUP};
+use crate::arena::Allocation;
+use crate::{shaders, Result};
+
+impl<'a> Batch<'a> {
+    fn cast(
+        &mut self,
+        entry: &str,
+        n: u64,
+        f32s: &'a Allocation,
+        f16s: &'a Allocation,
+    ) -> Result<()> {
+        check_count(n, entry)?;
+        check_len(f32s, n, 4, "f32 array")?;
+        check_len(f16s, n, 2, "f16 array")?;
+        if n == 0 {
+            return Ok(());
+        }
+        let shader = if self.kernels.native_f16 {
+            &shaders::CAST_F16_NATIVE
+        } else {
+            &shaders::CAST_F16_PACKED
+        };
+        let pipeline = self.kernels.pipeline(shader, entry)?;
+        let params: Params = [n as u32, 0, 0, 0, 0, 0, 0, 0];
+        let groups = grid(n.div_ceil(2), WORKGROUP, self.gpu());
+        self.dispatch(
+            &pipeline,
+            params,
+            Bindings::two(Bound::of(f32s), Bound::of(f16s)),
+            groups,
+        )?;
+        self.dispatches += 1;
+        Ok(())
+    }
+
+    /// `y[i] = f16(x[i])` for `i < n`: f32 `x` into f16 `y` (round to nearest; values
+    /// beyond +-65504 give implementation-defined results).
+    pub fn to_f16(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
+        self.cast("to_f16", n, x, y)?;
+        Ok(self)
+    }
+
+    /// `y[i] = f32(x[i])` for `i < n`: f16 `x` into f32 `y` (exact).
+    pub fn to_f32(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
+        self.cast("to_f32", n, y, x)?;
+        Ok(self)
+    }
+}

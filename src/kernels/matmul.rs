@@ -1,0 +1,91 @@
+//! Matrix products (`shaders/matmul.wgsl`): f32, and f16 inputs with f32 accumulation.
+
+use super::transpose::shape;
+use super::{check_f32, check_len, Batch, Bindings, Bound, Params};
+use crate::arena::Allocation;
+use crate::{shaders, Error, Result};
+
+/// Rows and columns of C one workgroup computes.
+const TILE: u64 = 128;
+
+/// Element type of matmul inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulInput {
+    /// f32 inputs.
+    F32,
+    /// f16 inputs (the layout of [`Batch::to_f16`]'s output), accumulated in f32.
+    F16,
+}
+
+impl<'a> Batch<'a> {
+    /// `c = a * b` with `a` (m x k), `b` (k x n) and `c` (m x n) row-major; inputs of type
+    /// `input`, `c` in f32. Any m, n, k; `c` must not overlap the inputs.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// # use vramkit::{kernels::{Kernels, matmul::MatmulInput}, Arena, Gpu};
+    /// # let arena = Arena::new(Gpu::headless()?, Default::default())?;
+    /// # let kernels = Kernels::new(&arena)?;
+    /// let (m, n, k) = (512, 256, 1024);
+    /// let a = arena.alloc(4 * m * k, "a")?;
+    /// let b = arena.alloc(4 * k * n, "b")?;
+    /// let c = arena.alloc(4 * m * n, "c")?;
+    /// let mut batch = kernels.batch();
+    /// batch.matmul(MatmulInput::F32, m, n, k, &a, &b, &c)?;
+    /// batch.submit()?;
+    /// # Ok(()) }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &mut self,
+        input: MatmulInput,
+        m: u64,
+        n: u64,
+        k: u64,
+        a: &'a Allocation,
+        b: &'a Allocation,
+        c: &'a Allocation,
+    ) -> Result<&mut Self> {
+        let elem = match input {
+            MatmulInput::F32 => 4,
+            MatmulInput::F16 => 2,
+        };
+        check_len(a, shape(m, k, "matmul input a")?, elem, "a")?;
+        check_len(b, shape(k, n, "matmul input b")?, elem, "b")?;
+        check_f32(c, shape(m, n, "matmul output c")?, "c")?;
+        let overlaps = |x: &Allocation| {
+            x.buffer() == c.buffer()
+                && x.offset() < c.offset() + c.size()
+                && c.offset() < x.offset() + x.size()
+        };
+        if overlaps(a) || overlaps(b) {
+            return Err(Error::invalid(
+                "a matmul whose output overlaps an input",
+                "write c to its own allocation",
+            ));
+        }
+        let (gx, gy) = (n.div_ceil(TILE), m.div_ceil(TILE));
+        let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
+        if gx > max || gy > max {
+            return Err(Error::invalid(
+                format!("a {m} x {n} matmul output needs {gy} x {gx} tiles, over {max}"),
+                "split the output",
+            ));
+        }
+        let shader = match (input, self.kernels.native_f16) {
+            (MatmulInput::F32, _) => &shaders::MATMUL_F32,
+            (MatmulInput::F16, true) => &shaders::MATMUL_F16_NATIVE,
+            (MatmulInput::F16, false) => &shaders::MATMUL_F16_PACKED,
+        };
+        let pipeline = self.kernels.pipeline(shader, "matmul")?;
+        let params: Params = [m as u32, n as u32, k as u32, 0, 0, 0, 0, 0];
+        let io = Bindings {
+            x: Bound::of(a),
+            y: Bound::of(b),
+            z: Bound::of(c),
+        };
+        self.dispatch(&pipeline, params, io, (gx as u32, gy as u32))?;
+        self.dispatches += 1;
+        Ok(self)
+    }
+}

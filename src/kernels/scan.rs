@@ -1,0 +1,113 @@
+//! Prefix sums (`shaders/scan.wgsl`): inclusive and exclusive, u32 (wrapping) and f32, any
+//! length, in one pass over memory (decoupled look-back; see the shader for how it works
+//! and what it assumes of the GPU).
+
+use super::{check_count, check_len, grid, Batch, Bindings, Bound, Params};
+use crate::arena::Allocation;
+use crate::{shaders, Error, Result};
+
+/// Elements one workgroup scans.
+const TILE: u64 = 4096;
+
+/// Inclusive (`y[i] = x[0] + ... + x[i]`) or exclusive (`y[i] = x[0] + ... + x[i-1]`,
+/// `y[0] = 0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanKind {
+    /// Includes the element itself.
+    Inclusive,
+    /// Sums the elements before it.
+    Exclusive,
+}
+
+/// Element type of a scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanType {
+    /// `u32`, wrapping on overflow.
+    U32,
+    /// `f32`.
+    F32,
+}
+
+impl<'a> Batch<'a> {
+    /// Prefix sum of `n` elements of `x` into `y`; `y` must not overlap `x` (a workgroup
+    /// may read another tile's input while that tile writes its output).
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// # use vramkit::{kernels::{Kernels, ScanKind, scan::ScanType}, Arena, Gpu};
+    /// # let arena = Arena::new(Gpu::headless()?, Default::default())?;
+    /// # let kernels = Kernels::new(&arena)?;
+    /// let counts = arena.alloc(4 * 1000, "counts")?;
+    /// let offsets = arena.alloc(4 * 1000, "offsets")?;
+    /// let mut batch = kernels.batch();
+    /// batch.scan(ScanType::U32, ScanKind::Exclusive, 1000, &counts, &offsets)?;
+    /// batch.submit()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scan(
+        &mut self,
+        ty: ScanType,
+        kind: ScanKind,
+        n: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
+        check_count(n, "scan")?;
+        if n == 0 {
+            return Err(Error::invalid(
+                "a scan of 0 elements",
+                "pass at least one element",
+            ));
+        }
+        check_len(x, n, 4, "x")?;
+        check_len(y, n, 4, "y")?;
+        if x.buffer() == y.buffer()
+            && x.offset() < y.offset() + y.size()
+            && y.offset() < x.offset() + x.size()
+        {
+            return Err(Error::invalid(
+                format!(
+                    "a scan from '{}' into the overlapping '{}'",
+                    x.label(),
+                    y.label()
+                ),
+                "scan into a second allocation",
+            ));
+        }
+        let tiles = n.div_ceil(TILE);
+        // Tile counter, then two words per tile, zeroed in this batch before the scan.
+        let words = 1 + 2 * tiles;
+        let state = self.scratch(words * 4, "scan state")?;
+        self.elementwise_bound(
+            words,
+            "fill",
+            0,
+            [0.0; 3],
+            Bindings::two(state.clone(), state.clone()),
+        )?;
+        let shader = match ty {
+            ScanType::U32 => &shaders::SCAN_U32,
+            ScanType::F32 => &shaders::SCAN_F32,
+        };
+        let pipeline = self.kernels.pipeline(shader, "scan")?;
+        let params: Params = [
+            n as u32,
+            tiles as u32,
+            u32::from(kind == ScanKind::Exclusive),
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+        let io = Bindings {
+            x: Bound::of(x),
+            y: Bound::of(y),
+            z: state,
+        };
+        let groups = grid(tiles, 1, self.gpu());
+        self.dispatch(&pipeline, params, io, groups)?;
+        self.dispatches += 1;
+        Ok(self)
+    }
+}

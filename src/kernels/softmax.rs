@@ -1,0 +1,34 @@
+//! Row-wise softmax (`shaders/softmax.wgsl`).
+
+use super::transpose::shape;
+use super::{check_f32, grid, Batch, Bindings, Bound, Params};
+use crate::arena::Allocation;
+use crate::{shaders, Result};
+
+impl<'a> Batch<'a> {
+    /// `y[r, c] = exp(x[r, c]) / sum_c' exp(x[r, c'])` for each row of `x` viewed as a
+    /// row-major `rows x cols` f32 matrix (computed with the row maximum subtracted, so
+    /// large inputs do not overflow). `y` may be `x`.
+    pub fn softmax_rows(
+        &mut self,
+        rows: u64,
+        cols: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
+        let n = shape(rows, cols, "softmax")?;
+        check_f32(x, n, "x")?;
+        check_f32(y, n, "y")?;
+        let pipeline = self.kernels.pipeline(&shaders::SOFTMAX, "softmax")?;
+        let params: Params = [rows as u32, cols as u32, 0, 0, 0, 0, 0, 0];
+        let groups = grid(rows, 1, self.gpu());
+        self.dispatch(
+            &pipeline,
+            params,
+            Bindings::two(Bound::of(x), Bound::of(y)),
+            groups,
+        )?;
+        self.dispatches += 1;
+        Ok(self)
+    }
+}

@@ -1,0 +1,67 @@
+//! Tiled transpose (`shaders/transpose.wgsl`).
+
+use super::{check_f32, grid, Batch, Bindings, Bound, Params};
+use crate::arena::Allocation;
+use crate::{shaders, Error, Result};
+
+/// Checks a `rows x cols` shape: non-empty and indexable with 32-bit indices.
+pub(super) fn shape(rows: u64, cols: u64, what: &str) -> Result<u64> {
+    if rows == 0 || cols == 0 {
+        return Err(Error::invalid(
+            format!("{what} of a {rows} x {cols} matrix"),
+            "pass at least one row and one column",
+        ));
+    }
+    rows.checked_mul(cols)
+        .filter(|&n| n <= u32::MAX as u64)
+        .ok_or_else(|| {
+            Error::invalid(
+                format!("{what}: {rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
+                "split the matrix",
+            )
+        })
+}
+
+impl<'a> Batch<'a> {
+    /// `y[c * rows + r] = x[r * cols + c]`: `y` (cols x rows) is the transpose of `x`
+    /// (rows x cols), both row-major f32. `x` and `y` must not overlap.
+    pub fn transpose(
+        &mut self,
+        rows: u64,
+        cols: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
+        let n = shape(rows, cols, "transpose")?;
+        check_f32(x, n, "x")?;
+        check_f32(y, n, "y")?;
+        if x.buffer() == y.buffer() && x.offset() == y.offset() {
+            return Err(Error::invalid(
+                "an in-place transpose",
+                "transpose into a second allocation",
+            ));
+        }
+        let tiles_x = cols.div_ceil(32);
+        let tiles = tiles_x * rows.div_ceil(32);
+        let pipeline = self.kernels.pipeline(&shaders::TRANSPOSE, "transpose")?;
+        let params: Params = [
+            rows as u32,
+            cols as u32,
+            tiles_x as u32,
+            tiles as u32,
+            0,
+            0,
+            0,
+            0,
+        ];
+        let groups = grid(tiles, 1, self.gpu());
+        self.dispatch(
+            &pipeline,
+            params,
+            Bindings::two(Bound::of(x), Bound::of(y)),
+            groups,
+        )?;
+        self.dispatches += 1;
+        Ok(self)
+    }
+}

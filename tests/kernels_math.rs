@@ -1,0 +1,440 @@
+//! The math kernels (unary and binary maps, scans, transpose, softmax, matmul, f16 casts),
+//! each against a CPU reference on fresh random inputs at awkward sizes, outputs poisoned
+//! with NaN first so that an element the kernel never writes fails.
+
+mod common;
+
+use common::{assert_close, gpu, random_f32, rng};
+use rand::Rng;
+use vramkit::kernels::{Binary, KernelOptions, Kernels, MatmulInput, ScanKind, ScanType, Unary};
+use vramkit::{readback, Arena};
+
+fn upload<T: bytemuck::Pod>(arena: &Arena, data: &[T], label: &str) -> vramkit::arena::Allocation {
+    let bytes: &[u8] = bytemuck::cast_slice(data);
+    let a = arena.alloc(bytes.len().max(4) as u64, label).unwrap();
+    let mut padded = bytes.to_vec();
+    padded.resize(a.size() as usize, 0);
+    arena
+        .gpu()
+        .queue()
+        .write_buffer(a.buffer(), a.offset(), &padded);
+    a
+}
+
+fn poisoned(arena: &Arena, n: usize, label: &str) -> vramkit::arena::Allocation {
+    upload(arena, &vec![f32::NAN; n], label)
+}
+
+fn read<T: bytemuck::Pod>(a: &vramkit::arena::Allocation, n: usize) -> Vec<T> {
+    readback::read_as::<T>(gpu(), a.buffer(), a.offset(), n).unwrap()
+}
+
+/// The kernels with every optional feature the adapter has, then the portable ones.
+fn variants(arena: &Arena) -> [Kernels; 2] {
+    [
+        Kernels::new(arena).unwrap(),
+        Kernels::with_options(arena, KernelOptions::portable()).unwrap(),
+    ]
+}
+
+fn cpu_unary(f: Unary, v: f32) -> f32 {
+    let v = v as f64;
+    (match f {
+        Unary::Neg => -v,
+        Unary::Abs => v.abs(),
+        Unary::Relu => v.max(0.0),
+        Unary::Gelu => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
+        Unary::Exp => v.exp(),
+        Unary::Log => v.ln(),
+        Unary::Sqrt => v.sqrt(),
+        Unary::Tanh => v.tanh(),
+        Unary::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+    }) as f32
+}
+
+#[test]
+fn unary_maps_and_scale_match_the_cpu() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for n in [1usize, 255, 256, 257, 7919] {
+        // Inputs in [-4, 4); log and sqrt get |x| so their results are numbers.
+        let x: Vec<f32> = random_f32(&mut r, n).iter().map(|v| v * 4.0).collect();
+        let positive: Vec<f32> = x.iter().map(|v| v.abs() + 1e-3).collect();
+        let xa = upload(&arena, &x, "x");
+        let pa = upload(&arena, &positive, "positive");
+        let outs: Vec<_> = Unary::ALL
+            .iter()
+            .map(|_| poisoned(&arena, n, "y"))
+            .collect();
+        let scaled = poisoned(&arena, n, "scaled");
+        let mut batch = kernels.batch();
+        for (f, out) in Unary::ALL.iter().zip(&outs) {
+            let input = if matches!(f, Unary::Log | Unary::Sqrt) {
+                &pa
+            } else {
+                &xa
+            };
+            batch.map(*f, n as u64, input, out).unwrap();
+        }
+        batch.scale(n as u64, -2.5, 0.75, &xa, &scaled).unwrap();
+        batch.submit().unwrap();
+        for (f, out) in Unary::ALL.iter().zip(&outs) {
+            let input = if matches!(f, Unary::Log | Unary::Sqrt) {
+                &positive
+            } else {
+                &x
+            };
+            let want: Vec<f32> = input.iter().map(|&v| cpu_unary(*f, v)).collect();
+            assert_close(&read::<f32>(out, n), &want, 2e-6, &format!("{f:?} n={n}"));
+        }
+        let want: Vec<f32> = x.iter().map(|v| -2.5 * v + 0.75).collect();
+        assert_close(
+            &read::<f32>(&scaled, n),
+            &want,
+            1e-6,
+            &format!("scale n={n}"),
+        );
+    }
+}
+
+#[test]
+fn binary_ops_match_the_cpu_in_and_out_of_place() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for n in [1usize, 257, 65535 * 256 + 5] {
+        let x = random_f32(&mut r, n);
+        // Divisors away from zero.
+        let y: Vec<f32> = random_f32(&mut r, n)
+            .iter()
+            .map(|v| v + 2.0f32.copysign(*v))
+            .collect();
+        let (xa, ya) = (upload(&arena, &x, "x"), upload(&arena, &y, "y"));
+        for op in Binary::ALL {
+            let z = poisoned(&arena, n, "z");
+            let in_place = upload(&arena, &x, "x copy");
+            let mut batch = kernels.batch();
+            batch.binary(op, n as u64, &xa, &ya, &z).unwrap();
+            batch
+                .binary(op, n as u64, &in_place, &ya, &in_place)
+                .unwrap();
+            batch.submit().unwrap();
+            let f = |a: f32, b: f32| match op {
+                Binary::Add => a + b,
+                Binary::Sub => a - b,
+                Binary::Mul => a * b,
+                Binary::Div => a / b,
+                Binary::Max => a.max(b),
+                Binary::Min => a.min(b),
+            };
+            let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| f(*a, *b)).collect();
+            assert_close(&read::<f32>(&z, n), &want, 1e-6, &format!("{op:?} n={n}"));
+            assert_close(
+                &read::<f32>(&in_place, n),
+                &want,
+                1e-6,
+                &format!("{op:?} in place n={n}"),
+            );
+        }
+    }
+}
+
+fn cpu_scan_u32(x: &[u32], kind: ScanKind) -> Vec<u32> {
+    let mut acc = 0u32;
+    x.iter()
+        .map(|&v| {
+            let before = acc;
+            acc = acc.wrapping_add(v);
+            if kind == ScanKind::Inclusive {
+                acc
+            } else {
+                before
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn scans_match_the_cpu_at_awkward_sizes() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for n in [1usize, 255, 256, 257, 4095, 4096, 4097, 7919, (1 << 20) + 3] {
+        // u32 values over the whole range, so sums wrap.
+        let xu: Vec<u32> = (0..n).map(|_| r.gen()).collect();
+        // f32 in [0, 1): the f64 reference then bounds the error by the prefix itself.
+        let xf: Vec<f32> = (0..n).map(|_| r.gen_range(0.0f32..1.0)).collect();
+        for kind in [ScanKind::Inclusive, ScanKind::Exclusive] {
+            let (ua, fa) = (upload(&arena, &xu, "xu"), upload(&arena, &xf, "xf"));
+            let (uo, fo) = (
+                poisoned(&arena, n, "scan u32"),
+                poisoned(&arena, n, "scan f32"),
+            );
+            let mut batch = kernels.batch();
+            batch.scan(ScanType::U32, kind, n as u64, &ua, &uo).unwrap();
+            batch.scan(ScanType::F32, kind, n as u64, &fa, &fo).unwrap();
+            assert!(
+                batch.scan(ScanType::U32, kind, n as u64, &ua, &ua).is_err(),
+                "an in-place scan is refused"
+            );
+            batch.submit().unwrap();
+            let want = cpu_scan_u32(&xu, kind);
+            assert_eq!(read::<u32>(&uo, n), want, "u32 {kind:?} n={n}");
+            let got = read::<f32>(&fo, n);
+            let mut acc = 0f64;
+            for (i, (&g, &v)) in got.iter().zip(&xf).enumerate() {
+                let before = acc;
+                acc += v as f64;
+                let w = if kind == ScanKind::Inclusive {
+                    acc
+                } else {
+                    before
+                };
+                let err = (g as f64 - w).abs() / w.max(1.0);
+                assert!(
+                    err < 1e-4,
+                    "f32 {kind:?} n={n}: element {i} is {g}, want {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn transpose_matches_the_cpu_on_odd_shapes() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    // (2, 65535 * 32 + 33) has more than 65535 tiles.
+    for (rows, cols) in [
+        (1usize, 1usize),
+        (1, 257),
+        (257, 1),
+        (33, 65),
+        (255, 257),
+        (1000, 3),
+        (2, 65535 * 32 + 33),
+    ] {
+        let x = random_f32(&mut r, rows * cols);
+        let xa = upload(&arena, &x, "x");
+        let ya = poisoned(&arena, rows * cols, "y");
+        let mut batch = kernels.batch();
+        batch.transpose(rows as u64, cols as u64, &xa, &ya).unwrap();
+        batch.submit().unwrap();
+        let got = read::<f32>(&ya, rows * cols);
+        for c in 0..cols {
+            for rr in 0..rows {
+                assert_eq!(
+                    got[c * rows + rr],
+                    x[rr * cols + c],
+                    "{rows}x{cols} at ({rr}, {c})"
+                );
+            }
+        }
+    }
+    let mut batch = kernels.batch();
+    let xa = upload(&arena, &[0f32; 4], "x");
+    assert!(
+        batch.transpose(2, 2, &xa, &xa).is_err(),
+        "in place is refused"
+    );
+    assert!(batch
+        .transpose(3, 2, &xa, &upload(&arena, &[0f32; 6], "y"))
+        .is_err());
+}
+
+#[test]
+fn softmax_rows_match_the_cpu() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    for (rows, cols) in [(1usize, 1usize), (3, 257), (100, 1000), (70_000, 3)] {
+        // Large logits: without the max subtracted, exp would overflow.
+        let x: Vec<f32> = random_f32(&mut r, rows * cols)
+            .iter()
+            .map(|v| v * 100.0)
+            .collect();
+        let xa = upload(&arena, &x, "x");
+        let ya = poisoned(&arena, rows * cols, "y");
+        let mut batch = kernels.batch();
+        batch
+            .softmax_rows(rows as u64, cols as u64, &xa, &ya)
+            .unwrap();
+        batch.submit().unwrap();
+        let got = read::<f32>(&ya, rows * cols);
+        let mut want = Vec::with_capacity(rows * cols);
+        for row in x.chunks(cols) {
+            let m = row.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
+            let s: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+            want.extend(row.iter().map(|&v| ((v as f64 - m).exp() / s) as f32));
+        }
+        assert_close(&got, &want, 1e-5, &format!("softmax {rows}x{cols}"));
+    }
+}
+
+fn to_f16_bits(x: &[f32]) -> Vec<u16> {
+    x.iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect()
+}
+
+/// Checks `c` against an f64 product of the (already rounded) inputs, relative to
+/// sum_k |a||b| per element: the error bound of an f32 dot product.
+fn check_matmul(got: &[f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize), what: &str) {
+    for i in 0..m {
+        for j in 0..n {
+            let (mut want, mut mag) = (0f64, 0f64);
+            for p in 0..k {
+                let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                want += t;
+                mag += t.abs();
+            }
+            let g = got[i * n + j] as f64;
+            let err = (g - want).abs() / mag.max(1e-30);
+            assert!(
+                err < 1e-5,
+                "{what}: c[{i}][{j}] is {g}, want {want} (error {err:e})"
+            );
+        }
+    }
+}
+
+#[test]
+fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    for kernels in variants(&arena) {
+        for (m, n, k) in [
+            (1usize, 1usize, 1usize),
+            (1, 257, 3),
+            (129, 127, 255),
+            (256, 256, 64),
+            (131, 67, 1000),
+        ] {
+            let a = random_f32(&mut r, m * k);
+            let b = random_f32(&mut r, k * n);
+            let (aa, ba) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"));
+            let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+            let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
+            let (c32, c16) = (
+                poisoned(&arena, m * n, "c"),
+                poisoned(&arena, m * n, "c from f16"),
+            );
+            let mut batch = kernels.batch();
+            batch
+                .matmul(
+                    MatmulInput::F32,
+                    m as u64,
+                    n as u64,
+                    k as u64,
+                    &aa,
+                    &ba,
+                    &c32,
+                )
+                .unwrap();
+            batch
+                .matmul(
+                    MatmulInput::F16,
+                    m as u64,
+                    n as u64,
+                    k as u64,
+                    &aha,
+                    &bha,
+                    &c16,
+                )
+                .unwrap();
+            batch.submit().unwrap();
+            let what = format!("{m}x{n}x{k} {:?}", kernels.options());
+            check_matmul(
+                &read::<f32>(&c32, m * n),
+                &a,
+                &b,
+                (m, n, k),
+                &format!("f32 {what}"),
+            );
+            // The f16 product is exact in f32 terms of the rounded inputs.
+            let widen = |h: &[u16]| -> Vec<f32> {
+                h.iter()
+                    .map(|&v| half::f16::from_bits(v).to_f32())
+                    .collect()
+            };
+            check_matmul(
+                &read::<f32>(&c16, m * n),
+                &widen(&ah),
+                &widen(&bh),
+                (m, n, k),
+                &format!("f16 {what}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn matmul_rejects_bad_shapes_and_overlap() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let a = arena.alloc(4 * 6, "a").unwrap();
+    let b = arena.alloc(4 * 6, "b").unwrap();
+    let c = arena.alloc(4 * 4, "c").unwrap();
+    let mut batch = kernels.batch();
+    let err = batch
+        .matmul(MatmulInput::F32, 2, 2, 4, &a, &b, &c)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("'a'"), "{err}");
+    assert!(batch.matmul(MatmulInput::F32, 0, 2, 3, &a, &b, &c).is_err());
+    assert!(
+        batch.matmul(MatmulInput::F32, 2, 2, 3, &a, &b, &a).is_err(),
+        "c overlaps a"
+    );
+    assert!(batch.is_empty());
+    batch.matmul(MatmulInput::F32, 2, 2, 3, &a, &b, &c).unwrap();
+}
+
+#[test]
+fn f16_casts_round_trip_and_match_the_half_crate() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    for kernels in variants(&arena) {
+        for n in [1usize, 2, 3, 255, 257, 7919] {
+            let x: Vec<f32> = random_f32(&mut r, n).iter().map(|v| v * 1000.0).collect();
+            let xa = upload(&arena, &x, "x");
+            // Poison the f16 side with a pattern: an odd n must keep the last word's
+            // upper half as it was.
+            let sentinel = 0x7e00u16; // an f16 NaN
+            let h = upload(&arena, &vec![sentinel; n.next_multiple_of(2)], "h");
+            let back = poisoned(&arena, n, "back");
+            let mut batch = kernels.batch();
+            batch
+                .to_f16(n as u64, &xa, &h)
+                .unwrap()
+                .to_f32(n as u64, &h, &back)
+                .unwrap();
+            batch.submit().unwrap();
+            let got = read::<u16>(&h, n.next_multiple_of(2));
+            let want = to_f16_bits(&x);
+            for i in 0..n {
+                // Round to nearest: allow the neighbour when the value sits on a tie.
+                let diff = (got[i] as i32 - want[i] as i32).abs();
+                assert!(
+                    diff <= 1,
+                    "{:?} n={n}: f16 of {} is {:#06x}, want {:#06x}",
+                    kernels.options(),
+                    x[i],
+                    got[i],
+                    want[i]
+                );
+            }
+            if n % 2 == 1 {
+                assert_eq!(got[n], sentinel, "the unused half of the last word is kept");
+            }
+            let widened: Vec<f32> = got[..n]
+                .iter()
+                .map(|&v| half::f16::from_bits(v).to_f32())
+                .collect();
+            assert_eq!(read::<f32>(&back, n), widened, "to_f32 is exact");
+        }
+    }
+}
