@@ -52,7 +52,23 @@ def main():
     print(f"torch_fill_gbps: {4 * n / t / 1e9:.1f}")
     t = bench(lambda: x.sum())
     print(f"torch_sum_gbps: {4 * n / t / 1e9:.1f}")
-    del x, y
+    z = torch.empty_like(x)
+    t = bench(lambda: torch.add(x, y, out=z))
+    print(f"torch_add_out_gbps: {3 * 4 * n / t / 1e9:.1f}")
+    t = bench(lambda: torch.nn.functional.gelu(x))
+    print(f"torch_gelu_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    t = bench(lambda: torch.cumsum(x, 0, out=z))
+    print(f"torch_cumsum_f32_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    t = bench(lambda: x.half())
+    print(f"torch_to_f16_gbps: {6 * n / t / 1e9:.1f}")
+    side = 8192
+    sq = x[: side * side].view(side, side)
+    t = bench(lambda: sq.t().contiguous())
+    print(f"torch_transpose_gbps: {2 * 4 * side * side / t / 1e9:.1f}")
+    rows = n // 16384
+    t = bench(lambda: torch.softmax(x.view(rows, 16384), dim=1))
+    print(f"torch_softmax_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    del x, y, z
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

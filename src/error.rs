@@ -64,6 +64,17 @@ pub enum Error {
         message: String,
     },
 
+    #[error("reading the source failed during {during}: {source}")]
+    /// Reading a streaming source (a file, any `Read`) failed; nothing after the failing
+    /// chunk was submitted.
+    Io {
+        /// What was being read.
+        during: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A shader failed to parse, validate or translate.
     #[error("shader '{shader}' is not portable: {message}")]
     Shader {

@@ -190,3 +190,118 @@ fn downloads_read_back_any_range_through_the_ring() {
     assert_eq!(down.staging_buffers(), 3);
     assert!(down.download(&src, size - 2, 4).is_err());
 }
+
+#[test]
+fn upload_with_fills_staging_in_place_and_recovers_from_a_failing_fill() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    let size = 30_000u64; // several 4 KiB chunks and a short last one
+    let mut data = vec![0u8; size as usize];
+    r.fill_bytes(&mut data);
+    let dst = arena.alloc(size + 8, "dst").unwrap();
+    let mut calls = Vec::new();
+    up.upload_with(&dst, 8, size, |pos, mut bytes| {
+        calls.push((pos, bytes.len()));
+        bytes.copy_from_slice(&data[pos as usize..pos as usize + bytes.len()]);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(calls.len(), 8, "4096-byte chunks: {calls:?}");
+    assert_eq!(calls.last(), Some(&(28_672, 1328)));
+    let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset() + 8, size).unwrap();
+    assert!(got == data, "bytes differ after upload_with");
+
+    // Not whole words: refused, nothing written.
+    assert!(up.upload_with(&dst, 1, 8, |_, _| Ok(())).is_err());
+    assert!(up.upload_with(&dst, 0, 6, |_, _| Ok(())).is_err());
+    // A failing fill returns its error and gives the staging buffer back.
+    let before = up.stats();
+    let err = up
+        .upload_with(&dst, 0, 8192, |pos, _| {
+            if pos > 0 {
+                Err(vramkit::Error::InvalidArgument {
+                    what: "source ran dry".into(),
+                    hint: "test".into(),
+                })
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("source ran dry"), "{err}");
+    for _ in 0..10 {
+        up.upload(&dst, 0, &data[..8192]).unwrap();
+    }
+    assert!(up.stats().staging_created <= before.staging_created.max(3));
+}
+
+#[test]
+fn a_pipeline_reduces_a_source_larger_than_its_window() {
+    use vramkit::kernels::{Kernels, Reduce};
+    use vramkit::stream::{Pipeline, PipelineConfig, Source};
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    // 10.5 chunks of 64 KiB through a window of 3.
+    let values: Vec<f32> = (0..(10 * 16384 + 8192))
+        .map(|_| r.gen_range(0.0..1.0))
+        .collect();
+    let bytes: &[u8] = bytemuck::cast_slice(&values);
+    let config = PipelineConfig {
+        chunk_bytes: 64 << 10,
+        slots: 3,
+        result_bytes: 4,
+    };
+    let mut pipeline = Pipeline::new(&kernels, &up, config).unwrap();
+    let mut reader = std::io::Cursor::new(bytes.to_vec());
+    let sources: [Source<'_>; 2] = [
+        Source::Bytes(bytes),
+        Source::Reader(&mut reader, bytes.len() as u64),
+    ];
+    for source in sources {
+        let mut partials = Vec::new();
+        let report = pipeline
+            .run(
+                source,
+                |batch, chunk, n, result| {
+                    batch.reduce(Reduce::Sum, n / 4, chunk, result)?;
+                    Ok(())
+                },
+                |k, result| partials.push((k, f32::from_le_bytes(result[..4].try_into().unwrap()))),
+            )
+            .unwrap();
+        assert_eq!(report.chunks, 11);
+        assert_eq!(report.bytes, bytes.len() as u64);
+        assert!(report.window_bytes < bytes.len() as u64 / 3);
+        for (i, (k, got)) in partials.iter().enumerate() {
+            assert_eq!(*k, i as u64, "results come back in order");
+            let chunk = &values[i * 16384..((i + 1) * 16384).min(values.len())];
+            let want: f64 = chunk.iter().map(|&v| v as f64).sum();
+            assert!(
+                ((*got as f64) - want).abs() / want < 1e-5,
+                "chunk {i}: {got} vs {want}"
+            );
+        }
+    }
+    // A reader that ends early: a typed I/O error, not a panic.
+    let mut short = std::io::Cursor::new(vec![0u8; 1000]);
+    let err = pipeline
+        .run(
+            Source::Reader(&mut short, 1 << 20),
+            |_, _, _, _| Ok(()),
+            |_, _| {},
+        )
+        .unwrap_err();
+    assert!(matches!(err, vramkit::Error::Io { .. }), "{err}");
+    assert!(Pipeline::new(
+        &kernels,
+        &up,
+        PipelineConfig {
+            chunk_bytes: 6,
+            ..config
+        }
+    )
+    .is_err());
+}

@@ -88,51 +88,192 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
 }
 
 /// Kernel bandwidth and CPU cost per dispatch inside a batch.
+/// Best seconds per call of `record` over three batches of `reps` calls, each timed from
+/// submit to completion (after one warm-up batch).
+fn time_batch<'a>(
+    gpu: &Gpu,
+    kernels: &'a vramkit::kernels::Kernels,
+    reps: usize,
+    record: impl Fn(&mut vramkit::kernels::Batch<'a>),
+) -> f64 {
+    let run = |reps: usize| {
+        let mut b = kernels.batch();
+        for _ in 0..reps {
+            record(&mut b);
+        }
+        let t = Instant::now();
+        let idx = b.submit().expect("submit");
+        gpu.wait_for(idx).expect("wait");
+        t.elapsed().as_secs_f64()
+    };
+    run(1);
+    (0..3).map(|_| run(reps)).fold(f64::MAX, f64::min) / reps as f64
+}
+
 pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
-    use vramkit::kernels::Kernels;
+    use vramkit::kernels::{
+        Binary, KernelOptions, Kernels, MatmulInput, Reduce, ScanKind, ScanType, Unary,
+    };
     let arena = Arena::new(gpu, Default::default()).expect("arena");
     let kernels = Kernels::new(&arena).expect("kernels");
+    let portable = Kernels::with_options(&arena, KernelOptions::portable()).expect("kernels");
     println!("\n== kernels: f32, GB/s counting bytes read + written ==");
     let n: usize = if gpu.is_cpu() { 1 << 22 } else { 1 << 26 };
     let x = arena.alloc_typed::<f32>(n, "x").expect("x");
     let y = arena.alloc_typed::<f32>(n, "y").expect("y");
+    let z = arena.alloc_typed::<f32>(n, "z").expect("z");
     let data: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
-    gpu.queue()
-        .write_buffer(x.buffer(), x.offset(), bytemuck::cast_slice(&data));
-    gpu.queue()
-        .write_buffer(y.buffer(), y.offset(), bytemuck::cast_slice(&data));
-    let reps = if gpu.is_cpu() { 5 } else { 50 };
+    for a in [&x, &y, &z] {
+        gpu.queue()
+            .write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&data));
+    }
+    let reps = if gpu.is_cpu() { 3 } else { 30 };
     println!(
-        "{:<8} {:>12} {:>10} {:>10}",
+        "{:<14} {:>12} {:>10} {:>10}",
         "kernel", "elements", "ms/call", "GB/s"
     );
-    // Bytes per element counted: read + written (sum: read only, two passes).
     let out = arena.alloc_typed::<f32>(1, "sum out").expect("out");
-    for (name, bytes_per_elem) in [("axpy", 12u64), ("copy", 8), ("fill", 4), ("sum", 4)] {
-        let run = |reps: usize| {
-            let mut b = kernels.batch();
-            for _ in 0..reps {
-                match name {
-                    "axpy" => b.axpy(n as u64, 1e-6, &x, &y).map(|_| ()),
-                    "copy" => b.copy(n as u64, &x, &y).map(|_| ()),
-                    "fill" => b.fill(n as u64, 1.0, &y).map(|_| ()),
-                    _ => b
-                        .reduce(vramkit::kernels::Reduce::Sum, n as u64, &x, &out)
-                        .map(|_| ()),
-                }
-                .expect("record");
-            }
-            let t = Instant::now();
-            let idx = b.submit().expect("submit");
-            gpu.wait_for(idx).expect("wait");
-            t.elapsed().as_secs_f64()
+    let nn = n as u64;
+    let side = (n as f64).sqrt() as u64; // square transpose
+    let (rows, cols) = (n as u64 / 16384, 16384u64); // softmax rows
+                                                     // (name, bytes per element read + written, elements)
+    let cases: [(&str, u64, u64); 12] = [
+        ("axpy", 12, nn),
+        ("copy", 8, nn),
+        ("fill", 4, nn),
+        ("add", 12, nn),
+        ("gelu", 8, nn),
+        ("sum", 4, nn),
+        ("sum_portable", 4, nn),
+        ("scan_u32", 8, nn),
+        ("scan_f32", 8, nn),
+        ("transpose", 8, side * side),
+        ("softmax", 8, rows * cols),
+        ("to_f16", 6, nn),
+    ];
+    let mut copy_gbps = 0.0;
+    for (name, bytes_per_elem, elems) in cases {
+        let k = if name == "sum_portable" {
+            &portable
+        } else {
+            &kernels
         };
-        run(2);
-        let secs = (0..3).map(|_| run(reps)).fold(f64::MAX, f64::min) / reps as f64;
-        let gbps = bytes_per_elem as f64 * n as f64 / secs / 1e9;
-        println!("{:<8} {:>12} {:>10.3} {:>10.1}", name, n, secs * 1e3, gbps);
+        let secs = time_batch(gpu, k, reps, |b| {
+            match name {
+                "axpy" => b.axpy(nn, 1e-6, &x, &y).map(|_| ()),
+                "copy" => b.copy(nn, &x, &y).map(|_| ()),
+                "fill" => b.fill(nn, 1.0, &y).map(|_| ()),
+                "add" => b.binary(Binary::Add, nn, &x, &y, &z).map(|_| ()),
+                "gelu" => b.map(Unary::Gelu, nn, &x, &y).map(|_| ()),
+                "sum" | "sum_portable" => b.reduce(Reduce::Sum, nn, &x, &out).map(|_| ()),
+                "scan_u32" => b
+                    .scan(ScanType::U32, ScanKind::Inclusive, nn, &x, &y)
+                    .map(|_| ()),
+                "scan_f32" => b
+                    .scan(ScanType::F32, ScanKind::Inclusive, nn, &x, &y)
+                    .map(|_| ()),
+                "transpose" => b.transpose(side, side, &x, &y).map(|_| ()),
+                "softmax" => b.softmax_rows(rows, cols, &x, &y).map(|_| ()),
+                _ => b.to_f16(nn, &x, &y).map(|_| ()),
+            }
+            .expect("record");
+        });
+        let gbps = bytes_per_elem as f64 * elems as f64 / secs / 1e9;
+        println!(
+            "{:<14} {:>12} {:>10.3} {:>10.1}",
+            name,
+            elems,
+            secs * 1e3,
+            gbps
+        );
         figures.add(format!("kernel_{name}_gbps"), format!("{gbps:.1}"));
+        if name == "copy" {
+            copy_gbps = gbps;
+        }
+        if name.starts_with("scan") {
+            figures.add(
+                format!("kernel_{name}_vs_copy"),
+                format!("{:.2}", gbps / copy_gbps),
+            );
+        }
     }
+    drop((x, y, z));
+
+    // Matmul: TFLOP/s at m = n = k, with a spot check of 32 entries against the CPU.
+    let dim: u64 = if gpu.is_cpu() { 512 } else { 4096 };
+    let d = dim as usize;
+    let a_data: Vec<f32> = (0..d * d)
+        .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let b_data: Vec<f32> = (0..d * d)
+        .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
+        .collect();
+    let to_half = |v: &[f32]| -> Vec<u16> {
+        v.iter()
+            .map(|&f| half::f16::from_f32(f).to_bits())
+            .collect()
+    };
+    let a = arena.alloc_typed::<f32>(d * d, "a").expect("a");
+    let b = arena.alloc_typed::<f32>(d * d, "b").expect("b");
+    let ah = arena.alloc(2 * dim * dim, "a f16").expect("a16");
+    let bh = arena.alloc(2 * dim * dim, "b f16").expect("b16");
+    let c = arena.alloc_typed::<f32>(d * d, "c").expect("c");
+    let q = gpu.queue();
+    q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
+    q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
+    q.write_buffer(
+        ah.buffer(),
+        ah.offset(),
+        bytemuck::cast_slice(&to_half(&a_data)),
+    );
+    q.write_buffer(
+        bh.buffer(),
+        bh.offset(),
+        bytemuck::cast_slice(&to_half(&b_data)),
+    );
+    let mm_reps = if gpu.is_cpu() { 1 } else { 10 };
+    for (name, input, (ai, bi)) in [
+        ("matmul_f32", MatmulInput::F32, (&*a, &*b)),
+        ("matmul_f16", MatmulInput::F16, (&ah, &bh)),
+    ] {
+        let secs = time_batch(gpu, &kernels, mm_reps, |batch| {
+            batch
+                .matmul(input, dim, dim, dim, ai, bi, &c)
+                .expect("record");
+        });
+        let got =
+            vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), d * d).expect("read");
+        let tol = if input == MatmulInput::F32 {
+            1e-4
+        } else {
+            2e-2
+        };
+        for s in 0..32 {
+            let (i, j) = ((s * 131) % d, (s * 977) % d);
+            let want: f64 = (0..d)
+                .map(|p| a_data[i * d + p] as f64 * b_data[p * d + j] as f64)
+                .sum();
+            let mag: f64 = (0..d)
+                .map(|p| (a_data[i * d + p] as f64 * b_data[p * d + j] as f64).abs())
+                .sum();
+            let err = (got[i * d + j] as f64 - want).abs() / mag;
+            assert!(
+                err < tol,
+                "{name}: c[{i}][{j}] = {} want {want} (err {err:e})",
+                got[i * d + j]
+            );
+        }
+        let tflops = 2.0 * (dim as f64).powi(3) / secs / 1e12;
+        println!(
+            "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
+            name,
+            format!("{dim}^3"),
+            secs * 1e3,
+            tflops
+        );
+        figures.add(format!("kernel_{name}_tflops"), format!("{tflops:.2}"));
+    }
+    drop((a, b, ah, bh, c));
 
     // CPU cost of recording a dispatch inside a batch (small n, nothing waits on the GPU).
     let small = arena.alloc_typed::<f32>(1024, "small").expect("small");
@@ -153,8 +294,6 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     figures.add("kernel_cpu_us_per_dispatch", format!("{:.3}", best * 1e6));
 }
 
-/// Upload through the staging ring against `Queue::write_buffer` and wgpu's `StagingBelt`,
-/// each timed from the first byte to the GPU having all of it.
 pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     use vramkit::stream::{Uploader, UploaderConfig};
     let size: u64 = if gpu.is_cpu() { 128 << 20 } else { 1 << 30 };

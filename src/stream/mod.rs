@@ -7,11 +7,17 @@
 //!
 //! [`Downloader`] is the reverse: a ring of `MAP_READ` staging buffers with several chunk
 //! copies in flight while the current chunk is copied out of mapped memory.
+//!
+//! [`Pipeline`] streams a source larger than GPU memory (a memory-mapped file, any
+//! `Read`) through a fixed window of device chunks, overlapping the upload of chunk `k + 1`
+//! with the kernels on chunk `k` and the readback of chunk `k - 1`'s result.
 
 mod downloader;
+mod pipeline;
 mod uploader;
 
 pub use downloader::{Downloader, DownloaderConfig};
+pub use pipeline::{Pipeline, PipelineConfig, PipelineReport, Source};
 pub use uploader::{Uploader, UploaderConfig, UploaderStats};
 
 use crate::arena::Allocation;

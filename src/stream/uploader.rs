@@ -139,43 +139,110 @@ impl Uploader {
         Ok(())
     }
 
+    /// Uploads `len` bytes into `dst` at `offset` by letting `fill` write them straight
+    /// into mapped staging memory, chunk by chunk: `fill(position, bytes)` gets the
+    /// position of `bytes` within the upload. Nothing is copied on the host besides what
+    /// `fill` writes (copy from a memory-mapped file, decode, generate). The view is
+    /// write-only ([`wgpu::WriteOnly`]): mapped memory may be write-combined, where reads
+    /// are slow.
+    ///
+    /// `offset` and `len` must be multiples of 4 (staging copies move whole words; use
+    /// [`upload`](Self::upload) for unaligned ranges). When `fill` fails, its error is
+    /// returned and the chunks before it stay uploaded.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// # let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+    /// let dst = arena.alloc(4 << 20, "ramp")?;
+    /// let source: Vec<u8> = (0..4 << 20).map(|i| i as u8).collect(); // or a memory map
+    /// uploader.upload_with(&dst, 0, 4 << 20, |pos, mut bytes| {
+    ///     let pos = pos as usize;
+    ///     bytes.copy_from_slice(&source[pos..pos + bytes.len()]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn upload_with(
+        &self,
+        dst: &Allocation,
+        offset: u64,
+        len: u64,
+        mut fill: impl FnMut(u64, wgpu::WriteOnly<'_, [u8]>) -> Result<()>,
+    ) -> Result<()> {
+        super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
+        if offset % 4 != 0 || len % 4 != 0 {
+            return Err(Error::invalid(
+                format!("an in-place upload of {len} bytes at offset {offset} (not whole words)"),
+                "use offsets and lengths that are multiples of 4, or Uploader::upload",
+            ));
+        }
+        let chunk = self.config.chunk_size;
+        let mut pos = 0;
+        while pos < len {
+            let n = chunk.min(len - pos);
+            self.copy_chunk(dst, offset + pos, n, |staging| {
+                let mut view = staging.get_mapped_range_mut(..n).map_err(map_error)?;
+                fill(pos, view.slice(..))
+            })?;
+            pos += n;
+        }
+        self.ring.lock().stats.bytes += len;
+        Ok(())
+    }
+
     fn copy_words(&self, dst: &Allocation, at: u64, body: &[u8]) -> Result<()> {
         let chunk = self.config.chunk_size as usize;
         for (k, piece) in body.chunks(chunk).enumerate() {
-            let index = self.acquire()?;
-            let staging = self.ring.lock().buffers[index].clone();
-            let n = piece.len() as u64;
-            self.fill(&staging, piece)?;
-            staging.unmap();
-            let mut encoder =
-                self.gpu
-                    .device()
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("vramkit upload"),
-                    });
-            let target = dst.offset() + at + (k * chunk) as u64;
-            encoder.copy_buffer_to_buffer(&staging, 0, dst.buffer(), target, n);
-            self.gpu.scoped("submitting an upload chunk", || {
-                self.gpu.queue().submit([encoder.finish()])
+            let target = at + (k * chunk) as u64;
+            self.copy_chunk(dst, target, piece.len() as u64, |staging| {
+                self.fill(staging, piece)
             })?;
-            // Re-map for the next use; wgpu resolves this once the copy has finished.
-            let tx = self.ready_tx.clone();
-            staging.map_async(wgpu::MapMode::Write, .., move |r| {
-                if r.is_ok() {
-                    let _ = tx.send(index);
-                }
-            });
-            self.ring.lock().stats.chunks += 1;
         }
+        Ok(())
+    }
+
+    /// One chunk: a mapped staging buffer from the ring, `write` fills its first `n`
+    /// bytes, then the copy into `dst` at byte `at` of the allocation is submitted and the
+    /// buffer re-mapped (wgpu resolves the map once the copy has finished). When `write`
+    /// fails the buffer goes back to the ring unsubmitted.
+    fn copy_chunk(
+        &self,
+        dst: &Allocation,
+        at: u64,
+        n: u64,
+        write: impl FnOnce(&wgpu::Buffer) -> Result<()>,
+    ) -> Result<()> {
+        let index = self.acquire()?;
+        let staging = self.ring.lock().buffers[index].clone();
+        if let Err(e) = write(&staging) {
+            self.ring.lock().free.push(index);
+            return Err(e);
+        }
+        staging.unmap();
+        let mut encoder =
+            self.gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit upload"),
+                });
+        encoder.copy_buffer_to_buffer(&staging, 0, dst.buffer(), dst.offset() + at, n);
+        self.gpu.scoped("submitting an upload chunk", || {
+            self.gpu.queue().submit([encoder.finish()])
+        })?;
+        let tx = self.ready_tx.clone();
+        staging.map_async(wgpu::MapMode::Write, .., move |r| {
+            if r.is_ok() {
+                let _ = tx.send(index);
+            }
+        });
+        self.ring.lock().stats.chunks += 1;
         Ok(())
     }
 
     /// Writes `piece` into the mapped staging buffer, split across threads when large.
     fn fill(&self, staging: &wgpu::Buffer, piece: &[u8]) -> Result<()> {
-        let map_err = |e: wgpu::MapRangeError| Error::Device {
-            during: "writing a staging buffer".into(),
-            message: e.to_string(),
-        };
+        let map_err = map_error;
         let threads = self.config.copy_threads;
         let n = piece.len();
         if threads <= 1 || n < (1 << 20) {
@@ -312,6 +379,13 @@ impl Uploader {
         )?;
         self.ring.lock().stats.patches += 1;
         Ok(())
+    }
+}
+
+fn map_error(e: wgpu::MapRangeError) -> Error {
+    Error::Device {
+        during: "writing a staging buffer".into(),
+        message: e.to_string(),
     }
 }
 
