@@ -120,7 +120,7 @@ impl<'k> Pipeline<'k> {
         uploader: &'k Uploader,
         config: PipelineConfig,
     ) -> Result<Pipeline<'k>> {
-        if config.chunk_bytes == 0 || config.chunk_bytes % 4 != 0 || config.slots < 1 {
+        if config.chunk_bytes == 0 || !config.chunk_bytes.is_multiple_of(4) || config.slots < 1 {
             return Err(Error::invalid(
                 format!(
                     "a pipeline of {} chunks of {} bytes",

@@ -171,7 +171,7 @@ impl Uploader {
         mut fill: impl FnMut(u64, wgpu::WriteOnly<'_, [u8]>) -> Result<()>,
     ) -> Result<()> {
         super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
-        if offset % 4 != 0 || len % 4 != 0 {
+        if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
             return Err(Error::invalid(
                 format!("an in-place upload of {len} bytes at offset {offset} (not whole words)"),
                 "use offsets and lengths that are multiples of 4, or Uploader::upload",
