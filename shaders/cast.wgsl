@@ -1,7 +1,8 @@
-// f32 <-> f16 casts. The prefix defines `H2` (a pair of f16 in 4 bytes: `vec2<f16>` with
-// SHADER_F16, else a `u32` packed by pack2x16float) and its conversions; the memory layout
-// is the same, so either variant reads what the other wrote. One invocation per pair.
-// f16 arrays of odd length end in a half-used word: to_f16 keeps its upper half.
+// f32 <-> f16 casts. The prefix defines `H2` (a pair of f16 in a `u32` word, packed by
+// pack2x16float), its conversions and its bits; the layout is that of `array<f16>`.
+// One invocation per pair. (naga cannot bitcast `vec2<f16>` to `u32`, which the odd tail
+// needs, so this shader has no native-f16 variant.)
+// f16 arrays of odd length end in a half-used word: to_f16 keeps its upper half's bits.
 // Values beyond the f16 range (+-65504) convert to implementation-defined values.
 // Bindings: f (the f32 array) and h (the f16 pairs), for both directions.
 
@@ -33,13 +34,14 @@ fn to_f16(@builtin(workgroup_id) wg: vec3<u32>,
     if i >= params.n {
         return;
     }
-    var hi: f32;
     if i + 1u < params.n {
-        hi = f[i + 1u];
+        h[w] = f32_to_h2(vec2<f32>(f[i], f[i + 1u]));
     } else {
-        hi = h2_to_f32(h[w]).y;
+        // The last element of an odd count: keep the upper half's bits exactly (through
+        // a float conversion a NaN there could change payload).
+        let low = h2_bits(f32_to_h2(vec2<f32>(f[i], 0.0))) & 0xffffu;
+        h[w] = bits_h2((h2_bits(h[w]) & 0xffff0000u) | low);
     }
-    h[w] = f32_to_h2(vec2<f32>(f[i], hi));
 }
 
 @compute @workgroup_size(256)

@@ -1,6 +1,7 @@
 //! f32 <-> f16 casts (`shaders/cast.wgsl`). An f16 array of `n` elements takes
-//! `2 * n` bytes rounded up to 4; with `SHADER_F16` the kernels read and write `f16`
-//! natively, elsewhere pairs packed in `u32` words; the layout is the same.
+//! `2 * n` bytes rounded up to 4, pairs of halves in little-endian words: the layout of
+//! WGSL's `array<f16>` and of `half::f16` slices. The casts convert with
+//! `pack2x16float` / `unpack2x16float` on every adapter (no feature needed).
 
 use super::{check_count, check_len, grid, Batch, Bindings, Bound, Params, WORKGROUP};
 use crate::arena::Allocation;
@@ -20,12 +21,7 @@ impl<'a> Batch<'a> {
         if n == 0 {
             return Ok(());
         }
-        let shader = if self.kernels.native_f16 {
-            &shaders::CAST_F16_NATIVE
-        } else {
-            &shaders::CAST_F16_PACKED
-        };
-        let pipeline = self.kernels.pipeline(shader, entry)?;
+        let pipeline = self.kernels.pipeline(&shaders::CAST_F16_PACKED, entry)?;
         let params: Params = [n as u32, 0, 0, 0, 0, 0, 0, 0];
         let groups = grid(n.div_ceil(2), WORKGROUP, self.gpu());
         self.dispatch(

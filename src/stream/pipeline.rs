@@ -77,8 +77,8 @@ struct Slot {
     readback: wgpu::Buffer,
     /// 0 idle, 1 map requested, 2 mapped, 3 map failed.
     state: Arc<AtomicU8>,
-    /// The chunk whose result is in flight here.
-    pending: Option<(u64, u64)>,
+    /// The chunk whose result is in flight here, and the submission that produces it.
+    pending: Option<(u64, wgpu::SubmissionIndex)>,
 }
 
 /// Streams a source through a window of device chunks: upload chunk k+1 while a kernel
@@ -207,7 +207,7 @@ impl<'k> Pipeline<'k> {
                 0,
                 self.config.result_bytes,
             );
-            batch.submit()?;
+            let submitted = batch.submit()?;
             slot.state.store(1, Ordering::Release);
             let state = slot.state.clone();
             slot.readback
@@ -215,7 +215,7 @@ impl<'k> Pipeline<'k> {
                 .map_async(wgpu::MapMode::Read, move |r| {
                     state.store(if r.is_ok() { 2 } else { 3 }, Ordering::Release);
                 });
-            self.slots[s].pending = Some((k, n));
+            self.slots[s].pending = Some((k, submitted));
             pos += n;
             k += 1;
             gpu.poll(); // run map callbacks that are ready, without blocking
@@ -238,13 +238,15 @@ impl<'k> Pipeline<'k> {
 
     /// Waits for slot `s`'s result (if one is in flight) and hands it to `collect`.
     fn finish_slot(&mut self, s: usize, collect: &mut impl FnMut(u64, &[u8])) -> Result<()> {
-        let Some((k, _)) = self.slots[s].pending.take() else {
+        let Some((k, submitted)) = self.slots[s].pending.take() else {
             return Ok(());
         };
         let gpu = self.kernels.arena().gpu();
         let slot = &self.slots[s];
+        // Wait for this slot's own submission only: waiting for the whole queue would
+        // also wait for the uploads of later chunks and serialise the pipeline.
         while slot.state.load(Ordering::Acquire) == 1 {
-            gpu.wait_idle()?;
+            gpu.wait_for(submitted.clone())?;
         }
         if slot.state.load(Ordering::Acquire) == 3 {
             return Err(Error::Device {
