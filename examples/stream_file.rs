@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::init();
     let gpu = Gpu::headless()?;
     println!("{}", gpu.describe());
-    let (default_mib, default_chunk) = if gpu.is_cpu() { (48, 4) } else { (4096, 64) };
+    let (default_mib, default_chunk) = if gpu.is_cpu() { (48, 4) } else { (4096, 32) };
     let mib: u64 = arg("--mib").map_or(Ok(default_mib), |s| s.parse())?;
     let chunk_mib: u64 = arg("--chunk-mib").map_or(Ok(default_chunk), |s| s.parse())?;
     let path = arg("--path").map_or_else(
@@ -136,6 +136,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("stream_gbps: {:.2}", report.gbps());
     println!("upload_gbps: {upload_gbps:.2}");
     println!("stream_vs_upload: {:.2}", report.gbps() / upload_gbps);
+    let st = uploader.stats();
+    println!(
+        "staging: {} buffers created ({}), {} waits for a free one",
+        st.staging_created,
+        fmt_bytes(st.staging_bytes),
+        st.waits
+    );
     println!("sum: gpu {got:.3} cpu {want:.3} (relative error {rel:.1e})");
     drop(map);
     let _ = std::fs::remove_file(&path);

@@ -8,7 +8,7 @@
 //
 // No unbounded waiting (decoupled fallback, Smith, Levien & Owens, "Decoupled Fallback: A
 // Portable Single-Pass GPU Scan", 2025): a workgroup reads a predecessor's state at most
-// SPINS times; if it is still unpublished, the whole workgroup reduces that predecessor's
+// SPINS rounds; if it is still unpublished, the whole workgroup reduces that predecessor's
 // input itself and steps on. So the scan needs no forward-progress guarantee between
 // workgroups, and it survives drivers that bound loops (llvmpipe ends a shader's loops
 // after 65535 iterations in total, which an unbounded spin on a busy machine exceeds).
@@ -47,15 +47,20 @@ const PER: u32 = 16u;
 const TILE: u32 = 4096u;
 const AGGREGATE: u32 = 1u;
 const PREFIX: u32 = 2u;
-const SPINS: u32 = 256u;
+// Look-back rounds without progress before a workgroup reduces the stalled tile itself.
+const SPINS: u32 = 32u;
 
 // The tile in workgroup memory, one padding slot per 16 elements: invocation t reads
 // elements 16t..16t+15, and without padding 32 invocations would hit 2 memory banks.
 var<workgroup> buf: array<T, 4352>;
 var<workgroup> sums: array<T, 256>;
 var<workgroup> tile_id: u32;
-var<workgroup> look_flag: u32;
-var<workgroup> look_value: T;
+const LOOK: u32 = 32u;
+var<workgroup> look_flags: array<u32, 32>;
+var<workgroup> look_values: array<T, 32>;
+var<workgroup> look_status: u32;
+var<workgroup> look_count: u32;
+var<workgroup> look_sum: T;
 var<workgroup> fallback: array<T, 256>;
 
 fn slot(i: u32) -> u32 {
@@ -113,7 +118,10 @@ fn scan(@builtin(local_invocation_index) t: u32) {
         workgroupBarrier();
     }
 
-    // Look-back, in uniform control flow (the fallback needs the whole workgroup).
+    // Look-back, in uniform control flow (the fallback needs the whole workgroup). Each
+    // round reads the states of the 32 tiles before `j` at once (one memory latency for
+    // 32 tiles instead of one per tile), then invocation 0 sums them from the nearest back
+    // to the first inclusive prefix, or up to the first tile that has published nothing.
     let aggregate = sums[WG - 1u];
     var prefix = T(0);
     if tile == 0u {
@@ -125,47 +133,79 @@ fn scan(@builtin(local_invocation_index) t: u32) {
             publish(tile, aggregate, AGGREGATE);
         }
         var j = tile - 1u;
+        var stalls = 0u;
         loop {
+            if t < LOOK {
+                var flag = 0u;
+                if t <= j {
+                    let w0 = atomicLoad(&state[1u + 2u * (j - t)]);
+                    let w1 = atomicLoad(&state[2u + 2u * (j - t)]);
+                    // Unpublished, or caught between two publications: not ready.
+                    if (w0 >> 16u) == (w1 >> 16u) {
+                        flag = w0 >> 16u;
+                        look_values[t] = from_bits((w1 << 16u) | (w0 & 0xffffu));
+                    }
+                }
+                look_flags[t] = flag;
+            }
+            workgroupBarrier();
             if t == 0u {
-                look_flag = 0u;
-                for (var spin = 0u; spin < SPINS; spin++) {
-                    let w0 = atomicLoad(&state[1u + 2u * j]);
-                    let w1 = atomicLoad(&state[2u + 2u * j]);
-                    let flag = w0 >> 16u;
-                    // Unpublished, or caught between two publications: read again.
-                    if flag != 0u && flag == (w1 >> 16u) {
-                        look_flag = flag;
-                        look_value = from_bits((w1 << 16u) | (w0 & 0xffffu));
+                var sum = T(0);
+                var k = 0u;
+                var status = 0u; // 0: all 32 were aggregates, 1: reached a prefix, 2: stalled
+                loop {
+                    if k >= LOOK || k > j {
+                        break;
+                    }
+                    let f = look_flags[k];
+                    if f == 0u {
+                        status = 2u;
+                        break;
+                    }
+                    sum = look_values[k] + sum;
+                    k = k + 1u;
+                    if f == PREFIX {
+                        status = 1u;
                         break;
                     }
                 }
+                look_status = status;
+                look_count = k;
+                look_sum = sum;
             }
-            let flag = workgroupUniformLoad(&look_flag);
-            if flag != 0u {
-                prefix = look_value + prefix;
-            } else {
-                // Fallback: tile j (a full tile: only the last can be partial) reduced here.
-                let jbase = j * TILE;
-                var part = T(0);
-                for (var k = 0u; k < PER; k++) {
-                    part = part + x[jbase + k * WG + t];
-                }
-                fallback[t] = part;
-                workgroupBarrier();
-                for (var s = WG / 2u; s > 0u; s = s / 2u) {
-                    if t < s {
-                        fallback[t] = fallback[t] + fallback[t + s];
-                    }
-                    workgroupBarrier();
-                }
-                prefix = fallback[0] + prefix;
-            }
-            // Tile 0 publishes a prefix, so the walk ends there at the latest.
-            if flag == PREFIX || j == 0u {
+            let status = workgroupUniformLoad(&look_status);
+            prefix = look_sum + prefix;
+            if status == 1u {
                 break;
             }
-            j = j - 1u;
-            workgroupBarrier(); // everyone has read look_value before thread 0 rewrites it
+            j = j - look_count;
+            if status == 2u {
+                stalls = stalls + select(1u, 0u, look_count > 0u);
+                if stalls >= SPINS {
+                    // Fallback: tile j (a full tile: only the last can be partial) reduced
+                    // here from its input.
+                    let jbase = j * TILE;
+                    var part = T(0);
+                    for (var k = 0u; k < PER; k++) {
+                        part = part + x[jbase + k * WG + t];
+                    }
+                    fallback[t] = part;
+                    workgroupBarrier();
+                    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+                        if t < s {
+                            fallback[t] = fallback[t] + fallback[t + s];
+                        }
+                        workgroupBarrier();
+                    }
+                    prefix = fallback[0] + prefix;
+                    if j == 0u {
+                        break;
+                    }
+                    j = j - 1u;
+                    stalls = 0u;
+                }
+            }
+            workgroupBarrier(); // everyone has read look_sum before invocation 0 rewrites it
         }
         if t == 0u {
             publish(tile, prefix + aggregate, PREFIX);

@@ -53,6 +53,9 @@ struct Ring {
     buffers: Vec<wgpu::Buffer>,
     /// Staging buffers mapped and ready to be written.
     free: Vec<usize>,
+    /// Submissions of copies whose staging buffer is not back yet, oldest first: a full
+    /// ring waits for the oldest one only, so the GPU keeps copying the others meanwhile.
+    in_flight: std::collections::VecDeque<wgpu::SubmissionIndex>,
     stats: UploaderStats,
 }
 
@@ -100,6 +103,7 @@ impl Uploader {
             ring: Mutex::new(Ring {
                 buffers: Vec::new(),
                 free: Vec::new(),
+                in_flight: std::collections::VecDeque::new(),
                 stats: UploaderStats::default(),
             }),
             ready_tx,
@@ -227,7 +231,7 @@ impl Uploader {
                     label: Some("vramkit upload"),
                 });
         encoder.copy_buffer_to_buffer(&staging, 0, dst.buffer(), dst.offset() + at, n);
-        self.gpu.scoped("submitting an upload chunk", || {
+        let submitted = self.gpu.scoped("submitting an upload chunk", || {
             self.gpu.queue().submit([encoder.finish()])
         })?;
         let tx = self.ready_tx.clone();
@@ -236,7 +240,13 @@ impl Uploader {
                 let _ = tx.send(index);
             }
         });
-        self.ring.lock().stats.chunks += 1;
+        let mut ring = self.ring.lock();
+        ring.stats.chunks += 1;
+        ring.in_flight.push_back(submitted);
+        // Bounded by the ring: older entries than the ring's size are certainly done.
+        while ring.in_flight.len() > ring.buffers.len() {
+            ring.in_flight.pop_front();
+        }
         Ok(())
     }
 
@@ -277,7 +287,7 @@ impl Uploader {
     /// the ring is full) the next one the GPU releases.
     fn acquire(&self) -> Result<usize> {
         loop {
-            {
+            let oldest = {
                 let rx = self.ready_rx.lock();
                 let mut ring = self.ring.lock();
                 while let Ok(i) = rx.try_recv() {
@@ -299,9 +309,14 @@ impl Uploader {
                     return Ok(ring.buffers.len() - 1);
                 }
                 ring.stats.waits += 1;
+                ring.in_flight.pop_front()
+            };
+            // Back-pressure: wait for the oldest copy only (its re-map resolves in that
+            // poll); later copies keep the GPU busy meanwhile.
+            match oldest {
+                Some(index) => self.gpu.wait_for(index)?,
+                None => self.gpu.wait_idle()?,
             }
-            // Back-pressure: wait for submitted copies, which resolves their re-maps.
-            self.gpu.wait_idle()?;
         }
     }
 
