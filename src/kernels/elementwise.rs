@@ -268,7 +268,7 @@ impl<'a> Batch<'a> {
     /// ```no_run
     /// # fn main() -> vramkit::Result<()> {
     /// # use vramkit::{kernels::{Kernels, Unary}, Arena, Gpu};
-    /// # let arena = Arena::new(Gpu::headless()?, Default::default())?;
+    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
     /// # let kernels = Kernels::new(&arena)?;
     /// let x = arena.alloc(4096, "activations")?;
     /// let mut batch = kernels.batch();

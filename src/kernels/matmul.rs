@@ -24,7 +24,7 @@ impl<'a> Batch<'a> {
     /// ```no_run
     /// # fn main() -> vramkit::Result<()> {
     /// # use vramkit::{kernels::{Kernels, matmul::MatmulInput}, Arena, Gpu};
-    /// # let arena = Arena::new(Gpu::headless()?, Default::default())?;
+    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
     /// # let kernels = Kernels::new(&arena)?;
     /// let (m, n, k) = (512, 256, 1024);
     /// let a = arena.alloc(4 * m * k, "a")?;

@@ -166,7 +166,7 @@ impl KernelOptions {
 /// ```no_run
 /// # fn main() -> vramkit::Result<()> {
 /// use vramkit::{kernels::Kernels, Arena, Gpu};
-/// let arena = Arena::new(Gpu::headless()?, Default::default())?;
+/// let arena = Arena::new(&Gpu::headless()?, Default::default())?;
 /// let kernels = Kernels::new(&arena)?;
 /// let x = arena.alloc(4 << 20, "x")?;
 /// let y = arena.alloc(4 << 20, "y")?;

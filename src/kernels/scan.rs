@@ -35,7 +35,7 @@ impl<'a> Batch<'a> {
     /// ```no_run
     /// # fn main() -> vramkit::Result<()> {
     /// # use vramkit::{kernels::{Kernels, ScanKind, scan::ScanType}, Arena, Gpu};
-    /// # let arena = Arena::new(Gpu::headless()?, Default::default())?;
+    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
     /// # let kernels = Kernels::new(&arena)?;
     /// let counts = arena.alloc(4 * 1000, "counts")?;
     /// let offsets = arena.alloc(4 * 1000, "offsets")?;
