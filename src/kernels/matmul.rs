@@ -1,7 +1,6 @@
 //! Matrix products (`shaders/matmul.wgsl`): f32, and f16 inputs with f32 accumulation.
 
-use super::transpose::shape;
-use super::{check_f32, check_len, Batch, Bindings, Bound, Params};
+use super::{check_f32, check_len, overlaps, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -53,12 +52,7 @@ impl<'a> Batch<'a> {
         check_len(a, shape(m, k, "matmul input a")?, elem, "a")?;
         check_len(b, shape(k, n, "matmul input b")?, elem, "b")?;
         check_f32(c, shape(m, n, "matmul output c")?, "c")?;
-        let overlaps = |x: &Allocation| {
-            x.buffer() == c.buffer()
-                && x.offset() < c.offset() + c.size()
-                && c.offset() < x.offset() + x.size()
-        };
-        if overlaps(a) || overlaps(b) {
+        if overlaps(a, c) || overlaps(b, c) {
             return Err(Error::invalid(
                 "a matmul whose output overlaps an input",
                 "write c to its own allocation",

@@ -417,6 +417,32 @@ fn check_count(n: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a `rows x cols` shape: non-empty and indexable with 32-bit indices; returns
+/// the element count.
+fn shape(rows: u64, cols: u64, what: &str) -> Result<u64> {
+    if rows == 0 || cols == 0 {
+        return Err(Error::invalid(
+            format!("{what} of a {rows} x {cols} matrix"),
+            "pass at least one row and one column",
+        ));
+    }
+    rows.checked_mul(cols)
+        .filter(|&n| n <= u32::MAX as u64)
+        .ok_or_else(|| {
+            Error::invalid(
+                format!("{what}: {rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
+                "split the matrix",
+            )
+        })
+}
+
+/// True when `a` and `b` share bytes (for kernels whose output must not alias an input).
+fn overlaps(a: &Allocation, b: &Allocation) -> bool {
+    a.buffer() == b.buffer()
+        && a.offset() < b.offset() + b.size()
+        && b.offset() < a.offset() + a.size()
+}
+
 impl<'a> Batch<'a> {
     /// Number of kernel calls recorded so far.
     pub fn len(&self) -> usize {

@@ -2,7 +2,7 @@
 //! length, in one pass over memory (decoupled look-back; see the shader for how it works
 //! and what it assumes of the GPU).
 
-use super::{check_count, check_len, grid, Batch, Bindings, Bound, Params};
+use super::{check_count, check_len, grid, overlaps, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -61,10 +61,7 @@ impl<'a> Batch<'a> {
         }
         check_len(x, n, 4, "x")?;
         check_len(y, n, 4, "y")?;
-        if x.buffer() == y.buffer()
-            && x.offset() < y.offset() + y.size()
-            && y.offset() < x.offset() + x.size()
-        {
+        if overlaps(x, y) {
             return Err(Error::invalid(
                 format!(
                     "a scan from '{}' into the overlapping '{}'",

@@ -1,7 +1,6 @@
 //! Row-wise softmax (`shaders/softmax.wgsl`).
 
-use super::transpose::shape;
-use super::{check_f32, grid, Batch, Bindings, Bound, Params};
+use super::{check_f32, grid, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Result};
 

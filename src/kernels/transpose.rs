@@ -1,26 +1,8 @@
 //! Tiled transpose (`shaders/transpose.wgsl`).
 
-use super::{check_f32, grid, Batch, Bindings, Bound, Params};
+use super::{check_f32, grid, overlaps, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
-
-/// Checks a `rows x cols` shape: non-empty and indexable with 32-bit indices.
-pub(super) fn shape(rows: u64, cols: u64, what: &str) -> Result<u64> {
-    if rows == 0 || cols == 0 {
-        return Err(Error::invalid(
-            format!("{what} of a {rows} x {cols} matrix"),
-            "pass at least one row and one column",
-        ));
-    }
-    rows.checked_mul(cols)
-        .filter(|&n| n <= u32::MAX as u64)
-        .ok_or_else(|| {
-            Error::invalid(
-                format!("{what}: {rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
-                "split the matrix",
-            )
-        })
-}
 
 impl<'a> Batch<'a> {
     /// `y[c * rows + r] = x[r * cols + c]`: `y` (cols x rows) is the transpose of `x`
@@ -35,7 +17,7 @@ impl<'a> Batch<'a> {
         let n = shape(rows, cols, "transpose")?;
         check_f32(x, n, "x")?;
         check_f32(y, n, "y")?;
-        if x.buffer() == y.buffer() && x.offset() == y.offset() {
+        if overlaps(x, y) {
             return Err(Error::invalid(
                 "an in-place transpose",
                 "transpose into a second allocation",

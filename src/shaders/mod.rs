@@ -61,6 +61,14 @@ macro_rules! h2_packed {
          fn bits_h2(b: u32) -> u32 { return b; }\n"
     };
 }
+/// Matmul input loads from f16 pairs (after an `h2_*` prefix).
+macro_rules! f16_loads {
+    () => {
+        "alias In = H2;\n\
+         fn load_a(i: u32) -> f32 { return h2_to_f32(a[i >> 1u])[i & 1u]; }\n\
+         fn load_b(i: u32) -> f32 { return h2_to_f32(b[i >> 1u])[i & 1u]; }\n"
+    };
+}
 /// Prefix for native f16 pairs (`SHADER_F16`); same memory layout as the packed words.
 macro_rules! h2_native {
     () => {
@@ -142,14 +150,14 @@ shader!(
 shader!(
     /// Matmul of f16 inputs (packed pairs) with f32 accumulation and output.
     MATMUL_F16_PACKED = "matmul.wgsl (f16 packed)",
-    [h2_packed!(), "alias In = H2;\nfn load_a(i: u32) -> f32 { return h2_to_f32(a[i >> 1u])[i & 1u]; }\nfn load_b(i: u32) -> f32 { return h2_to_f32(b[i >> 1u])[i & 1u]; }\n",
+    [h2_packed!(), f16_loads!(),
      file!("matmul.wgsl")],
     NONE, true
 );
 shader!(
     /// Matmul of native f16 inputs with f32 accumulation and output.
     MATMUL_F16_NATIVE = "matmul.wgsl (f16 native)",
-    [h2_native!(), "alias In = H2;\nfn load_a(i: u32) -> f32 { return h2_to_f32(a[i >> 1u])[i & 1u]; }\nfn load_b(i: u32) -> f32 { return h2_to_f32(b[i >> 1u])[i & 1u]; }\n",
+    [h2_native!(), f16_loads!(),
      file!("matmul.wgsl")],
     wgpu::Features::SHADER_F16, true
 );
