@@ -158,9 +158,11 @@ fn cpu_scan_u32(x: &[u32], kind: ScanKind) -> Vec<u32> {
 #[test]
 fn scans_match_the_cpu_at_awkward_sizes() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let kernels = Kernels::new(&arena).unwrap();
     let mut r = rng();
-    for n in [1usize, 255, 256, 257, 4095, 4096, 4097, 7919, (1 << 20) + 3] {
+    // Tiles are 8192 elements; 2^21 + 3 is 257 tiles, more than one look-back window.
+    for (kernels, n) in variants(&arena).iter().flat_map(|k| {
+        [1usize, 255, 256, 257, 8191, 8192, 8193, 7919, (1 << 21) + 3].map(move |n| (k, n))
+    }) {
         // u32 values over the whole range, so sums wrap.
         let xu: Vec<u32> = (0..n).map(|_| r.gen()).collect();
         // f32 in [0, 1): the f64 reference then bounds the error by the prefix itself.
@@ -180,7 +182,12 @@ fn scans_match_the_cpu_at_awkward_sizes() {
             );
             batch.submit().unwrap();
             let want = cpu_scan_u32(&xu, kind);
-            assert_eq!(read::<u32>(&uo, n), want, "u32 {kind:?} n={n}");
+            let subgroups = kernels.options().subgroups;
+            assert_eq!(
+                read::<u32>(&uo, n),
+                want,
+                "u32 {kind:?} n={n} subgroups={subgroups}"
+            );
             let got = read::<f32>(&fo, n);
             let mut acc = 0f64;
             for (i, (&g, &v)) in got.iter().zip(&xf).enumerate() {
@@ -194,7 +201,7 @@ fn scans_match_the_cpu_at_awkward_sizes() {
                 let err = (g as f64 - w).abs() / w.max(1.0);
                 assert!(
                     err < 1e-4,
-                    "f32 {kind:?} n={n}: element {i} is {g}, want {w}"
+                    "f32 {kind:?} n={n} subgroups={subgroups}: element {i} is {g}, want {w}"
                 );
             }
         }

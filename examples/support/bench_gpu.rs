@@ -129,7 +129,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     }
     let reps = if gpu.is_cpu() { 3 } else { 30 };
     println!(
-        "{:<14} {:>12} {:>10} {:>10}",
+        "{:<18} {:>12} {:>10} {:>10}",
         "kernel", "elements", "ms/call", "GB/s"
     );
     let out = arena.alloc_typed::<f32>(1, "sum out").expect("out");
@@ -137,7 +137,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     let side = (n as f64).sqrt() as u64; // square transpose
     let (rows, cols) = (n as u64 / 16384, 16384u64); // softmax rows
                                                      // (name, bytes per element read + written, elements)
-    let cases: [(&str, u64, u64); 12] = [
+    let cases: [(&str, u64, u64); 13] = [
         ("axpy", 12, nn),
         ("copy", 8, nn),
         ("fill", 4, nn),
@@ -147,13 +147,14 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         ("sum_portable", 4, nn),
         ("scan_u32", 8, nn),
         ("scan_f32", 8, nn),
+        ("scan_u32_portable", 8, nn),
         ("transpose", 8, side * side),
         ("softmax", 8, rows * cols),
         ("to_f16", 6, nn),
     ];
     let mut copy_gbps = 0.0;
     for (name, bytes_per_elem, elems) in cases {
-        let k = if name == "sum_portable" {
+        let k = if name.ends_with("_portable") {
             &portable
         } else {
             &kernels
@@ -166,7 +167,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
                 "add" => b.binary(Binary::Add, nn, &x, &y, &z).map(|_| ()),
                 "gelu" => b.map(Unary::Gelu, nn, &x, &y).map(|_| ()),
                 "sum" | "sum_portable" => b.reduce(Reduce::Sum, nn, &x, &out).map(|_| ()),
-                "scan_u32" => b
+                "scan_u32" | "scan_u32_portable" => b
                     .scan(ScanType::U32, ScanKind::Inclusive, nn, &x, &y)
                     .map(|_| ()),
                 "scan_f32" => b
@@ -180,7 +181,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         });
         let gbps = bytes_per_elem as f64 * elems as f64 / secs / 1e9;
         println!(
-            "{:<14} {:>12} {:>10.3} {:>10.1}",
+            "{:<18} {:>12} {:>10.3} {:>10.1}",
             name,
             elems,
             secs * 1e3,

@@ -6,8 +6,10 @@ use super::{check_count, check_len, grid, overlaps, Batch, Bindings, Bound, Para
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
-/// Elements one workgroup scans.
-const TILE: u64 = 4096;
+/// Elements one workgroup scans (`WG * PER` in shaders/scan_workgroup.wgsl).
+const TILE: u64 = 8192;
+/// Elements one workgroup scans with subgroup operations (shaders/scan_subgroup.wgsl).
+const TILE_SUBGROUP: u64 = 4096;
 
 /// Inclusive (`y[i] = x[0] + ... + x[i]`) or exclusive (`y[i] = x[0] + ... + x[i-1]`,
 /// `y[0] = 0`).
@@ -71,7 +73,8 @@ impl<'a> Batch<'a> {
                 "scan into a second allocation",
             ));
         }
-        let tiles = n.div_ceil(TILE);
+        let subgroups = self.kernels.subgroups;
+        let tiles = n.div_ceil(if subgroups { TILE_SUBGROUP } else { TILE });
         // Tile counter, then two words per tile, zeroed in this batch before the scan.
         let words = 1 + 2 * tiles;
         let state = self.scratch(words * 4, "scan state")?;
@@ -82,9 +85,11 @@ impl<'a> Batch<'a> {
             [0.0; 3],
             Bindings::two(state.clone(), state.clone()),
         )?;
-        let shader = match ty {
-            ScanType::U32 => &shaders::SCAN_U32,
-            ScanType::F32 => &shaders::SCAN_F32,
+        let shader = match (ty, subgroups) {
+            (ScanType::U32, false) => &shaders::SCAN_U32,
+            (ScanType::F32, false) => &shaders::SCAN_F32,
+            (ScanType::U32, true) => &shaders::SCAN_U32_SUBGROUP,
+            (ScanType::F32, true) => &shaders::SCAN_F32_SUBGROUP,
         };
         let pipeline = self.kernels.pipeline(shader, "scan")?;
         let params: Params = [

@@ -122,15 +122,29 @@ shader!(
     /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
     SCAN_U32 = "scan.wgsl (u32)",
     ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     file!("scan.wgsl")],
+     file!("scan_workgroup.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of f32.
     SCAN_F32 = "scan.wgsl (f32)",
     ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     file!("scan.wgsl")],
+     file!("scan_workgroup.wgsl"), file!("scan.wgsl")],
     NONE, true
+);
+shader!(
+    /// [`SCAN_U32`] with subgroup operations (two barriers per tile).
+    SCAN_U32_SUBGROUP = "scan.wgsl (u32, subgroup)",
+    ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
+     file!("scan_subgroup.wgsl"), file!("scan.wgsl")],
+    wgpu::Features::SUBGROUP, true
+);
+shader!(
+    /// [`SCAN_F32`] with subgroup operations (two barriers per tile).
+    SCAN_F32_SUBGROUP = "scan.wgsl (f32, subgroup)",
+    ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
+     file!("scan_subgroup.wgsl"), file!("scan.wgsl")],
+    wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// Tiled 2-D transpose of f32 through workgroup memory.
@@ -185,6 +199,8 @@ pub const ALL: &[Shader] = &[
     REDUCE_VEC4_SUBGROUP,
     SCAN_U32,
     SCAN_F32,
+    SCAN_U32_SUBGROUP,
+    SCAN_F32_SUBGROUP,
     TRANSPOSE,
     SOFTMAX,
     MATMUL_F32,
