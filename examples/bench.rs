@@ -13,7 +13,7 @@ mod bench_gpu;
 
 use std::io::BufReader;
 
-use alloc_bench::{churn, fifo, from_trace, lifo, ns_per_op, Offset, RangeAlloc};
+use alloc_bench::{churn, duel, fifo, from_trace, lifo, ns_per_op, Offset, RangeAlloc};
 use vramkit::alloc::RangeAllocator;
 
 /// Collects `name: value` lines to print after the tables.
@@ -46,14 +46,15 @@ fn suite_alloc(figures: &mut Figures) {
     if let Ok(only) = std::env::var("VRAMKIT_ALLOC_WORKLOADS") {
         workloads.retain(|w| only.split(',').any(|o| o == w.name));
     }
-    println!("\n== alloc: alloc+free, ns per operation (best of 7), lower is better ==");
+    println!("\n== alloc: alloc+free, ns per operation (best of >= 7 interleaved runs), lower is better ==");
     println!(
         "{:<10} {:>10} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "workload", "ops", "vramkit", "offset-all.", "range-alloc", "vs offset", "vs range"
     );
     for w in &workloads {
-        let (ours, f0) = ns_per_op::<RangeAllocator>(w, 7);
-        let (off, f1) = ns_per_op::<Offset>(w, 7);
+        // At least 7 runs and about two million operations each, interleaved.
+        let runs = (2_000_000 / w.ops.len().max(1)).clamp(7, 400);
+        let ((ours, f0), (off, f1)) = duel::<RangeAllocator, Offset>(w, runs);
         // range-alloc is O(n) per operation: one run is enough to rank it (and 20 s).
         let runs = if w.name == "churn80" { 1 } else { 3 };
         let (ra, f2) = if std::env::var("VRAMKIT_SKIP_RANGE_ALLOC").is_ok() {

@@ -234,3 +234,20 @@ pub fn ns_per_op<B: Bench>(w: &Workload, runs: usize) -> (f64, usize) {
     }
     (best * 1e9 / w.ops.len() as f64, failed)
 }
+
+/// Best of `runs` for two allocators, their runs interleaved so that a machine-wide slow
+/// spell (frequent in a shared VM) hits both alike: (ns per op, failures) for each.
+pub fn duel<A: Bench, B: Bench>(w: &Workload, runs: usize) -> ((f64, usize), (f64, usize)) {
+    let (mut best_a, mut best_b) = (f64::MAX, f64::MAX);
+    let (mut failed_a, mut failed_b) = (0, 0);
+    for _ in 0..runs {
+        let (s, f) = run_once::<A>(w);
+        best_a = best_a.min(s);
+        failed_a = f;
+        let (s, f) = run_once::<B>(w);
+        best_b = best_b.min(s);
+        failed_b = f;
+    }
+    let per_op = |s: f64| s * 1e9 / w.ops.len() as f64;
+    ((per_op(best_a), failed_a), (per_op(best_b), failed_b))
+}

@@ -11,11 +11,12 @@
 //! 1. The nodes, in address order, tile `[0, capacity)` exactly: no gap, no overlap.
 //! 2. No two address-adjacent nodes are both free (frees merge immediately).
 //! 3. A free node is in exactly the list of `bin_round_down(size)`; bitmaps mark exactly the
-//!    non-empty lists.
+//!    non-empty lists, and the free bitmap marks exactly the free nodes.
 //! 4. `used_bytes + free_bytes == capacity`, and the counters equal what the nodes say.
-//! 5. A handle names a live used node only while its generation matches: a stale, double or
+//! 5. A handle names a live used node only while its stamp matches: a stale, double or
 //!    foreign free is an error, never corruption.
 
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::bins::{bin_round_down, bin_round_up, bin_size, BINS, SUB_BINS, TOP_BINS};
@@ -55,7 +56,9 @@ pub enum Placement {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RangeHandle {
     index: u32,
-    generation: u32,
+    /// The allocation's stamp, kept in its node while it lives. Never zero, so an
+    /// `Option<RangeHandle>` is as small as the handle.
+    stamp: NonZeroU32,
     allocator: u32,
 }
 
@@ -70,14 +73,15 @@ pub struct Range {
     pub handle: RangeHandle,
 }
 
-/// 32 bytes, two per cache line. Generations live in a parallel vector: only `free` and
-/// `range_of` read them.
+/// 32 bytes, two per cache line. A used node keeps its allocation's stamp in `bin_next`, so
+/// checking a handle reads the node that `free` touches anyway.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     offset: u64,
     size: u64,
     /// Previous node in the bin list, or `NONE`; `USED` for used nodes, `DEAD` for spares.
     bin_prev: u32,
+    /// Next node in the bin list, or `NONE`; a used node's stamp.
     bin_next: u32,
     addr_prev: u32,
     addr_next: u32,
@@ -108,8 +112,13 @@ pub struct RangeAllocator {
     capacity: u64,
     placement: Placement,
     nodes: Vec<Node>,
-    generations: Vec<u32>,
+    /// Stamp of the latest allocation; each allocation takes the next one.
+    stamp: u32,
     spare: Vec<u32>,
+    /// One bit per node slot, set while the node is a free range: `free` asks whether its
+    /// neighbours are free here, in a bitmap that stays in L1, and touches a neighbour's
+    /// node only to merge it (at 80 % occupancy most neighbours are used).
+    free_bits: Vec<u64>,
     heads: Box<[u32; BINS]>,
     sub_bits: [u8; TOP_BINS],
     top_bits: u64,
@@ -133,8 +142,9 @@ impl RangeAllocator {
             capacity,
             placement,
             nodes: Vec::new(),
-            generations: Vec::new(),
+            stamp: 0,
             spare: Vec::new(),
+            free_bits: Vec::new(),
             heads: Box::new([NONE; BINS]),
             sub_bits: [0; TOP_BINS],
             top_bits: 0,
@@ -154,8 +164,8 @@ impl RangeAllocator {
     /// same up front).
     pub fn reserve_ranges(&mut self, ranges: usize) {
         self.nodes.reserve(ranges);
-        self.generations.reserve(ranges);
         self.spare.reserve(ranges);
+        self.free_bits.reserve(ranges.div_ceil(64));
     }
 
     /// Bytes managed.
@@ -235,6 +245,9 @@ impl RangeAllocator {
                 free_bytes: self.free_bytes(),
             });
         };
+        if let Some(range) = self.carve_front(node, size, align) {
+            return Ok(range);
+        }
         self.remove_free(node);
         // Leading padding to reach the alignment becomes its own free range.
         let (offset, avail) = {
@@ -265,18 +278,72 @@ impl RangeAllocator {
         let n = &mut self.nodes[node as usize];
         n.offset = aligned;
         n.size = size;
+        Ok(self.mark_used(node, size))
+    }
+
+    /// The common case of an allocation, done in place: the free range `node` starts
+    /// aligned and is larger than `size`. The allocation becomes a new node in front and
+    /// `node` keeps the rest, staying in its bin list when the rest falls in the same bin
+    /// (a large range shrinking by a small request nearly always does). That skips the
+    /// removal and re-insertion which each write to another node of the bin list.
+    #[inline(always)]
+    fn carve_front(&mut self, node: u32, size: u64, align: u64) -> Option<Range> {
+        let (offset, avail, prev) = {
+            let n = &self.nodes[node as usize];
+            (n.offset, n.size, n.addr_prev)
+        };
+        if !offset.is_multiple_of(align) || avail == size {
+            return None;
+        }
+        self.reshape_free(node, offset + size, avail - size);
+        let used = self.new_node(offset, size, prev, node);
+        if prev != NONE {
+            self.nodes[prev as usize].addr_next = used;
+        }
+        self.nodes[node as usize].addr_prev = used;
+        Some(self.mark_used(used, size))
+    }
+
+    /// Moves or resizes the free range `n`, refiling it only if its bin changes: a
+    /// refile writes to two other nodes of the bin lists, which are rarely in cache.
+    #[inline(always)]
+    fn reshape_free(&mut self, n: u32, offset: u64, size: u64) {
+        let same_bin = bin_round_down(size) == bin_round_down(self.nodes[n as usize].size);
+        if !same_bin {
+            self.remove_free(n);
+        }
+        let node = &mut self.nodes[n as usize];
+        node.offset = offset;
+        node.size = size;
+        if !same_bin {
+            self.insert_free(n);
+        }
+    }
+
+    /// Marks `node` (offset and size set, in no bin list) as a live allocation.
+    #[inline(always)]
+    fn mark_used(&mut self, node: u32, size: u64) -> Range {
+        // Stamps run 1..=u32::MAX - 1 and wrap (u32::MAX would read as `NONE`).
+        self.stamp = if self.stamp >= u32::MAX - 1 {
+            1
+        } else {
+            self.stamp + 1
+        };
+        let stamp = NonZeroU32::new(self.stamp).unwrap_or(NonZeroU32::MIN);
+        let n = &mut self.nodes[node as usize];
         n.bin_prev = USED;
+        n.bin_next = stamp.get();
         self.used_bytes += size;
         self.used_count += 1;
-        Ok(Range {
-            offset: aligned,
+        Range {
+            offset: n.offset,
             size,
             handle: RangeHandle {
                 index: node,
-                generation: self.generations[node as usize],
+                stamp,
                 allocator: self.id,
             },
-        })
+        }
     }
 
     /// Frees the range `handle` names and merges it with free neighbours.
@@ -284,27 +351,42 @@ impl RangeAllocator {
     /// A handle from another allocator, or one already freed, is
     /// [`AllocError::InvalidHandle`] and changes nothing.
     pub fn free(&mut self, handle: RangeHandle) -> Result<u64, AllocError> {
-        let mut node = self.resolve(handle)?;
-        let size = self.nodes[node as usize].size;
+        let node = self.resolve(handle)?;
+        let (size, prev, next) = {
+            let n = &self.nodes[node as usize];
+            (n.size, n.addr_prev, n.addr_next)
+        };
+        // Both neighbours are read before either branch is taken, so their cache misses
+        // overlap instead of following one another (a random free misses on each).
+        let prev_free = prev != NONE && self.is_free(prev);
+        let next_free = next != NONE && self.is_free(next);
         self.used_bytes -= size;
         self.used_count -= 1;
-        self.nodes[node as usize].bin_prev = NONE;
-        self.generations[node as usize] = self.generations[node as usize].wrapping_add(1);
-        let prev = self.nodes[node as usize].addr_prev;
-        if prev != NONE && !self.nodes[prev as usize].used() {
-            // Absorb into the previous free range, which keeps its slot.
-            self.remove_free(prev);
-            self.nodes[prev as usize].size += self.nodes[node as usize].size;
-            self.unlink_and_release(node);
-            node = prev;
+        // A free neighbour absorbs the range (and the other neighbour, if it is free too)
+        // and keeps its slot and, usually, its bin.
+        match (prev_free, next_free) {
+            (false, false) => self.insert_free(node),
+            (true, false) => {
+                let grown = self.nodes[prev as usize].size + size;
+                let offset = self.nodes[prev as usize].offset;
+                self.unlink_and_release(node);
+                self.reshape_free(prev, offset, grown);
+            }
+            (false, true) => {
+                let grown = self.nodes[next as usize].size + size;
+                let offset = self.nodes[node as usize].offset;
+                self.unlink_and_release(node);
+                self.reshape_free(next, offset, grown);
+            }
+            (true, true) => {
+                let grown = self.nodes[prev as usize].size + size + self.nodes[next as usize].size;
+                let offset = self.nodes[prev as usize].offset;
+                self.remove_free(next);
+                self.unlink_and_release(node);
+                self.unlink_and_release(next);
+                self.reshape_free(prev, offset, grown);
+            }
         }
-        let next = self.nodes[node as usize].addr_next;
-        if next != NONE && !self.nodes[next as usize].used() {
-            self.remove_free(next);
-            self.nodes[node as usize].size += self.nodes[next as usize].size;
-            self.unlink_and_release(next);
-        }
-        self.insert_free(node);
         Ok(size)
     }
 
@@ -325,13 +407,15 @@ impl RangeAllocator {
     }
 
     fn first_node(&self) -> u32 {
-        // The node at offset 0 is never released: merges always absorb into the left node.
+        // Merges may release the node at offset 0 (a free right neighbour absorbs it), so
+        // look it up; O(n), like the walks that call this.
         self.nodes
             .iter()
             .position(|n| n.live() && n.offset == 0)
             .map_or(NONE, |i| i as u32)
     }
 
+    #[inline(always)]
     fn resolve(&self, handle: RangeHandle) -> Result<u32, AllocError> {
         if handle.allocator != self.id {
             return Err(AllocError::InvalidHandle {
@@ -339,38 +423,42 @@ impl RangeAllocator {
             });
         }
         match self.nodes.get(handle.index as usize) {
-            Some(n) if n.used() && self.generations[handle.index as usize] == handle.generation => {
-                Ok(handle.index)
-            }
+            Some(n) if n.used() && n.bin_next == handle.stamp.get() => Ok(handle.index),
             _ => Err(AllocError::InvalidHandle {
                 reason: "the range was already freed (double free or stale handle)",
             }),
         }
     }
 
+    #[inline(always)]
     fn find(&self, size: u64, needed: u64, align: u64) -> Option<u32> {
-        let tight = || self.scan_boundary_bin(size, needed, align);
-        let first_fit = || {
-            // Most ranges are already aligned (offsets of same-alignment requests stay
-            // aligned), so first try the bin for the bare size and check the padding of its
-            // head; only if that head cannot take the padding, search for size + align.
-            if needed > size {
-                if let Some(n) = self.head_at_or_above(size) {
-                    if self.fits(n, size, align) {
-                        return Some(n);
-                    }
+        if self.placement == Placement::BestFit {
+            if let Some(n) = self.scan_boundary_bin(size, needed, align) {
+                return Some(n);
+            }
+        }
+        // Most ranges are already aligned (offsets of same-alignment requests stay
+        // aligned), so first try the bin for the bare size and check the padding of its
+        // head; only if that head cannot take the padding, search for size + align.
+        if needed > size {
+            if let Some(n) = self.head_at_or_above(size) {
+                if self.fits(n, size, align) {
+                    return Some(n);
                 }
             }
-            self.head_at_or_above(needed)
-        };
+        }
+        if let Some(n) = self.head_at_or_above(needed) {
+            return Some(n);
+        }
+        // Good-fit looks at the boundary bin last, so a range that fits exactly (a fresh
+        // block the size of the request) is never refused.
         match self.placement {
-            Placement::BestFit => tight().or_else(first_fit),
-            // Good-fit still looks at the boundary bin last, so a range that fits exactly
-            // (a fresh block the size of the request) is never refused.
-            Placement::GoodFit => first_fit().or_else(tight),
+            Placement::GoodFit => self.scan_boundary_bin(size, needed, align),
+            Placement::BestFit => None,
         }
     }
 
+    #[inline(always)]
     fn head_at_or_above(&self, size: u64) -> Option<u32> {
         let bin = bin_round_up(size);
         if bin >= BINS {
@@ -379,6 +467,7 @@ impl RangeAllocator {
         self.first_nonempty_at_or_above(bin).map(|b| self.heads[b])
     }
 
+    #[inline(always)]
     fn fits(&self, n: u32, size: u64, align: u64) -> bool {
         let node = &self.nodes[n as usize];
         let pad = align_up(node.offset, align) - node.offset;
@@ -404,6 +493,7 @@ impl RangeAllocator {
         best.map(|(_, n)| n)
     }
 
+    #[inline(always)]
     fn first_nonempty_at_or_above(&self, bin: usize) -> Option<usize> {
         let top = bin / SUB_BINS;
         let sub = bin % SUB_BINS;
@@ -423,6 +513,12 @@ impl RangeAllocator {
         Some(t * SUB_BINS + self.sub_bits[t].trailing_zeros() as usize)
     }
 
+    #[inline(always)]
+    fn is_free(&self, n: u32) -> bool {
+        self.free_bits[n as usize / 64] & (1 << (n % 64)) != 0
+    }
+
+    #[inline(always)]
     fn new_node(&mut self, offset: u64, size: u64, addr_prev: u32, addr_next: u32) -> u32 {
         let node = Node {
             offset,
@@ -438,13 +534,16 @@ impl RangeAllocator {
                 i
             }
             None => {
+                if self.nodes.len().is_multiple_of(64) {
+                    self.free_bits.push(0);
+                }
                 self.nodes.push(node);
-                self.generations.push(0);
                 (self.nodes.len() - 1) as u32
             }
         }
     }
 
+    #[inline(always)]
     fn unlink_and_release(&mut self, n: u32) {
         let (prev, next) = {
             let node = &self.nodes[n as usize];
@@ -457,10 +556,10 @@ impl RangeAllocator {
             self.nodes[next as usize].addr_prev = prev;
         }
         self.nodes[n as usize].bin_prev = DEAD;
-        self.generations[n as usize] = self.generations[n as usize].wrapping_add(1);
         self.spare.push(n);
     }
 
+    #[inline(always)]
     fn insert_free(&mut self, n: u32) {
         let bin = bin_round_down(self.nodes[n as usize].size);
         let head = self.heads[bin];
@@ -473,11 +572,13 @@ impl RangeAllocator {
             self.nodes[head as usize].bin_prev = n;
         }
         self.heads[bin] = n;
+        self.free_bits[n as usize / 64] |= 1 << (n % 64);
         self.sub_bits[bin / SUB_BINS] |= 1 << (bin % SUB_BINS);
         self.top_bits |= 1 << (bin / SUB_BINS);
         self.free_count += 1;
     }
 
+    #[inline(always)]
     fn remove_free(&mut self, n: u32) {
         let (size, prev, next) = {
             let node = &self.nodes[n as usize];
@@ -498,6 +599,7 @@ impl RangeAllocator {
         if next != NONE {
             self.nodes[next as usize].bin_prev = prev;
         }
+        self.free_bits[n as usize / 64] &= !(1 << (n % 64));
         self.free_count -= 1;
     }
 
@@ -541,6 +643,9 @@ impl RangeAllocator {
                     return Err(format!("free node {n} is not in its bin"));
                 }
             }
+            if self.is_free(n) == node.used() {
+                return Err(format!("the free bitmap disagrees with node {n}"));
+            }
             prev_free = !node.used();
             pos += node.size;
             prev = n;
@@ -552,6 +657,9 @@ impl RangeAllocator {
         }
         if seen + self.spare.len() != self.nodes.len() {
             return Err("a live node is not reachable in address order".into());
+        }
+        if let Some(&dead) = self.spare.iter().find(|&&d| self.is_free(d)) {
+            return Err(format!("released node {dead} is marked free"));
         }
         if used != self.used_bytes || used_count != self.used_count || free_count != self.free_count
         {
