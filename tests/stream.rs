@@ -305,3 +305,97 @@ fn a_pipeline_reduces_a_source_larger_than_its_window() {
     )
     .is_err());
 }
+
+#[test]
+fn download_views_read_mapped_bytes_at_any_offset_and_length() {
+    use vramkit::stream::{Downloader, DownloaderConfig};
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    let size = 300_000u64;
+    let src = arena.alloc(size, "src").unwrap();
+    let mut bytes = vec![0u8; size as usize];
+    r.fill_bytes(&mut bytes);
+    gpu()
+        .queue()
+        .write_buffer(src.buffer(), src.offset(), &bytes);
+    let down = Downloader::new(
+        gpu(),
+        DownloaderConfig {
+            depth: 2,
+            ..Default::default()
+        },
+    );
+    for (offset, len) in [
+        (0u64, 0u64),
+        (0, 1),
+        (1, 3),
+        (3, 5),
+        (5, 1000),
+        (4096, 65_537),
+        (0, size),
+        (size - 3, 3),
+    ] {
+        let view = down.download_view(&src, offset, len).unwrap();
+        assert_eq!(
+            &view[..],
+            &bytes[offset as usize..(offset + len) as usize],
+            "view of {len} bytes at {offset}"
+        );
+    }
+    // Views return their staging buffers; at most `depth` are kept.
+    assert!(down.view_buffers() <= 2, "{} kept", down.view_buffers());
+    assert!(
+        down.download_view(&src, size - 3, 4).is_err(),
+        "past the end"
+    );
+    // The arena is unchanged by the refused request and still reads back.
+    assert_eq!(&down.download_view(&src, 7, 9).unwrap()[..], &bytes[7..16]);
+}
+
+#[test]
+fn async_downloads_resolve_on_their_own_and_in_any_number() {
+    use vramkit::stream::Downloader;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    let down = Downloader::new(gpu(), Default::default());
+    let mut sources = Vec::new();
+    for i in 0..8u64 {
+        let size = 1 + r.gen_range(0..100_000u64) + i;
+        let a = arena.alloc(size, "src").unwrap();
+        let mut bytes = vec![0u8; a.size() as usize];
+        r.fill_bytes(&mut bytes);
+        gpu().queue().write_buffer(a.buffer(), a.offset(), &bytes);
+        bytes.truncate(size as usize);
+        sources.push((a, bytes));
+    }
+    let futures: Vec<_> = sources
+        .iter()
+        .map(|(a, b)| down.download_async(a, 0, b.len() as u64).unwrap())
+        .collect();
+    // Resolved on another thread with a plain executor: nothing here polls the device, so
+    // on a GPU that runs copies asynchronously only the downloader's polling thread can
+    // make them resolve (lavapipe finishes copies inside submit, and wgpu may resolve
+    // their mappings during the next submit).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(futures::executor::block_on(futures::future::try_join_all(
+            futures,
+        )));
+    });
+    let views = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("async downloads did not resolve within 60 s: nothing drives the device")
+        .unwrap();
+    for (view, (_, bytes)) in views.iter().zip(&sources) {
+        assert_eq!(&view[..], &bytes[..]);
+    }
+    drop(views);
+    // The downloader still works after its futures are gone, and after it drops its
+    // polling thread stops (the drop joins it, so a hang here would fail the test run).
+    let (a, bytes) = &sources[0];
+    assert_eq!(
+        &down.download_view(a, 0, bytes.len() as u64).unwrap()[..],
+        &bytes[..]
+    );
+    drop(down);
+}

@@ -1,9 +1,13 @@
 //! The download ring.
 
-use std::sync::mpsc;
+use std::future::Future;
+use std::sync::{mpsc, Arc};
 
+use futures::channel::oneshot;
 use parking_lot::Mutex;
 
+use super::poller::Poller;
+use super::view::{DownloadView, ViewPool};
 use crate::arena::Allocation;
 use crate::{Error, Gpu, Result};
 
@@ -45,6 +49,10 @@ pub struct Downloader {
     gpu: Gpu,
     config: DownloaderConfig,
     ring: Mutex<Vec<wgpu::Buffer>>,
+    /// Staging buffers of dropped views, kept for the next ones (at most `depth`).
+    views: ViewPool,
+    /// Drives asynchronous downloads; started on first use.
+    poller: Mutex<Option<Arc<Poller>>>,
 }
 
 impl std::fmt::Debug for Downloader {
@@ -67,6 +75,155 @@ impl Downloader {
             gpu: gpu.clone(),
             config,
             ring: Mutex::new(Vec::new()),
+            views: Arc::new(Mutex::new(Vec::new())),
+            poller: Mutex::new(None),
+        }
+    }
+
+    /// Staging buffers kept for views (at most `depth`).
+    pub fn view_buffers(&self) -> usize {
+        self.views.lock().len()
+    }
+
+    /// Reads `len` bytes of `src` from byte `offset` into a [`DownloadView`] that points
+    /// into mapped staging memory: no copy into host memory of its own. Blocks until the
+    /// bytes are there; sees all GPU work submitted before the call. The range goes
+    /// through one staging buffer, so it may be at most the device's largest buffer
+    /// ([`download`](Self::download) has no such limit).
+    pub fn download_view(&self, src: &Allocation, offset: u64, len: u64) -> Result<DownloadView> {
+        let view = self.download_async(src, offset, len)?;
+        // Wait here rather than on the polling thread: the map callback runs in whichever
+        // poll sees the copy finish.
+        self.gpu.wait_idle()?;
+        pollster::block_on(view)
+    }
+
+    /// [`download_view`](Self::download_view) without blocking: records and submits the
+    /// copy now and returns a future that resolves once the bytes are mapped. A polling
+    /// thread owned by the downloader drives the device while such futures are pending, so
+    /// they resolve on any executor without anyone calling into wgpu. Errors in the
+    /// arguments come back at once; a failed mapping resolves to an error.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// # let (a, b) = (arena.alloc(1024, "a")?, arena.alloc(1024, "b")?);
+    /// let downloader = vramkit::stream::Downloader::new(&gpu, Default::default());
+    /// let both = futures::future::try_join(
+    ///     downloader.download_async(&a, 0, a.size())?,
+    ///     downloader.download_async(&b, 0, b.size())?,
+    /// );
+    /// let (va, vb) = pollster::block_on(both)?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn download_async(
+        &self,
+        src: &Allocation,
+        offset: u64,
+        len: u64,
+    ) -> Result<impl Future<Output = Result<DownloadView>> + Send + 'static> {
+        let end = super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
+        let pool = self.views.clone();
+        let keep = self.config.depth;
+        if len == 0 {
+            return Ok(futures::future::Either::Left(futures::future::ready(Ok(
+                DownloadView::empty(pool),
+            ))));
+        }
+        let start = offset / 4 * 4;
+        let bytes = end.next_multiple_of(4) - start;
+        let max = self.gpu.limits().max_buffer_size;
+        if bytes > max {
+            return Err(Error::invalid(
+                format!("a download view of {len} bytes (the device's largest buffer is {max})"),
+                "use Downloader::download, which streams in chunks",
+            ));
+        }
+        let poller = self.poller();
+        if !poller.running() {
+            return Err(Error::Device {
+                during: "starting the download polling thread".into(),
+                message: "the thread could not be spawned".into(),
+            });
+        }
+        let staging = self.view_buffer(bytes);
+        let mut encoder = self
+            .gpu
+            .device()
+            .create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + start, &staging, 0, bytes);
+        self.gpu.scoped("submitting a download view", || {
+            self.gpu.queue().submit([encoder.finish()])
+        })?;
+        let (tx, rx) = oneshot::channel();
+        let pending = poller.begin();
+        staging.map_async(wgpu::MapMode::Read, ..bytes, move |r| {
+            let _ = tx.send(r.is_ok());
+            pending.done();
+        });
+        let skip = (offset - start) as usize;
+        Ok(futures::future::Either::Right(async move {
+            // Keeps the polling thread alive until this download has resolved.
+            let _poller = poller;
+            let mapped = rx.await.unwrap_or(false);
+            let failed = || Error::Device {
+                during: "mapping a download view".into(),
+                message: "the staging buffer could not be mapped".into(),
+            };
+            if !mapped {
+                return Err(failed());
+            }
+            let view = staging
+                .get_mapped_range(..bytes)
+                .map_err(|e| Error::Device {
+                    during: "reading a download view".into(),
+                    message: e.to_string(),
+                })?;
+            Ok(DownloadView::new(
+                view,
+                staging,
+                skip,
+                len as usize,
+                pool,
+                keep,
+            ))
+        }))
+    }
+
+    /// A pooled view buffer of at least `bytes`, the smallest that fits, or a new one
+    /// rounded up to a power of two so that views of similar sizes share buffers.
+    fn view_buffer(&self, bytes: u64) -> wgpu::Buffer {
+        let mut pool = self.views.lock();
+        let best = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.size() >= bytes)
+            .min_by_key(|(_, b)| b.size())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return pool.swap_remove(i);
+        }
+        drop(pool);
+        let size = bytes
+            .next_power_of_two()
+            .clamp(64 << 10, self.gpu.limits().max_buffer_size.max(bytes));
+        self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("vramkit download view"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    fn poller(&self) -> Arc<Poller> {
+        let mut p = self.poller.lock();
+        match p.as_ref() {
+            Some(poller) if poller.running() => poller.clone(),
+            _ => {
+                let poller = Arc::new(Poller::new(&self.gpu));
+                *p = Some(poller.clone());
+                poller
+            }
         }
     }
 

@@ -6,7 +6,9 @@
 //! the GPU instead of growing); and after warm-up no buffer is created.
 //!
 //! [`Downloader`] is the reverse: a ring of `MAP_READ` staging buffers with several chunk
-//! copies in flight while the current chunk is copied out of mapped memory.
+//! copies in flight while the current chunk is copied out of mapped memory; or, with no
+//! copy at all, a [`DownloadView`] of mapped memory, blocking or as a future that a
+//! polling thread resolves.
 //!
 //! [`Pipeline`] streams a source larger than GPU memory (a memory-mapped file, any
 //! `Read`) through a fixed window of device chunks, overlapping the upload of chunk `k + 1`
@@ -14,11 +16,14 @@
 
 mod downloader;
 mod pipeline;
+mod poller;
 mod uploader;
+mod view;
 
 pub use downloader::{Downloader, DownloaderConfig};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineReport, Source};
 pub use uploader::{Uploader, UploaderConfig, UploaderStats};
+pub use view::DownloadView;
 
 use crate::arena::Allocation;
 use crate::{Error, Result};

@@ -1,0 +1,90 @@
+//! A background thread that polls the device while asynchronous transfers are pending, so
+//! their futures resolve without the caller (or any other thread) driving wgpu.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::Gpu;
+
+struct Shared {
+    /// Transfers whose map callback has not run yet.
+    pending: Mutex<usize>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+/// Owns the polling thread; dropping it stops the thread (after the poll in progress).
+pub(crate) struct Poller {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// One pending transfer. [`Pending::done`] must run when its callback fires (it is called
+/// from inside the poll), so the thread sleeps again once nothing is left.
+pub(crate) struct Pending(Arc<Shared>);
+
+impl Pending {
+    pub(crate) fn done(self) {
+        let mut p = self.0.pending.lock();
+        *p = p.saturating_sub(1);
+    }
+}
+
+impl Poller {
+    pub(crate) fn new(gpu: &Gpu) -> Poller {
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(0),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let device = gpu.device().clone();
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("vramkit-poll".into())
+            .spawn(move || loop {
+                {
+                    let mut p = thread_shared.pending.lock();
+                    while *p == 0 && !thread_shared.stop.load(Ordering::Acquire) {
+                        thread_shared.wake.wait(&mut p);
+                    }
+                }
+                if thread_shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                // Blocks until the work submitted so far is done; map callbacks run inside.
+                // A poll error means a lost device: the callbacks then report failure, and
+                // the loop goes on until nothing is pending.
+                if device.poll(wgpu::PollType::wait_indefinitely()).is_err() {
+                    std::thread::yield_now();
+                }
+            })
+            .ok();
+        Poller { shared, thread }
+    }
+
+    /// Registers a transfer just submitted (its map callback registered) and wakes the
+    /// thread.
+    pub(crate) fn begin(&self) -> Pending {
+        *self.shared.pending.lock() += 1;
+        self.shared.wake.notify_one();
+        Pending(self.shared.clone())
+    }
+
+    /// False when the thread could not be spawned; callers then poll themselves.
+    pub(crate) fn running(&self) -> bool {
+        self.thread.is_some()
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
