@@ -376,6 +376,12 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         let back = downloader.download(&dst, 0, size).expect("download");
         assert!(back == data, "downloaded bytes differ");
     });
+    // Zero-copy: the bytes are compared straight from mapped memory (read once, like the
+    // comparison above reads the downloaded copy).
+    let view_download = best(&mut || {
+        let view = downloader.download_view(&dst, 0, size).expect("view");
+        assert!(view[..] == data[..], "viewed bytes differ");
+    });
     let gbps = |s: f64| size as f64 / s / 1e9;
     println!(
         "\n== stream: {} host <-> GPU, GB/s (best of 3) ==",
@@ -386,6 +392,11 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     println!("{:<24} {:>10.2}", "Queue::write_buffer", gbps(write_buffer));
     println!("{:<24} {:>10.2}", "util::StagingBelt", gbps(staging_belt));
     println!("{:<24} {:>10.2}", "vramkit Downloader", gbps(download));
+    println!(
+        "{:<24} {:>10.2}",
+        "vramkit DownloadView",
+        gbps(view_download)
+    );
     println!(
         "{:<24} {:>10.2}",
         "download (plain map)",
@@ -410,6 +421,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     figures.add("write_buffer_gbps", format!("{:.2}", gbps(write_buffer)));
     figures.add("staging_belt_gbps", format!("{:.2}", gbps(staging_belt)));
     figures.add("download_gbps", format!("{:.2}", gbps(download)));
+    figures.add("download_view_gbps", format!("{:.2}", gbps(view_download)));
     figures.add(
         "download_vs_plain_map",
         format!("{:.2}", plain_download / download),
