@@ -71,6 +71,15 @@ fn read_state(tile: u32) -> vec2<u32> {
     return vec2<u32>(w0 >> 16u, (w1 << 16u) | (w0 & 0xffffu));
 }
 
+// The state of tile j - k (the k-th tile back from j). Before tile 0 reads as unpublished,
+// which a look-back never reaches: tile 0 only ever publishes a prefix.
+fn read_back(j: u32, k: u32) -> vec2<u32> {
+    if k > j {
+        return vec2<u32>(0u, 0u);
+    }
+    return read_state(j - k);
+}
+
 // Sum of the full tile `j`'s input, in invocation `i` of `count` (a fallback's share):
 // four loads in flight at a time, as a fallback is already late.
 fn tile_part(j: u32, i: u32, count: u32) -> T {

@@ -89,12 +89,7 @@ fn look_back(tile: u32, aggregate: T, width: u32, rank: u32) {
     var j = tile - 1u;
     var stalls = 0u;
     loop {
-        // Beyond tile 0 reads as unpublished; never reached, as tile 0 only ever
-        // publishes a prefix.
-        var s = vec2<u32>(0u, 0u);
-        if rank <= j {
-            s = read_state(j - rank);
-        }
+        let s = read_back(j, rank);
         let flag = s.x;
         // The nearest predecessor that is not a plain aggregate, and the nearest prefix.
         let first = subgroupMin(select(width, rank, flag != AGGREGATE));

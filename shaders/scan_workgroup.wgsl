@@ -95,12 +95,7 @@ fn look_back(tile: u32, aggregate: T, ids: Ids) -> T {
     var j = tile - 1u;
     var stalls = 0u;
     loop {
-        // Beyond tile 0 reads as unpublished; never reached, as tile 0 only ever publishes
-        // a prefix.
-        var s = vec2<u32>(0u, 0u);
-        if t <= j {
-            s = read_state(j - t);
-        }
+        let s = read_back(j, t);
         let flag = s.x;
         look_sum[t] = select(T(0), from_bits(s.y), flag != 0u);
         look_count[t] = select(0u, 1u, flag != 0u);
