@@ -16,6 +16,7 @@ fn small_ring() -> UploaderConfig {
         chunk_size: 4096,
         max_staging: 3 * 4096,
         copy_threads: 3,
+        ..Default::default()
     }
 }
 
@@ -82,6 +83,7 @@ fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
             chunk_size: 1024,
             max_staging: 1024,
             copy_threads: 1,
+            ..Default::default()
         },
     );
     let mut r = rng();
@@ -398,4 +400,36 @@ fn async_downloads_resolve_on_their_own_and_in_any_number() {
         &bytes[..]
     );
     drop(down);
+}
+
+#[test]
+fn idle_staging_is_released_and_recreated_on_demand() {
+    use std::time::Duration;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    let dst = arena.alloc(20_000, "dst").unwrap();
+    let mut data = vec![0u8; 20_000];
+    r.fill_bytes(&mut data);
+    up.upload(&dst, 0, &data).unwrap();
+    let held = up.stats().staging_bytes;
+    assert!(held > 0);
+    // Recently used buffers stay.
+    assert_eq!(up.release_idle(Duration::from_secs(3600)), 0);
+    gpu().wait_idle().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // Every buffer back from the GPU and idle for 10 ms goes.
+    let released = up.release_idle(Duration::from_millis(10));
+    assert_eq!(released, held, "all staging released once idle");
+    let s = up.stats();
+    assert_eq!(s.staging_bytes, 0);
+    assert_eq!(s.staging_released * 4096, held);
+    // Uploads still work and create staging again as they need it.
+    r.fill_bytes(&mut data);
+    up.upload(&dst, 0, &data).unwrap();
+    assert_eq!(
+        readback::read_buffer(gpu(), dst.buffer(), dst.offset(), 20_000).unwrap(),
+        data
+    );
+    assert!(up.stats().staging_created > s.staging_created);
 }

@@ -331,6 +331,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
                 chunk_size: chunk_mb << 20,
                 max_staging: 8 * (chunk_mb << 20),
                 copy_threads: threads,
+                ..Default::default()
             };
             let u = Uploader::new(gpu, cfg);
             let t = best(&mut || u.upload(&dst, 0, &data).expect("upload"));

@@ -2,6 +2,7 @@
 
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -17,6 +18,10 @@ pub struct UploaderConfig {
     pub max_staging: u64,
     /// Threads that write one chunk into mapped memory when it is large (1 = no threads).
     pub copy_threads: usize,
+    /// Staging buffers unused for this long are destroyed at the next upload, so a burst
+    /// does not hold host-visible memory for good (`None`: keep them). Idle loops can
+    /// call [`Uploader::release_idle`] instead of waiting for an upload.
+    pub idle_release: Option<Duration>,
 }
 
 impl Default for UploaderConfig {
@@ -28,6 +33,7 @@ impl Default for UploaderConfig {
             chunk_size: 32 << 20,
             max_staging: 256 << 20,
             copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
+            idle_release: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -43,6 +49,8 @@ pub struct UploaderStats {
     pub staging_created: u64,
     /// Staging bytes held now.
     pub staging_bytes: u64,
+    /// Staging buffers destroyed after sitting idle.
+    pub staging_released: u64,
     /// Times an upload waited for the GPU to release a staging buffer.
     pub waits: u64,
     /// Uploads whose unaligned edges needed the patch kernel.
@@ -50,7 +58,12 @@ pub struct UploaderStats {
 }
 
 struct Ring {
-    buffers: Vec<wgpu::Buffer>,
+    /// Staging buffers by slot; `None` once released for idleness (the slot is reused).
+    buffers: Vec<Option<wgpu::Buffer>>,
+    /// When each slot was last handed out.
+    last_used: Vec<Instant>,
+    /// Released slots.
+    dead: Vec<usize>,
     /// Staging buffers mapped and ready to be written.
     free: Vec<usize>,
     /// Submissions of copies whose staging buffer is not back yet, oldest first: a full
@@ -95,6 +108,7 @@ impl Uploader {
             chunk_size,
             max_staging: config.max_staging.max(chunk_size),
             copy_threads: config.copy_threads.max(1),
+            idle_release: config.idle_release,
         };
         let (ready_tx, ready_rx) = mpsc::channel();
         Uploader {
@@ -102,6 +116,8 @@ impl Uploader {
             config,
             ring: Mutex::new(Ring {
                 buffers: Vec::new(),
+                last_used: Vec::new(),
+                dead: Vec::new(),
                 free: Vec::new(),
                 in_flight: std::collections::VecDeque::new(),
                 stats: UploaderStats::default(),
@@ -217,8 +233,7 @@ impl Uploader {
         n: u64,
         write: impl FnOnce(&wgpu::Buffer) -> Result<()>,
     ) -> Result<()> {
-        let index = self.acquire()?;
-        let staging = self.ring.lock().buffers[index].clone();
+        let (index, staging) = self.acquire()?;
         if let Err(e) = write(&staging) {
             self.ring.lock().free.push(index);
             return Err(e);
@@ -283,9 +298,48 @@ impl Uploader {
         Ok(())
     }
 
-    /// A mapped staging buffer: a free one, a new one while under `max_staging`, or (when
-    /// the ring is full) the next one the GPU releases.
-    fn acquire(&self) -> Result<usize> {
+    /// Destroys the staging buffers that are mapped and waiting and were last used more
+    /// than `older_than` ago; returns the bytes released. Buffers with a copy in flight
+    /// are kept. The next uploads create buffers again as they need them.
+    pub fn release_idle(&self, older_than: Duration) -> u64 {
+        let rx = self.ready_rx.lock();
+        let mut ring = self.ring.lock();
+        while let Ok(i) = rx.try_recv() {
+            ring.free.push(i);
+        }
+        self.release_idle_locked(&mut ring, older_than)
+    }
+
+    fn release_idle_locked(&self, ring: &mut Ring, older_than: Duration) -> u64 {
+        let now = Instant::now();
+        let chunk = self.config.chunk_size;
+        let Ring {
+            buffers,
+            last_used,
+            dead,
+            free,
+            stats,
+            ..
+        } = ring;
+        let before = stats.staging_bytes;
+        free.retain(|&i| {
+            if now.duration_since(last_used[i]) < older_than {
+                return true;
+            }
+            if let Some(buffer) = buffers[i].take() {
+                buffer.destroy();
+                dead.push(i);
+                stats.staging_bytes -= chunk;
+                stats.staging_released += 1;
+            }
+            false
+        });
+        before - stats.staging_bytes
+    }
+
+    /// A mapped staging buffer (slot and handle): a free one, a new one while under
+    /// `max_staging`, or (when the ring is full) the next one the GPU releases.
+    fn acquire(&self) -> Result<(usize, wgpu::Buffer)> {
         loop {
             let oldest = {
                 let rx = self.ready_rx.lock();
@@ -293,8 +347,17 @@ impl Uploader {
                 while let Ok(i) = rx.try_recv() {
                     ring.free.push(i);
                 }
+                if let Some(idle) = self.config.idle_release {
+                    self.release_idle_locked(&mut ring, idle);
+                }
+                let now = Instant::now();
                 if let Some(i) = ring.free.pop() {
-                    return Ok(i);
+                    if let Some(buffer) = ring.buffers[i].clone() {
+                        ring.last_used[i] = now;
+                        return Ok((i, buffer));
+                    }
+                    // Unreachable: released slots leave the free list. Skip it.
+                    continue;
                 }
                 if ring.stats.staging_bytes + self.config.chunk_size <= self.config.max_staging {
                     let buffer = self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
@@ -303,10 +366,21 @@ impl Uploader {
                         usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
                         mapped_at_creation: true,
                     });
-                    ring.buffers.push(buffer);
+                    let i = match ring.dead.pop() {
+                        Some(i) => {
+                            ring.buffers[i] = Some(buffer.clone());
+                            ring.last_used[i] = now;
+                            i
+                        }
+                        None => {
+                            ring.buffers.push(Some(buffer.clone()));
+                            ring.last_used.push(now);
+                            ring.buffers.len() - 1
+                        }
+                    };
                     ring.stats.staging_created += 1;
                     ring.stats.staging_bytes += self.config.chunk_size;
-                    return Ok(ring.buffers.len() - 1);
+                    return Ok((i, buffer));
                 }
                 ring.stats.waits += 1;
                 ring.in_flight.pop_front()
