@@ -433,3 +433,69 @@ fn idle_staging_is_released_and_recreated_on_demand() {
     );
     assert!(up.stats().staging_created > s.staging_created);
 }
+
+#[test]
+fn a_batch_applies_many_small_uploads_in_order_with_few_submits() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    let size = 64 * 1024usize;
+    let dst = arena.alloc(size as u64, "dst").unwrap();
+    let mut model = vec![0u8; size];
+    r.fill_bytes(&mut model);
+    up.upload(&dst, 0, &model).unwrap();
+    let before = up.stats();
+    let mut batch = up.batch();
+    let mut adds = 0u64;
+    for i in 0..1500 {
+        // Mostly small word-aligned writes (gathered), some unaligned (patched), a few
+        // larger than a staging buffer; ranges overlap, so order matters.
+        let (offset, len) = match i % 50 {
+            0 => (r.gen_range(0..size - 9000), 9000),
+            1..=3 => {
+                let o = r.gen_range(0..size - 20);
+                (o, r.gen_range(1..20))
+            }
+            _ => (
+                4 * r.gen_range(0..(size - 512) / 4),
+                4 * r.gen_range(1..128),
+            ),
+        };
+        let mut bytes = vec![0u8; len];
+        r.fill_bytes(&mut bytes);
+        batch.add(&dst, offset as u64, &bytes).unwrap();
+        model[offset..offset + len].copy_from_slice(&bytes);
+        adds += 1;
+        if i == 700 {
+            assert!(
+                batch.add(&dst, size as u64 - 2, &[1, 2, 3]).is_err(),
+                "past the end"
+            );
+        }
+    }
+    batch.submit().unwrap();
+    assert_eq!(
+        readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size as u64).unwrap(),
+        model
+    );
+    let chunks = up.stats().chunks - before.chunks;
+    assert!(
+        chunks < adds / 4,
+        "{chunks} submissions for {adds} uploads: the batch should gather them"
+    );
+}
+
+#[test]
+fn a_dropped_batch_still_submits() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let dst = arena.alloc(1024, "dst").unwrap();
+    {
+        let mut batch = up.batch();
+        batch.add(&dst, 0, &[7u8; 1024]).unwrap();
+    }
+    assert_eq!(
+        readback::read_buffer(gpu(), dst.buffer(), dst.offset(), 1024).unwrap(),
+        vec![7u8; 1024]
+    );
+}

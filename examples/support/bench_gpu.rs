@@ -421,10 +421,63 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     );
     figures.add("write_buffer_gbps", format!("{:.2}", gbps(write_buffer)));
     figures.add("staging_belt_gbps", format!("{:.2}", gbps(staging_belt)));
+    small_uploads(gpu, &arena, &uploader, &best, figures);
     figures.add("download_gbps", format!("{:.2}", gbps(download)));
     figures.add("download_view_gbps", format!("{:.2}", gbps(view_download)));
     figures.add(
         "download_vs_plain_map",
         format!("{:.2}", plain_download / download),
+    );
+}
+
+/// Many small uploads (4096 of 256 bytes into separate allocations): an `UploadBatch`
+/// against `Queue::write_buffer` per upload and `Uploader::upload` per upload, each timed
+/// until the device is idle.
+fn small_uploads(
+    gpu: &Gpu,
+    arena: &Arena,
+    uploader: &vramkit::stream::Uploader,
+    best: &dyn Fn(&mut dyn FnMut()) -> f64,
+    figures: &mut Figures,
+) {
+    let count = 4096usize;
+    let targets: Vec<_> = (0..count)
+        .map(|_| arena.alloc(256, "small").expect("small"))
+        .collect();
+    let payload = [0x5au8; 256];
+    let batch = best(&mut || {
+        let mut b = uploader.batch();
+        for t in &targets {
+            b.add(t, 0, &payload).expect("add");
+        }
+        b.submit().expect("submit");
+    });
+    let write_buffer = best(&mut || {
+        for t in &targets {
+            gpu.queue().write_buffer(t.buffer(), t.offset(), &payload);
+        }
+        gpu.queue().submit([]);
+    });
+    let each = best(&mut || {
+        for t in &targets {
+            uploader.upload(t, 0, &payload).expect("upload");
+        }
+    });
+    let us = |s: f64| s * 1e6 / count as f64;
+    println!(
+        "small uploads ({count} x 256 B), us each: batch {:.3}, write_buffer {:.3}, upload {:.3}",
+        us(batch),
+        us(write_buffer),
+        us(each)
+    );
+    figures.add("small_upload_batch_us", format!("{:.3}", us(batch)));
+    figures.add(
+        "small_upload_write_buffer_us",
+        format!("{:.3}", us(write_buffer)),
+    );
+    figures.add("small_upload_each_us", format!("{:.3}", us(each)));
+    figures.add(
+        "small_upload_batch_vs_write_buffer",
+        format!("{:.2}", write_buffer / batch),
     );
 }

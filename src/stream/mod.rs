@@ -3,7 +3,8 @@
 //! [`Uploader`] moves host bytes into arena allocations through a ring of mapped staging
 //! buffers: large transfers are cut into chunks, so filling chunk `k + 1` on the CPU
 //! overlaps the GPU's copy of chunk `k`; staging memory is bounded (a full ring waits for
-//! the GPU instead of growing); and after warm-up no buffer is created.
+//! the GPU instead of growing); and after warm-up no buffer is created. An
+//! [`UploadBatch`] gathers many small uploads into shared staging and one submit.
 //!
 //! [`Downloader`] is the reverse: a ring of `MAP_READ` staging buffers with several chunk
 //! copies in flight while the current chunk is copied out of mapped memory; or, with no
@@ -14,12 +15,14 @@
 //! `Read`) through a fixed window of device chunks, overlapping the upload of chunk `k + 1`
 //! with the kernels on chunk `k` and the readback of chunk `k - 1`'s result.
 
+mod batch;
 mod downloader;
 mod pipeline;
 mod poller;
 mod uploader;
 mod view;
 
+pub use batch::UploadBatch;
 pub use downloader::{Downloader, DownloaderConfig};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineReport, Source};
 pub use uploader::{Uploader, UploaderConfig, UploaderStats};

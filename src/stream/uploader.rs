@@ -235,10 +235,9 @@ impl Uploader {
     ) -> Result<()> {
         let (index, staging) = self.acquire()?;
         if let Err(e) = write(&staging) {
-            self.ring.lock().free.push(index);
+            self.return_unsubmitted(index);
             return Err(e);
         }
-        staging.unmap();
         let mut encoder =
             self.gpu
                 .device()
@@ -246,6 +245,18 @@ impl Uploader {
                     label: Some("vramkit upload"),
                 });
         encoder.copy_buffer_to_buffer(&staging, 0, dst.buffer(), dst.offset() + at, n);
+        self.submit_staged(index, &staging, encoder)
+    }
+
+    /// Unmaps the filled staging buffer of slot `index`, submits `encoder` (its copies out
+    /// of that buffer) and re-maps the buffer for the ring once the GPU is done with it.
+    pub(super) fn submit_staged(
+        &self,
+        index: usize,
+        staging: &wgpu::Buffer,
+        encoder: wgpu::CommandEncoder,
+    ) -> Result<()> {
+        staging.unmap();
         let submitted = self.gpu.scoped("submitting an upload chunk", || {
             self.gpu.queue().submit([encoder.finish()])
         })?;
@@ -263,6 +274,25 @@ impl Uploader {
             ring.in_flight.pop_front();
         }
         Ok(())
+    }
+
+    /// Gives an acquired, still mapped staging slot back unsubmitted.
+    pub(super) fn return_unsubmitted(&self, index: usize) {
+        self.ring.lock().free.push(index);
+    }
+
+    /// Counts bytes uploaded by a batch.
+    pub(super) fn count_bytes(&self, bytes: u64) {
+        self.ring.lock().stats.bytes += bytes;
+    }
+
+    /// Bytes per staging buffer.
+    pub(super) fn chunk_size(&self) -> u64 {
+        self.config.chunk_size
+    }
+
+    pub(super) fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
     /// Writes `piece` into the mapped staging buffer, split across threads when large.
@@ -339,7 +369,7 @@ impl Uploader {
 
     /// A mapped staging buffer (slot and handle): a free one, a new one while under
     /// `max_staging`, or (when the ring is full) the next one the GPU releases.
-    fn acquire(&self) -> Result<(usize, wgpu::Buffer)> {
+    pub(super) fn acquire(&self) -> Result<(usize, wgpu::Buffer)> {
         loop {
             let oldest = {
                 let rx = self.ready_rx.lock();
@@ -471,7 +501,7 @@ impl Uploader {
     }
 }
 
-fn map_error(e: wgpu::MapRangeError) -> Error {
+pub(super) fn map_error(e: wgpu::MapRangeError) -> Error {
     Error::Device {
         during: "writing a staging buffer".into(),
         message: e.to_string(),

@@ -1,0 +1,141 @@
+//! `UploadBatch`: many small uploads through shared staging buffers and one submit.
+
+use super::uploader::{map_error, Uploader};
+use crate::arena::Allocation;
+use crate::Result;
+
+/// A staging buffer being filled: its ring slot, the buffer, the bytes used, and the
+/// copies recorded out of it.
+struct Open {
+    index: usize,
+    staging: wgpu::Buffer,
+    /// The whole buffer, mapped once: one view per upload would cost a map-range
+    /// validation each.
+    view: wgpu::BufferViewMut,
+    used: u64,
+    encoder: wgpu::CommandEncoder,
+}
+
+/// Gathers many small uploads into shared staging buffers and submits their copies
+/// together: one submission per staging buffer filled instead of one per upload, which is
+/// what a loop of small [`Uploader::upload`] or `Queue::write_buffer` calls pays for.
+///
+/// Uploads take effect in the order they were added. Word-aligned uploads that fit a
+/// staging buffer are gathered; others (unaligned edges, larger than a staging buffer)
+/// first submit what is gathered, then go through [`Uploader::upload`], so the order
+/// holds. [`submit`](Self::submit) submits the rest; dropping an unsubmitted batch submits
+/// it too (and logs an error it cannot return), so no added upload is silently lost.
+///
+/// ```no_run
+/// # let gpu = vramkit::Gpu::headless()?;
+/// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+/// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+/// let params: Vec<_> = (0..1000)
+///     .map(|i| arena.alloc(256, "params"))
+///     .collect::<Result<_, _>>()?;
+/// let mut batch = uploader.batch();
+/// for (i, p) in params.iter().enumerate() {
+///     batch.add(p, 0, &[i as u8; 256])?;
+/// }
+/// batch.submit()?;
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub struct UploadBatch<'u> {
+    uploader: &'u Uploader,
+    open: Option<Open>,
+    bytes: u64,
+}
+
+impl Uploader {
+    /// An empty batch of uploads; see [`UploadBatch`].
+    pub fn batch(&self) -> UploadBatch<'_> {
+        UploadBatch {
+            uploader: self,
+            open: None,
+            bytes: 0,
+        }
+    }
+}
+
+impl UploadBatch<'_> {
+    /// Adds an upload of `data` into `dst` at byte `offset`, with the same checks and the
+    /// same any-size, any-offset behaviour as [`Uploader::upload`]. On error nothing of
+    /// this upload is recorded; earlier ones stay in the batch.
+    pub fn add(&mut self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<&mut Self> {
+        let len = data.len() as u64;
+        super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
+        if len == 0 {
+            return Ok(self);
+        }
+        let chunk = self.uploader.chunk_size();
+        if !offset.is_multiple_of(4) || !len.is_multiple_of(4) || len > chunk {
+            self.flush()?;
+            self.uploader.upload(dst, offset, data)?;
+            return Ok(self);
+        }
+        if self.open.as_ref().is_some_and(|o| o.used + len > chunk) {
+            self.flush()?;
+        }
+        let mut open = match self.open.take() {
+            Some(open) => open,
+            None => {
+                let (index, staging) = self.uploader.acquire()?;
+                let view = match staging.get_mapped_range_mut(..).map_err(map_error) {
+                    Ok(view) => view,
+                    Err(e) => {
+                        self.uploader.return_unsubmitted(index);
+                        return Err(e);
+                    }
+                };
+                let encoder = self.uploader.gpu().device().create_command_encoder(
+                    &wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit upload batch"),
+                    },
+                );
+                Open {
+                    index,
+                    staging,
+                    view,
+                    used: 0,
+                    encoder,
+                }
+            }
+        };
+        let at = open.used as usize;
+        open.view.slice(at..at + data.len()).copy_from_slice(data);
+        open.encoder.copy_buffer_to_buffer(
+            &open.staging,
+            open.used,
+            dst.buffer(),
+            dst.offset() + offset,
+            len,
+        );
+        open.used += len;
+        self.bytes += len;
+        self.open = Some(open);
+        Ok(self)
+    }
+
+    /// Submits every gathered upload. GPU work submitted afterwards sees the data.
+    pub fn submit(mut self) -> Result<()> {
+        self.flush()
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if let Some(open) = self.open.take() {
+            drop(open.view);
+            self.uploader
+                .submit_staged(open.index, &open.staging, open.encoder)?;
+            self.uploader.count_bytes(std::mem::take(&mut self.bytes));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UploadBatch<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            log::error!("an upload batch dropped unsubmitted failed to submit: {e}");
+        }
+    }
+}
