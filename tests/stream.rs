@@ -499,3 +499,32 @@ fn a_dropped_batch_still_submits() {
         vec![7u8; 1024]
     );
 }
+
+#[test]
+fn a_batch_merges_adjacent_uploads_into_one_copy_and_keeps_later_writes_on_top() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    let size = 8192usize;
+    let dst = arena.alloc(size as u64, "dst").unwrap();
+    let mut model = vec![0u8; size];
+    up.upload(&dst, 0, &model).unwrap();
+    let mut batch = up.batch();
+    // Consecutive pieces (merged), then a write inside them (must land on top).
+    let mut at = 0usize;
+    while at < 4096 {
+        let len = (4 * r.gen_range(1..16usize)).min(4096 - at);
+        let mut piece = vec![0u8; len];
+        r.fill_bytes(&mut piece);
+        batch.add(&dst, at as u64, &piece).unwrap();
+        model[at..at + len].copy_from_slice(&piece);
+        at += len;
+    }
+    batch.add(&dst, 100, &[0xAB; 8]).unwrap();
+    model[100..108].copy_from_slice(&[0xAB; 8]);
+    batch.submit().unwrap();
+    assert_eq!(
+        readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size as u64).unwrap(),
+        model
+    );
+}

@@ -452,6 +452,14 @@ fn small_uploads(
         }
         b.submit().expect("submit");
     });
+    // In reverse order no upload continues the one before, so each records its own copy.
+    let scattered = best(&mut || {
+        let mut b = uploader.batch();
+        for t in targets.iter().rev() {
+            b.add(t, 0, &payload).expect("add");
+        }
+        b.submit().expect("submit");
+    });
     let write_buffer = best(&mut || {
         for t in &targets {
             gpu.queue().write_buffer(t.buffer(), t.offset(), &payload);
@@ -465,12 +473,18 @@ fn small_uploads(
     });
     let us = |s: f64| s * 1e6 / count as f64;
     println!(
-        "small uploads ({count} x 256 B), us each: batch {:.3}, write_buffer {:.3}, upload {:.3}",
+        "small uploads ({count} x 256 B), us each: batch {:.3} (adjacent targets merged), \
+         batch {:.3} (scattered), write_buffer {:.3}, upload {:.3}",
         us(batch),
+        us(scattered),
         us(write_buffer),
         us(each)
     );
     figures.add("small_upload_batch_us", format!("{:.3}", us(batch)));
+    figures.add(
+        "small_upload_batch_scattered_us",
+        format!("{:.3}", us(scattered)),
+    );
     figures.add(
         "small_upload_write_buffer_us",
         format!("{:.3}", us(write_buffer)),
@@ -479,5 +493,9 @@ fn small_uploads(
     figures.add(
         "small_upload_batch_vs_write_buffer",
         format!("{:.2}", write_buffer / batch),
+    );
+    figures.add(
+        "small_upload_scattered_vs_write_buffer",
+        format!("{:.2}", write_buffer / scattered),
     );
 }

@@ -14,6 +14,25 @@ struct Open {
     view: wgpu::BufferViewMut,
     used: u64,
     encoder: wgpu::CommandEncoder,
+    /// The last copy, not yet recorded: (destination buffer, its offset, staging offset,
+    /// length). An upload that continues it (next to it in the same buffer, as arena
+    /// allocations made one after another usually are) lengthens it instead of recording
+    /// a copy of its own; recording a copy costs wgpu microseconds of validation.
+    pending: Option<(wgpu::Buffer, u64, u64, u64)>,
+}
+
+impl Open {
+    fn record_pending(&mut self) {
+        if let Some((dst, dst_offset, staging_offset, len)) = self.pending.take() {
+            self.encoder.copy_buffer_to_buffer(
+                &self.staging,
+                staging_offset,
+                &dst,
+                dst_offset,
+                len,
+            );
+        }
+    }
 }
 
 /// Gathers many small uploads into shared staging buffers and submits their copies
@@ -98,18 +117,24 @@ impl UploadBatch<'_> {
                     view,
                     used: 0,
                     encoder,
+                    pending: None,
                 }
             }
         };
         let at = open.used as usize;
         open.view.slice(at..at + data.len()).copy_from_slice(data);
-        open.encoder.copy_buffer_to_buffer(
-            &open.staging,
-            open.used,
-            dst.buffer(),
-            dst.offset() + offset,
-            len,
-        );
+        let target = dst.offset() + offset;
+        match &mut open.pending {
+            Some((buffer, at, from, n))
+                if buffer == dst.buffer() && *at + *n == target && *from + *n == open.used =>
+            {
+                *n += len;
+            }
+            _ => {
+                open.record_pending();
+                open.pending = Some((dst.buffer().clone(), target, open.used, len));
+            }
+        }
         open.used += len;
         self.bytes += len;
         self.open = Some(open);
@@ -122,7 +147,8 @@ impl UploadBatch<'_> {
     }
 
     fn flush(&mut self) -> Result<()> {
-        if let Some(open) = self.open.take() {
+        if let Some(mut open) = self.open.take() {
+            open.record_pending();
             drop(open.view);
             self.uploader
                 .submit_staged(open.index, &open.staging, open.encoder)?;
