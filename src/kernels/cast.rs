@@ -21,17 +21,15 @@ impl<'a> Batch<'a> {
         if n == 0 {
             return Ok(());
         }
-        let pipeline = self.kernels.pipeline(&shaders::CAST_F16_PACKED, entry)?;
         let params: Params = [n as u32, 0, 0, 0, 0, 0, 0, 0];
         let groups = grid(n.div_ceil(2), WORKGROUP, self.gpu());
-        self.dispatch(
-            &pipeline,
+        self.record(
+            &shaders::CAST_F16_PACKED,
+            entry,
             params,
             Bindings::two(Bound::of(f32s), Bound::of(f16s)),
             groups,
-        )?;
-        self.dispatches += 1;
-        Ok(())
+        )
     }
 
     /// `y[i] = f16(x[i])` for `i < n`: f32 `x` into f16 `y` (round to nearest; values

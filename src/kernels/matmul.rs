@@ -71,15 +71,13 @@ impl<'a> Batch<'a> {
             (MatmulInput::F16, true) => &shaders::MATMUL_F16_NATIVE,
             (MatmulInput::F16, false) => &shaders::MATMUL_F16_PACKED,
         };
-        let pipeline = self.kernels.pipeline(shader, "matmul")?;
         let params: Params = [m as u32, n as u32, k as u32, 0, 0, 0, 0, 0];
         let io = Bindings {
             x: Bound::of(a),
             y: Bound::of(b),
             z: Bound::of(c),
         };
-        self.dispatch(&pipeline, params, io, (gx as u32, gy as u32))?;
-        self.dispatches += 1;
+        self.record(shader, "matmul", params, io, (gx as u32, gy as u32))?;
         Ok(self)
     }
 }

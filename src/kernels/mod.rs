@@ -543,6 +543,21 @@ impl<'a> Batch<'a> {
         Ok(())
     }
 
+    /// One kernel call that is a single dispatch of `entry` in `shader`, counted as one call.
+    fn record(
+        &mut self,
+        shader: &shaders::Shader,
+        entry: &str,
+        params: Params,
+        io: Bindings,
+        groups: (u32, u32),
+    ) -> Result<()> {
+        let pipeline = self.kernels.pipeline(shader, entry)?;
+        self.dispatch(&pipeline, params, io, groups)?;
+        self.dispatches += 1;
+        Ok(())
+    }
+
     /// A scratch range of `bytes` that lives until the batch is submitted.
     fn scratch(&mut self, bytes: u64, label: &str) -> Result<Bound> {
         let a = self.kernels.arena.alloc(bytes, label)?;

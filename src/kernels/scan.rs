@@ -91,7 +91,6 @@ impl<'a> Batch<'a> {
             (ScanType::U32, true) => &shaders::SCAN_U32_SUBGROUP,
             (ScanType::F32, true) => &shaders::SCAN_F32_SUBGROUP,
         };
-        let pipeline = self.kernels.pipeline(shader, "scan")?;
         let params: Params = [
             n as u32,
             tiles as u32,
@@ -108,8 +107,7 @@ impl<'a> Batch<'a> {
             z: state,
         };
         let groups = grid(tiles, 1, self.gpu());
-        self.dispatch(&pipeline, params, io, groups)?;
-        self.dispatches += 1;
+        self.record(shader, "scan", params, io, groups)?;
         Ok(self)
     }
 }

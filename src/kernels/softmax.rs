@@ -18,16 +18,15 @@ impl<'a> Batch<'a> {
         let n = shape(rows, cols, "softmax")?;
         check_f32(x, n, "x")?;
         check_f32(y, n, "y")?;
-        let pipeline = self.kernels.pipeline(&shaders::SOFTMAX, "softmax")?;
         let params: Params = [rows as u32, cols as u32, 0, 0, 0, 0, 0, 0];
         let groups = grid(rows, 1, self.gpu());
-        self.dispatch(
-            &pipeline,
+        self.record(
+            &shaders::SOFTMAX,
+            "softmax",
             params,
             Bindings::two(Bound::of(x), Bound::of(y)),
             groups,
         )?;
-        self.dispatches += 1;
         Ok(self)
     }
 }

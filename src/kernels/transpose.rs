@@ -25,7 +25,6 @@ impl<'a> Batch<'a> {
         }
         let tiles_x = cols.div_ceil(32);
         let tiles = tiles_x * rows.div_ceil(32);
-        let pipeline = self.kernels.pipeline(&shaders::TRANSPOSE, "transpose")?;
         let params: Params = [
             rows as u32,
             cols as u32,
@@ -37,13 +36,13 @@ impl<'a> Batch<'a> {
             0,
         ];
         let groups = grid(tiles, 1, self.gpu());
-        self.dispatch(
-            &pipeline,
+        self.record(
+            &shaders::TRANSPOSE,
+            "transpose",
             params,
             Bindings::two(Bound::of(x), Bound::of(y)),
             groups,
         )?;
-        self.dispatches += 1;
         Ok(self)
     }
 }
