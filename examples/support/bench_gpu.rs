@@ -12,23 +12,31 @@ fn per_op(iters: usize, mut f: impl FnMut(usize)) -> f64 {
     start.elapsed().as_secs_f64() / iters as f64
 }
 
+/// Usage of the buffers the arena and stream suites allocate (and of the peer's buffers).
+const BENCH_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_DST)
+    .union(wgpu::BufferUsages::COPY_SRC);
+
+/// An arena whose blocks have [`BENCH_USAGE`].
+fn bench_arena(gpu: &Gpu) -> Arena {
+    Arena::new(
+        gpu,
+        ArenaConfig {
+            usage: BENCH_USAGE,
+            ..Default::default()
+        },
+    )
+    .expect("arena")
+}
+
 /// Arena alloc+free against `create_buffer` + `destroy`, sizes from 256 B to 64 MiB.
 pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
-    let usage =
-        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
     println!("\n== arena: allocate+free, microseconds per pair (lower is better) ==");
     println!(
         "{:>10} {:>16} {:>12} {:>10} {:>18}",
         "size", "create+destroy", "arena", "speedup", "arena buffers/iter"
     );
-    let arena = Arena::new(
-        gpu,
-        ArenaConfig {
-            usage,
-            ..Default::default()
-        },
-    )
-    .expect("arena");
+    let arena = bench_arena(gpu);
     for size in [256u64, 64 << 10, 1 << 20, 16 << 20, 64 << 20] {
         let iters = if size >= 16 << 20 { 2_000 } else { 20_000 };
         // wgpu frees destroyed buffers at the next poll: that poll is part of the peer's cost.
@@ -36,7 +44,7 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
             let b = gpu.device().create_buffer(&wgpu::BufferDescriptor {
                 label: None,
                 size,
-                usage,
+                usage: BENCH_USAGE,
                 mapped_at_creation: false,
             });
             b.destroy();
@@ -298,16 +306,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
 pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     use vramkit::stream::{Uploader, UploaderConfig};
     let size: u64 = if gpu.is_cpu() { 128 << 20 } else { 1 << 30 };
-    let usage =
-        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-    let arena = Arena::new(
-        gpu,
-        ArenaConfig {
-            usage,
-            ..Default::default()
-        },
-    )
-    .expect("arena");
+    let arena = bench_arena(gpu);
     let dst = arena.alloc(size, "upload target").expect("dst");
     let data: Vec<u8> = (0..size as usize)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
