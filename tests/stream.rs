@@ -20,10 +20,32 @@ fn small_ring() -> UploaderConfig {
     }
 }
 
+/// Both kinds of staging: host memory the GPU copies directly (Vulkan) and wgpu mapped
+/// buffers (every backend; the fallback).
+const STAGING_KINDS: [bool; 2] = [true, false];
+
+/// On Vulkan, host staging must really be used when asked for (the fallback would hide a
+/// broken host path); elsewhere it falls back.
+fn expect_host(host: bool) -> bool {
+    host && gpu().info().backend == wgpu::Backend::Vulkan
+}
+
 #[test]
 fn random_bytes_round_trip_at_any_size_and_offset() {
+    for host in STAGING_KINDS {
+        round_trip_at_any_size_and_offset(host);
+    }
+}
+
+fn round_trip_at_any_size_and_offset(host: bool) {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(
+        gpu(),
+        UploaderConfig {
+            host_staging: host,
+            ..small_ring()
+        },
+    );
     let mut r = rng();
     let size = 40_000u64;
     let dst = arena.alloc(size, "dst").unwrap();
@@ -59,10 +81,16 @@ fn random_bytes_round_trip_at_any_size_and_offset() {
     let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size).unwrap();
     assert!(
         got == expected,
-        "first differing byte: {:?}",
+        "host staging {host}: first differing byte: {:?}",
         got.iter().zip(&expected).position(|(a, b)| a != b)
     );
     let s = up.stats();
+    let host_buffers = if expect_host(host) {
+        s.staging_created
+    } else {
+        0
+    };
+    assert_eq!(s.staging_host, host_buffers, "{s:?}");
     assert!(
         s.staging_bytes <= 3 * 4096,
         "staging stays within its bound: {s:?}"
@@ -156,16 +184,24 @@ fn bad_uploads_get_typed_errors() {
 
 #[test]
 fn downloads_read_back_any_range_through_the_ring() {
+    for host in STAGING_KINDS {
+        downloads_through_the_ring(host);
+    }
+}
+
+fn downloads_through_the_ring(host: bool) {
     use vramkit::stream::{Downloader, DownloaderConfig};
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let up = Uploader::new(gpu(), Default::default());
-    // A small ring so that chunks wrap around it several times.
+    // A small ring so that chunks wrap around it several times; chunks of 2 MiB take the
+    // parallel copy path.
     let down = Downloader::new(
         gpu(),
         DownloaderConfig {
             chunk_size: 4096,
             depth: 3,
             copy_threads: 2,
+            host_staging: host,
         },
     );
     let mut r = rng();
@@ -186,11 +222,40 @@ fn downloads_read_back_any_range_through_the_ring() {
         let got = down.download(&src, offset, len).unwrap();
         assert!(
             got[..] == data[offset as usize..(offset + len) as usize],
-            "offset {offset} len {len}"
+            "host staging {host}: offset {offset} len {len}"
         );
     }
     assert_eq!(down.staging_buffers(), 3);
     assert!(down.download(&src, size - 2, 4).is_err());
+    // Into memory the caller keeps, reused; poisoned first so an unwritten byte fails.
+    let mut out = vec![0u8; size as usize - 9];
+    for _ in 0..2 {
+        out.fill(0xEE);
+        down.download_into(&src, 9, &mut out).unwrap();
+        assert!(out[..] == data[9..], "host staging {host}: download_into");
+    }
+    // A refused request leaves `out` alone.
+    out.fill(0xEE);
+    assert!(down.download_into(&src, 10, &mut out).is_err());
+    assert!(out.iter().all(|&b| b == 0xEE));
+
+    // Large chunks: the copy out of staging is split across threads.
+    let big = arena.alloc(6 << 20, "big").unwrap();
+    let mut bytes = vec![0u8; 6 << 20];
+    r.fill_bytes(&mut bytes);
+    up.upload(&big, 0, &bytes).unwrap();
+    let down = Downloader::new(
+        gpu(),
+        DownloaderConfig {
+            chunk_size: 4 << 20,
+            depth: 2,
+            copy_threads: 4,
+            host_staging: host,
+        },
+    );
+    let mut out = vec![0xEEu8; (6 << 20) - 3];
+    down.download_into(&big, 3, &mut out).unwrap();
+    assert!(out[..] == bytes[3..], "host staging {host}: large download");
 }
 
 #[test]
@@ -310,6 +375,12 @@ fn a_pipeline_reduces_a_source_larger_than_its_window() {
 
 #[test]
 fn download_views_read_mapped_bytes_at_any_offset_and_length() {
+    for host in STAGING_KINDS {
+        download_views_at_any_offset_and_length(host);
+    }
+}
+
+fn download_views_at_any_offset_and_length(host: bool) {
     use vramkit::stream::{Downloader, DownloaderConfig};
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let mut r = rng();
@@ -324,6 +395,7 @@ fn download_views_read_mapped_bytes_at_any_offset_and_length() {
         gpu(),
         DownloaderConfig {
             depth: 2,
+            host_staging: host,
             ..Default::default()
         },
     );
@@ -436,8 +508,20 @@ fn idle_staging_is_released_and_recreated_on_demand() {
 
 #[test]
 fn a_batch_applies_many_small_uploads_in_order_with_few_submits() {
+    for host in STAGING_KINDS {
+        batch_in_order_with_few_submits(host);
+    }
+}
+
+fn batch_in_order_with_few_submits(host: bool) {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(
+        gpu(),
+        UploaderConfig {
+            host_staging: host,
+            ..small_ring()
+        },
+    );
     let mut r = rng();
     let size = 64 * 1024usize;
     let dst = arena.alloc(size as u64, "dst").unwrap();
@@ -527,4 +611,291 @@ fn a_batch_merges_adjacent_uploads_into_one_copy_and_keeps_later_writes_on_top()
         readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size as u64).unwrap(),
         model
     );
+}
+
+#[test]
+fn async_uploads_resolve_once_the_bytes_have_landed() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let up = Uploader::new(gpu(), small_ring());
+    let mut r = rng();
+    let mut pending = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..6u64 {
+        let len = 1 + r.gen_range(0..30_000usize) + i as usize;
+        let dst = arena.alloc(len as u64, "dst").unwrap();
+        let mut data = vec![0u8; len];
+        r.fill_bytes(&mut data);
+        pending.push(up.upload_async(&dst, 0, &data).unwrap());
+        expected.push((dst, data));
+    }
+    // Resolved on another thread that never calls into wgpu: only the uploader's polling
+    // thread can make them resolve on a GPU that copies asynchronously.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(futures::executor::block_on(futures::future::try_join_all(
+            pending,
+        )));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("async uploads did not resolve within 60 s: nothing drives the device")
+        .unwrap();
+    for (dst, data) in &expected {
+        let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), dst.size()).unwrap();
+        assert!(got[..data.len()] == data[..]);
+    }
+    // Bad input is refused before anything is staged.
+    let (dst, _) = &expected[0];
+    assert!(up.upload_async(dst, dst.size(), &[1]).is_err());
+}
+
+/// Reads `size` texels at `origin` of mip level `mip` back as tightly packed rows.
+fn read_texture(
+    texture: &wgpu::Texture,
+    mip: u32,
+    origin: wgpu::Origin3d,
+    size: wgpu::Extent3d,
+    texel_bytes: u32,
+) -> Vec<u8> {
+    let row = size.width * texel_bytes;
+    let pitch = row.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+    let total = u64::from(pitch) * u64::from(size.height) * u64::from(size.depth_or_array_layers);
+    let buffer = gpu().device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("texture readback"),
+        size: total,
+        usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut encoder = gpu().device().create_command_encoder(&Default::default());
+    encoder.copy_texture_to_buffer(
+        wgpu::TexelCopyTextureInfo {
+            texture,
+            mip_level: mip,
+            origin,
+            aspect: wgpu::TextureAspect::All,
+        },
+        wgpu::TexelCopyBufferInfo {
+            buffer: &buffer,
+            layout: wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(pitch),
+                rows_per_image: Some(size.height),
+            },
+        },
+        size,
+    );
+    gpu().queue().submit([encoder.finish()]);
+    let padded = readback::read_buffer(gpu(), &buffer, 0, total).unwrap();
+    padded
+        .chunks_exact(pitch as usize)
+        .flat_map(|r| r[..row as usize].to_vec())
+        .collect()
+}
+
+/// A CPU model of one mip level: `width` x `height` x `layers` texels of `texel` bytes.
+struct TexelModel {
+    width: u32,
+    height: u32,
+    texel: u32,
+    bytes: Vec<u8>,
+}
+
+impl TexelModel {
+    fn write(&mut self, origin: wgpu::Origin3d, size: wgpu::Extent3d, data: &[u8]) {
+        let (t, row) = (self.texel as usize, (size.width * self.texel) as usize);
+        let mut src = data.chunks_exact(row);
+        for z in 0..size.depth_or_array_layers {
+            for y in 0..size.height {
+                let at = (((origin.z + z) * self.height + origin.y + y) * self.width + origin.x)
+                    as usize
+                    * t;
+                self.bytes[at..at + row].copy_from_slice(src.next().unwrap());
+            }
+        }
+    }
+}
+
+#[test]
+fn texture_uploads_lay_out_any_row_length_at_the_copy_pitch() {
+    for host in STAGING_KINDS {
+        texture_uploads(host);
+    }
+}
+
+fn texture_uploads(host: bool) {
+    let mut r = rng();
+    // 4 KiB staging: a level-0 row of 400 bytes takes 512 in staging, 8 rows per band.
+    let up = Uploader::new(
+        gpu(),
+        UploaderConfig {
+            chunk_size: 4096,
+            max_staging: 2 * 4096,
+            copy_threads: 2,
+            host_staging: host,
+            ..Default::default()
+        },
+    );
+    let full = wgpu::Extent3d {
+        width: 100,
+        height: 37,
+        depth_or_array_layers: 3,
+    };
+    let texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("array"),
+        size: full,
+        mip_level_count: 2,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+        view_formats: &[],
+    });
+    let mut model = TexelModel {
+        width: 100,
+        height: 37,
+        texel: 4,
+        bytes: vec![0; 100 * 37 * 3 * 4],
+    };
+    let origin0 = wgpu::Origin3d::ZERO;
+    let mut everything = vec![0u8; model.bytes.len()];
+    r.fill_bytes(&mut everything);
+    up.upload_texture(texture.as_image_copy(), full, &everything)
+        .unwrap();
+    model.write(origin0, full, &everything);
+    // Sub-regions with odd row lengths, on the upper layers.
+    for (origin, size) in [
+        ((5, 3, 1), (37, 19, 2)),
+        ((0, 36, 2), (100, 1, 1)),
+        ((99, 0, 0), (1, 37, 3)),
+        ((64, 10, 1), (36, 20, 1)),
+    ] {
+        let origin = wgpu::Origin3d {
+            x: origin.0,
+            y: origin.1,
+            z: origin.2,
+        };
+        let size = wgpu::Extent3d {
+            width: size.0,
+            height: size.1,
+            depth_or_array_layers: size.2,
+        };
+        let mut data =
+            vec![0u8; (size.width * size.height * size.depth_or_array_layers * 4) as usize];
+        r.fill_bytes(&mut data);
+        let dst = wgpu::TexelCopyTextureInfo {
+            texture: &texture,
+            mip_level: 0,
+            origin,
+            aspect: wgpu::TextureAspect::All,
+        };
+        up.upload_texture(dst, size, &data).unwrap();
+        model.write(origin, size, &data);
+    }
+    assert!(
+        read_texture(&texture, 0, origin0, full, 4) == model.bytes,
+        "host staging {host}: level 0 differs from the model"
+    );
+    // Mip level 1 (50 x 18), whole.
+    let level1 = wgpu::Extent3d {
+        width: 50,
+        height: 18,
+        depth_or_array_layers: 3,
+    };
+    let mut data = vec![0u8; 50 * 18 * 3 * 4];
+    r.fill_bytes(&mut data);
+    let dst = wgpu::TexelCopyTextureInfo {
+        texture: &texture,
+        mip_level: 1,
+        origin: origin0,
+        aspect: wgpu::TextureAspect::All,
+    };
+    up.upload_texture(dst, level1, &data).unwrap();
+    assert!(read_texture(&texture, 1, origin0, level1, 4) == data);
+
+    // Refused, and the texture is unchanged.
+    let one = wgpu::Extent3d {
+        width: 1,
+        height: 1,
+        depth_or_array_layers: 1,
+    };
+    let at = |x, y, z, mip| wgpu::TexelCopyTextureInfo {
+        texture: &texture,
+        mip_level: mip,
+        origin: wgpu::Origin3d { x, y, z },
+        aspect: wgpu::TextureAspect::All,
+    };
+    for (what, dst, size, len) in [
+        ("past the right edge", at(100, 0, 0, 0), one, 4),
+        ("past the last layer", at(0, 0, 3, 0), one, 4),
+        ("past level 1's edge", at(50, 0, 0, 1), one, 4),
+        ("no such mip level", at(0, 0, 0, 2), one, 4),
+        ("data too short", at(0, 0, 0, 0), one, 3),
+        ("data too long", at(0, 0, 0, 0), one, 8),
+    ] {
+        assert!(
+            up.upload_texture(dst, size, &vec![0xFF; len]).is_err(),
+            "{what} must be refused"
+        );
+    }
+    let wide = wgpu::Extent3d {
+        width: 1100,
+        height: 1,
+        depth_or_array_layers: 1,
+    };
+    let wide_texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("wide"),
+        size: wide,
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    assert!(
+        up.upload_texture(wide_texture.as_image_copy(), wide, &vec![0; 4400])
+            .is_err(),
+        "a row larger than a staging buffer"
+    );
+    let sampled_only = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("no copy dst"),
+        size: one,
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    });
+    assert!(up
+        .upload_texture(sampled_only.as_image_copy(), one, &[0; 4])
+        .is_err());
+    assert!(
+        read_texture(&texture, 0, origin0, full, 4) == model.bytes,
+        "refused uploads changed the texture"
+    );
+
+    // Rows already at the pitch (64 x 4-byte texels = 256 bytes) go in one copy per band.
+    let aligned = wgpu::Extent3d {
+        width: 64,
+        height: 40,
+        depth_or_array_layers: 1,
+    };
+    let float_texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("r32float"),
+        size: aligned,
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::R32Float,
+        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+        view_formats: &[],
+    });
+    let values: Vec<f32> = (0..64 * 40).map(|_| r.gen_range(-1e6f32..1e6)).collect();
+    up.upload_texture(
+        float_texture.as_image_copy(),
+        aligned,
+        bytemuck::cast_slice(&values),
+    )
+    .unwrap();
+    assert!(read_texture(&float_texture, 0, origin0, aligned, 4) == bytemuck::cast_slice(&values));
 }

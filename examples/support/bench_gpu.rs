@@ -325,23 +325,35 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     };
     // VRAMKIT_UPLOAD_SWEEP=1 also times other chunk sizes and thread counts.
     if std::env::var("VRAMKIT_UPLOAD_SWEEP").is_ok() {
-        for (chunk_mb, threads) in [(4u64, 4usize), (8, 8), (16, 8), (32, 8), (32, 16), (64, 16)] {
-            let cfg = UploaderConfig {
-                chunk_size: chunk_mb << 20,
-                max_staging: 8 * (chunk_mb << 20),
-                copy_threads: threads,
-                ..Default::default()
-            };
-            let u = Uploader::new(gpu, cfg);
-            let t = best(&mut || u.upload(&dst, 0, &data).expect("upload"));
-            println!(
-                "sweep chunk {chunk_mb} MiB, {threads} threads: {:.2} GB/s",
-                size as f64 / t / 1e9
-            );
+        for host in [true, false] {
+            for (chunk_mb, threads) in [(8u64, 8usize), (8, 16), (16, 16), (32, 16), (64, 16)] {
+                let cfg = UploaderConfig {
+                    chunk_size: chunk_mb << 20,
+                    max_staging: 8 * (chunk_mb << 20),
+                    copy_threads: threads,
+                    host_staging: host,
+                    ..Default::default()
+                };
+                let u = Uploader::new(gpu, cfg);
+                let t = best(&mut || u.upload(&dst, 0, &data).expect("upload"));
+                println!(
+                    "sweep upload, host staging {host}, chunk {chunk_mb} MiB, {threads} threads: \
+                     {:.2} GB/s",
+                    size as f64 / t / 1e9
+                );
+            }
         }
     }
     let uploader = Uploader::new(gpu, UploaderConfig::default());
     let ours = best(&mut || uploader.upload(&dst, 0, &data).expect("upload"));
+    let mapped_uploader = Uploader::new(
+        gpu,
+        UploaderConfig {
+            host_staging: false,
+            ..Default::default()
+        },
+    );
+    let mapped = best(&mut || mapped_uploader.upload(&dst, 0, &data).expect("upload"));
     let write_buffer = best(&mut || {
         for (k, piece) in data.chunks(chunk).enumerate() {
             gpu.queue()
@@ -371,14 +383,43 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
             vramkit::readback::read_buffer(gpu, dst.buffer(), dst.offset(), size).expect("read");
         assert_eq!(back.len() as u64, size);
     });
-    let downloader = vramkit::stream::Downloader::new(gpu, Default::default());
+    use vramkit::stream::{Downloader, DownloaderConfig};
+    let downloader = Downloader::new(gpu, Default::default());
+    let mapped_downloader = Downloader::new(
+        gpu,
+        DownloaderConfig {
+            host_staging: false,
+            ..Default::default()
+        },
+    );
+    // Into host memory kept across calls (as PyTorch's pinned destination is): the bytes
+    // are checked once, outside the timing.
+    let mut out = vec![0u8; size as usize];
     let download = best(&mut || {
-        let back = downloader.download(&dst, 0, size).expect("download");
-        assert!(back == data, "downloaded bytes differ");
+        downloader
+            .download_into(&dst, 0, &mut out)
+            .expect("download")
     });
-    // Zero-copy: the bytes are compared straight from mapped memory (read once, like the
-    // comparison above reads the downloaded copy).
-    let view_download = best(&mut || {
+    assert!(out == data, "downloaded bytes differ");
+    out.fill(0);
+    let download_mapped = best(&mut || {
+        mapped_downloader
+            .download_into(&dst, 0, &mut out)
+            .expect("download")
+    });
+    assert!(out == data, "downloaded bytes differ (mapped staging)");
+    drop(out);
+    let download_vec = best(&mut || {
+        let back = downloader.download(&dst, 0, size).expect("download");
+        assert_eq!(back.len() as u64, size);
+    });
+    // Zero-copy: until the bytes are readable in host memory (the view exists), then the
+    // same with every byte compared straight from staging memory.
+    let view_ready = best(&mut || {
+        let view = downloader.download_view(&dst, 0, size).expect("view");
+        assert_eq!(view.len() as u64, size);
+    });
+    let view_read = best(&mut || {
         let view = downloader.download_view(&dst, 0, size).expect("view");
         assert!(view[..] == data[..], "viewed bytes differ");
     });
@@ -387,29 +428,34 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         "\n== stream: {} host <-> GPU, GB/s (best of 3) ==",
         vramkit::fmt_bytes(size)
     );
-    println!("{:<24} {:>10}", "path", "GB/s");
-    println!("{:<24} {:>10.2}", "vramkit Uploader", gbps(ours));
-    println!("{:<24} {:>10.2}", "Queue::write_buffer", gbps(write_buffer));
-    println!("{:<24} {:>10.2}", "util::StagingBelt", gbps(staging_belt));
-    println!("{:<24} {:>10.2}", "vramkit Downloader", gbps(download));
-    println!(
-        "{:<24} {:>10.2}",
-        "vramkit DownloadView",
-        gbps(view_download)
-    );
-    println!(
-        "{:<24} {:>10.2}",
-        "download (plain map)",
-        gbps(plain_download)
-    );
+    println!("{:<44} {:>10}", "path", "GB/s");
+    for (name, t) in [
+        ("vramkit Uploader (host staging, default)", ours),
+        ("vramkit Uploader (wgpu MAP_WRITE staging)", mapped),
+        ("Queue::write_buffer", write_buffer),
+        ("util::StagingBelt", staging_belt),
+        ("Downloader::download_into (host staging)", download),
+        (
+            "Downloader::download_into (MAP_READ staging)",
+            download_mapped,
+        ),
+        ("Downloader::download (new Vec)", download_vec),
+        ("DownloadView, ready", view_ready),
+        ("DownloadView, every byte compared", view_read),
+        ("download (plain map)", plain_download),
+    ] {
+        println!("{name:<44} {:>10.2}", gbps(t));
+    }
     let s = uploader.stats();
     println!(
-        "staging buffers created: {} ({}), waits {}",
+        "staging buffers created: {} ({} in host memory; {}), waits {}",
         s.staging_created,
+        s.staging_host,
         vramkit::fmt_bytes(s.staging_bytes),
         s.waits
     );
     figures.add("upload_gbps", format!("{:.2}", gbps(ours)));
+    figures.add("upload_mapped_staging_gbps", format!("{:.2}", gbps(mapped)));
     figures.add(
         "upload_vs_write_buffer",
         format!("{:.2}", write_buffer / ours),
@@ -418,14 +464,84 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         "upload_vs_staging_belt",
         format!("{:.2}", staging_belt / ours),
     );
+    figures.add("upload_vs_mapped_staging", format!("{:.2}", mapped / ours));
     figures.add("write_buffer_gbps", format!("{:.2}", gbps(write_buffer)));
     figures.add("staging_belt_gbps", format!("{:.2}", gbps(staging_belt)));
+    texture_uploads(gpu, &uploader, &best, figures);
     small_uploads(gpu, &arena, &uploader, &best, figures);
     figures.add("download_gbps", format!("{:.2}", gbps(download)));
-    figures.add("download_view_gbps", format!("{:.2}", gbps(view_download)));
+    figures.add(
+        "download_mapped_staging_gbps",
+        format!("{:.2}", gbps(download_mapped)),
+    );
+    figures.add("download_vec_gbps", format!("{:.2}", gbps(download_vec)));
+    figures.add("download_view_gbps", format!("{:.2}", gbps(view_ready)));
+    figures.add("download_view_read_gbps", format!("{:.2}", gbps(view_read)));
     figures.add(
         "download_vs_plain_map",
         format!("{:.2}", plain_download / download),
+    );
+}
+
+/// A large RGBA8 image with rows that are not a multiple of 256 bytes, through
+/// `Uploader::upload_texture` against `Queue::write_texture` of the same tight rows.
+fn texture_uploads(
+    gpu: &Gpu,
+    uploader: &vramkit::stream::Uploader,
+    best: &dyn Fn(&mut dyn FnMut()) -> f64,
+    figures: &mut Figures,
+) {
+    let width = 8000u32.min(gpu.limits().max_texture_dimension_2d);
+    let height =
+        if gpu.is_cpu() { 1024 } else { 8192u32 }.min(gpu.limits().max_texture_dimension_2d);
+    let size = wgpu::Extent3d {
+        width,
+        height,
+        depth_or_array_layers: 1,
+    };
+    let texture = gpu.device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("bench texture"),
+        size,
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    let bytes = (width * height * 4) as usize;
+    let texels: Vec<u8> = (0..bytes).map(|i| ((i * 31) >> 7) as u8).collect();
+    let ours = best(&mut || {
+        uploader
+            .upload_texture(texture.as_image_copy(), size, &texels)
+            .expect("texture upload")
+    });
+    let write_texture = best(&mut || {
+        gpu.queue().write_texture(
+            texture.as_image_copy(),
+            &texels,
+            wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(width * 4),
+                rows_per_image: Some(height),
+            },
+            size,
+        );
+        gpu.queue().submit([]);
+    });
+    let gbps = |s: f64| bytes as f64 / s / 1e9;
+    println!(
+        "texture upload {width}x{height} RGBA8 ({}; rows of {} bytes): upload_texture {:.2} GB/s, \
+         Queue::write_texture {:.2} GB/s",
+        vramkit::fmt_bytes(bytes as u64),
+        width * 4,
+        gbps(ours),
+        gbps(write_texture)
+    );
+    figures.add("texture_upload_gbps", format!("{:.2}", gbps(ours)));
+    figures.add(
+        "texture_upload_vs_write_texture",
+        format!("{:.2}", write_texture / ours),
     );
 }
 

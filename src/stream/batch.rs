@@ -1,6 +1,7 @@
 //! `UploadBatch`: many small uploads through shared staging buffers and one submit.
 
-use super::uploader::{map_error, Uploader};
+use super::staging::{Staging, Writer};
+use super::uploader::Uploader;
 use crate::arena::Allocation;
 use crate::Result;
 
@@ -8,10 +9,10 @@ use crate::Result;
 /// copies recorded out of it.
 struct Open {
     index: usize,
-    staging: wgpu::Buffer,
-    /// The whole buffer, mapped once: one view per upload would cost a map-range
+    staging: Staging,
+    /// The whole buffer, opened once: one mapped view per upload would cost a map-range
     /// validation each.
-    view: wgpu::BufferViewMut,
+    writer: Writer,
     used: u64,
     encoder: wgpu::CommandEncoder,
     /// The last copy, not yet recorded: (destination buffer, its offset, staging offset,
@@ -25,7 +26,7 @@ impl Open {
     fn record_pending(&mut self) {
         if let Some((dst, dst_offset, staging_offset, len)) = self.pending.take() {
             self.encoder.copy_buffer_to_buffer(
-                &self.staging,
+                self.staging.buffer(),
                 staging_offset,
                 &dst,
                 dst_offset,
@@ -99,8 +100,9 @@ impl UploadBatch<'_> {
             Some(open) => open,
             None => {
                 let (index, staging) = self.uploader.acquire()?;
-                let view = match staging.get_mapped_range_mut(..).map_err(map_error) {
-                    Ok(view) => view,
+                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+                let writer = match unsafe { staging.writer(0..staging.size()) } {
+                    Ok(writer) => writer,
                     Err(e) => {
                         self.uploader.return_unsubmitted(index);
                         return Err(e);
@@ -114,7 +116,7 @@ impl UploadBatch<'_> {
                 Open {
                     index,
                     staging,
-                    view,
+                    writer,
                     used: 0,
                     encoder,
                     pending: None,
@@ -122,7 +124,7 @@ impl UploadBatch<'_> {
             }
         };
         let at = open.used as usize;
-        open.view.slice(at..at + data.len()).copy_from_slice(data);
+        open.writer.copy_at(at, data, 1);
         let target = dst.offset() + offset;
         match &mut open.pending {
             Some((buffer, at, from, n))
@@ -149,7 +151,7 @@ impl UploadBatch<'_> {
     fn flush(&mut self) -> Result<()> {
         if let Some(mut open) = self.open.take() {
             open.record_pending();
-            drop(open.view);
+            drop(open.writer);
             self.uploader
                 .submit_staged(open.index, &open.staging, open.encoder)?;
             self.uploader.count_bytes(std::mem::take(&mut self.bytes));

@@ -6,7 +6,8 @@ use std::sync::{mpsc, Arc};
 use futures::channel::oneshot;
 use parking_lot::Mutex;
 
-use super::poller::Poller;
+use super::poller::LazyPoller;
+use super::staging::Staging;
 use super::view::{DownloadView, ViewPool};
 use crate::arena::Allocation;
 use crate::{Error, Gpu, Result};
@@ -20,6 +21,10 @@ pub struct DownloaderConfig {
     pub depth: usize,
     /// Threads that copy one mapped chunk out when it is large (1 = no threads).
     pub copy_threads: usize,
+    /// Put staging in plain host memory that the GPU copies into directly (Vulkan; the
+    /// counterpart of CUDA's pinned memory) instead of wgpu's `MAP_READ` buffers: no map
+    /// or unmap per chunk. Falls back to wgpu buffers on other backends.
+    pub host_staging: bool,
 }
 
 impl Default for DownloaderConfig {
@@ -28,12 +33,13 @@ impl Default for DownloaderConfig {
             chunk_size: 32 << 20,
             depth: 4,
             copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
+            host_staging: true,
         }
     }
 }
 
-/// Reads arena allocations back to host memory through a ring of `MAP_READ` staging
-/// buffers: the copies of the next chunks are in flight on the GPU while the current one
+/// Reads arena allocations back to host memory through a ring of staging buffers (host
+/// memory the GPU writes directly on Vulkan, `MAP_READ` buffers elsewhere): the copies of the next chunks are in flight on the GPU while the current one
 /// is copied out of mapped memory. Staging buffers are created once and reused. Calls from
 /// several threads are serialised.
 ///
@@ -48,11 +54,11 @@ impl Default for DownloaderConfig {
 pub struct Downloader {
     gpu: Gpu,
     config: DownloaderConfig,
-    ring: Mutex<Vec<wgpu::Buffer>>,
+    ring: Mutex<Vec<Staging>>,
     /// Staging buffers of dropped views, kept for the next ones (at most `depth`).
     views: ViewPool,
     /// Drives asynchronous downloads; started on first use.
-    poller: Mutex<Option<Arc<Poller>>>,
+    poller: LazyPoller,
 }
 
 impl std::fmt::Debug for Downloader {
@@ -70,13 +76,14 @@ impl Downloader {
             chunk_size: config.chunk_size.max(4).next_multiple_of(4),
             depth: config.depth.max(1),
             copy_threads: config.copy_threads.max(1),
+            host_staging: config.host_staging,
         };
         Downloader {
             gpu: gpu.clone(),
             config,
             ring: Mutex::new(Vec::new()),
             views: Arc::new(Mutex::new(Vec::new())),
-            poller: Mutex::new(None),
+            poller: LazyPoller::default(),
         }
     }
 
@@ -139,28 +146,30 @@ impl Downloader {
                 "use Downloader::download, which streams in chunks",
             ));
         }
-        let poller = self.poller();
-        if !poller.running() {
-            return Err(Error::Device {
-                during: "starting the download polling thread".into(),
-                message: "the thread could not be spawned".into(),
-            });
-        }
+        let poller = self.poller.get(&self.gpu)?;
         let staging = self.view_buffer(bytes);
         let mut encoder = self
             .gpu
             .device()
             .create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + start, &staging, 0, bytes);
-        self.gpu.scoped("submitting a download view", || {
+        encoder.copy_buffer_to_buffer(
+            src.buffer(),
+            src.offset() + start,
+            staging.buffer(),
+            0,
+            bytes,
+        );
+        let submitted = self.gpu.scoped("submitting a download view", || {
             self.gpu.queue().submit([encoder.finish()])
-        })?;
+        });
         let (tx, rx) = oneshot::channel();
         let pending = poller.begin();
-        staging.map_async(wgpu::MapMode::Read, ..bytes, move |r| {
-            let _ = tx.send(r.is_ok());
+        staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, bytes, move |ok| {
+            let _ = tx.send(ok);
             pending.done();
         });
+        // On a failed submit the callback above still runs and drops its sender.
+        submitted?;
         let skip = (offset - start) as usize;
         Ok(futures::future::Either::Right(async move {
             // Keeps the polling thread alive until this download has resolved.
@@ -173,12 +182,9 @@ impl Downloader {
             if !mapped {
                 return Err(failed());
             }
-            let view = staging
-                .get_mapped_range(..bytes)
-                .map_err(|e| Error::Device {
-                    during: "reading a download view".into(),
-                    message: e.to_string(),
-                })?;
+            // SAFETY: the copy into `staging` has finished (the callback ran) and no other
+            // copy uses it: the view owns it until it drops.
+            let view = unsafe { staging.bytes(0..bytes) }?;
             Ok(DownloadView::new(
                 view,
                 staging,
@@ -192,7 +198,7 @@ impl Downloader {
 
     /// A pooled view buffer of at least `bytes`, the smallest that fits, or a new one
     /// rounded up to a power of two so that views of similar sizes share buffers.
-    fn view_buffer(&self, bytes: u64) -> wgpu::Buffer {
+    fn view_buffer(&self, bytes: u64) -> Staging {
         let mut pool = self.views.lock();
         let best = pool
             .iter()
@@ -207,24 +213,13 @@ impl Downloader {
         let size = bytes
             .next_power_of_two()
             .clamp(64 << 10, self.gpu.limits().max_buffer_size.max(bytes));
-        self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
-            label: Some("vramkit download view"),
+        Staging::new(
+            &self.gpu,
             size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        })
-    }
-
-    fn poller(&self) -> Arc<Poller> {
-        let mut p = self.poller.lock();
-        match p.as_ref() {
-            Some(poller) if poller.running() => poller.clone(),
-            _ => {
-                let poller = Arc::new(Poller::new(&self.gpu));
-                *p = Some(poller.clone());
-                poller
-            }
-        }
+            wgpu::MapMode::Read,
+            self.config.host_staging,
+            "vramkit download view",
+        )
     }
 
     /// Staging buffers created so far (at most `depth`).
@@ -232,25 +227,56 @@ impl Downloader {
         self.ring.lock().len()
     }
 
-    /// Reads `len` bytes of `src` from byte `offset`. Sees all GPU work submitted before
-    /// the call. Any offset and length work (the covering whole words are copied; the
-    /// allocation's size is a multiple of 4, so they lie inside it).
+    /// Reads `len` bytes of `src` from byte `offset` into a new `Vec`. Sees all GPU work
+    /// submitted before the call. Any offset and length work (the covering whole words
+    /// are copied; the allocation's size is a multiple of 4, so they lie inside it).
     pub fn download(&self, src: &Allocation, offset: u64, len: u64) -> Result<Vec<u8>> {
+        super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
+        let len = usize::try_from(len).map_err(|_| {
+            Error::invalid(
+                format!("a download of {len} bytes (more than this host can address)"),
+                "download in parts with Downloader::download_into",
+            )
+        })?;
+        let mut out = vec![0u8; len];
+        self.download_into(src, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads `out.len()` bytes of `src` from byte `offset` into `out`, the way
+    /// [`download`](Self::download) does, into memory the caller keeps: a buffer reused
+    /// across downloads is written at memory speed, where a fresh `Vec` first pays a page
+    /// fault per 4 KiB. On error `out` holds the chunks read so far.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// # let a = arena.alloc(1 << 20, "result")?;
+    /// let downloader = vramkit::stream::Downloader::new(&gpu, Default::default());
+    /// let mut host = vec![0u8; 1 << 20];
+    /// for _step in 0..10 {
+    ///     // ... GPU work that updates `a` ...
+    ///     downloader.download_into(&a, 0, &mut host)?;
+    /// }
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn download_into(&self, src: &Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
         let end = super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
-        let mut out = vec![0u8; len as usize];
         if len == 0 {
-            return Ok(out);
+            return Ok(());
         }
         let start = offset / 4 * 4;
         let stop = end.next_multiple_of(4);
         let mut ring = self.ring.lock();
         while ring.len() < self.config.depth {
-            ring.push(self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("vramkit download staging"),
-                size: self.config.chunk_size,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
+            ring.push(Staging::new(
+                &self.gpu,
+                self.config.chunk_size,
+                wgpu::MapMode::Read,
+                self.config.host_staging,
+                "vramkit download staging",
+            ));
         }
         let chunks: Vec<(u64, u64)> = (start..stop)
             .step_by(self.config.chunk_size as usize)
@@ -270,16 +296,22 @@ impl Downloader {
                     .gpu
                     .device()
                     .create_command_encoder(&Default::default());
-                encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + n0, staging, 0, n1 - n0);
+                encoder.copy_buffer_to_buffer(
+                    src.buffer(),
+                    src.offset() + n0,
+                    staging.buffer(),
+                    0,
+                    n1 - n0,
+                );
                 let index = self.gpu.scoped("submitting a download chunk", || {
                     self.gpu.queue().submit([encoder.finish()])
-                })?;
-                submitted[next] = Some(index);
+                });
                 let tx = tx.clone();
                 let id = next;
-                staging.map_async(wgpu::MapMode::Read, ..n1 - n0, move |r| {
-                    let _ = tx.send((id, r.is_ok()));
+                staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, n1 - n0, move |ok| {
+                    let _ = tx.send((id, ok));
                 });
+                submitted[next] = Some(index?);
                 next += 1;
             }
             // Wait until this chunk's mapping has resolved.
@@ -301,35 +333,16 @@ impl Downloader {
                 });
             }
             let staging = &ring[done % self.config.depth];
-            {
-                let view = staging
-                    .get_mapped_range(..c1 - c0)
-                    .map_err(|e| Error::Device {
-                        during: "reading a download chunk".into(),
-                        message: e.to_string(),
-                    })?;
-                // Bytes of this chunk that belong to [offset, end).
-                let lo = offset.max(c0);
-                let hi = end.min(c1);
-                let src_bytes = &view[(lo - c0) as usize..(hi - c0) as usize];
-                let dst_bytes = &mut out[(lo - offset) as usize..(hi - offset) as usize];
-                copy_parallel(dst_bytes, src_bytes, self.config.copy_threads);
-            }
-            staging.unmap();
+            // Bytes of this chunk that belong to [offset, end).
+            let lo = offset.max(c0);
+            let hi = end.min(c1);
+            let dst_bytes = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+            // SAFETY: this chunk's copy has finished (its callback ran) and the next copy
+            // into the same buffer is submitted only after this read.
+            let read = unsafe { staging.read(lo - c0, dst_bytes, self.config.copy_threads) };
+            staging.to_gpu();
+            read?;
         }
-        Ok(out)
+        Ok(())
     }
-}
-
-fn copy_parallel(dst: &mut [u8], src: &[u8], threads: usize) {
-    if threads <= 1 || dst.len() < (1 << 20) {
-        dst.copy_from_slice(src);
-        return;
-    }
-    let part = dst.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        for (d, c) in dst.chunks_mut(part).zip(src.chunks(part)) {
-            s.spawn(move || d.copy_from_slice(c));
-        }
-    });
 }

@@ -17,8 +17,11 @@
 
 mod batch;
 mod downloader;
+mod host_buffer;
 mod pipeline;
 mod poller;
+mod staging;
+mod texture;
 mod uploader;
 mod view;
 

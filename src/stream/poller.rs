@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::Gpu;
+use crate::{Error, Gpu, Result};
 
 struct Shared {
     /// Transfers whose map callback has not run yet.
@@ -85,6 +85,34 @@ impl Drop for Poller {
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// A [`Poller`] started on first use and restarted if its thread could not be spawned:
+/// what the uploader and downloader hold for their asynchronous calls.
+#[derive(Default)]
+pub(crate) struct LazyPoller(Mutex<Option<Arc<Poller>>>);
+
+impl LazyPoller {
+    /// The running poller, started now if needed; an error if no thread can be spawned.
+    pub(crate) fn get(&self, gpu: &Gpu) -> Result<Arc<Poller>> {
+        let mut p = self.0.lock();
+        let poller = match p.as_ref() {
+            Some(poller) if poller.running() => poller.clone(),
+            _ => {
+                let poller = Arc::new(Poller::new(gpu));
+                *p = Some(poller.clone());
+                poller
+            }
+        };
+        if poller.running() {
+            Ok(poller)
+        } else {
+            Err(Error::Device {
+                during: "starting the polling thread for asynchronous transfers".into(),
+                message: "the thread could not be spawned".into(),
+            })
         }
     }
 }

@@ -1,11 +1,16 @@
 //! The upload ring.
 
+use std::future::Future;
 use std::sync::mpsc;
+
+use futures::channel::oneshot;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::poller::LazyPoller;
+use super::staging::Staging;
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
 
@@ -22,6 +27,11 @@ pub struct UploaderConfig {
     /// does not hold host-visible memory for good (`None`: keep them). Idle loops can
     /// call [`Uploader::release_idle`] instead of waiting for an upload.
     pub idle_release: Option<Duration>,
+    /// Put staging in plain host memory that the GPU copies from directly (Vulkan; the
+    /// counterpart of CUDA's pinned memory), instead of wgpu's `MAP_WRITE` buffers, which
+    /// live in device memory the CPU writes across the bus where the GPU offers it. Falls
+    /// back to wgpu buffers on other backends. See BENCHMARKS.md for the difference.
+    pub host_staging: bool,
 }
 
 impl Default for UploaderConfig {
@@ -34,6 +44,7 @@ impl Default for UploaderConfig {
             max_staging: 256 << 20,
             copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
             idle_release: Some(Duration::from_secs(10)),
+            host_staging: true,
         }
     }
 }
@@ -51,6 +62,9 @@ pub struct UploaderStats {
     pub staging_bytes: u64,
     /// Staging buffers destroyed after sitting idle.
     pub staging_released: u64,
+    /// Staging buffers created in host memory the GPU copies from directly (the others are
+    /// wgpu `MAP_WRITE` buffers); see [`UploaderConfig::host_staging`].
+    pub staging_host: u64,
     /// Times an upload waited for the GPU to release a staging buffer.
     pub waits: u64,
     /// Uploads whose unaligned edges needed the patch kernel.
@@ -59,7 +73,7 @@ pub struct UploaderStats {
 
 struct Ring {
     /// Staging buffers by slot; `None` once released for idleness (the slot is reused).
-    buffers: Vec<Option<wgpu::Buffer>>,
+    buffers: Vec<Option<Staging>>,
     /// When each slot was last handed out.
     last_used: Vec<Instant>,
     /// Released slots.
@@ -89,6 +103,8 @@ pub struct Uploader {
     ring: Mutex<Ring>,
     ready_tx: mpsc::Sender<usize>,
     ready_rx: Mutex<mpsc::Receiver<usize>>,
+    /// Drives the futures of asynchronous uploads; started on first use.
+    poller: LazyPoller,
 }
 
 impl std::fmt::Debug for Uploader {
@@ -109,6 +125,7 @@ impl Uploader {
             max_staging: config.max_staging.max(chunk_size),
             copy_threads: config.copy_threads.max(1),
             idle_release: config.idle_release,
+            host_staging: config.host_staging,
         };
         let (ready_tx, ready_rx) = mpsc::channel();
         Uploader {
@@ -124,6 +141,7 @@ impl Uploader {
             }),
             ready_tx,
             ready_rx: Mutex::new(ready_rx),
+            poller: LazyPoller::default(),
         }
     }
 
@@ -157,6 +175,49 @@ impl Uploader {
         self.patch_edges(dst, offset, data, first_word, last_word)?;
         self.ring.lock().stats.bytes += len;
         Ok(())
+    }
+
+    /// [`upload`](Self::upload), then a future that resolves once the GPU has finished the
+    /// copies, for code that must know when the bytes have landed (to hand the buffer to
+    /// another queue or API, to account for transfer time) without blocking a thread. The
+    /// bytes are in staging when this returns, so `data` is free at once; the call blocks
+    /// only while staging is full (back-pressure). A polling thread owned by the uploader
+    /// drives the device while such futures are pending, so they resolve on any executor.
+    /// GPU work submitted after the call sees the data whether or not the future is
+    /// awaited.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+    /// let dst = arena.alloc(1 << 20, "weights")?;
+    /// let landed = uploader.upload_async(&dst, 0, &vec![1u8; 1 << 20])?;
+    /// // ... other work ...
+    /// pollster::block_on(landed)?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn upload_async(
+        &self,
+        dst: &Allocation,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
+        let poller = self.poller.get(&self.gpu)?;
+        self.upload(dst, offset, data)?;
+        let (tx, rx) = oneshot::channel();
+        let pending = poller.begin();
+        self.gpu.queue().on_submitted_work_done(move || {
+            let _ = tx.send(());
+            pending.done();
+        });
+        Ok(async move {
+            // Keeps the polling thread alive until this upload has landed.
+            let _poller = poller;
+            rx.await.map_err(|_| Error::Device {
+                during: "waiting for an upload to finish".into(),
+                message: "the device was lost before the copy finished".into(),
+            })
+        })
     }
 
     /// Uploads `len` bytes into `dst` at `offset` by letting `fill` write them straight
@@ -202,8 +263,9 @@ impl Uploader {
         while pos < len {
             let n = chunk.min(len - pos);
             self.copy_chunk(dst, offset + pos, n, |staging| {
-                let mut view = staging.get_mapped_range_mut(..n).map_err(map_error)?;
-                fill(pos, view.slice(..))
+                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+                let mut writer = unsafe { staging.writer(0..n) }?;
+                fill(pos, writer.bytes())
             })?;
             pos += n;
         }
@@ -231,7 +293,7 @@ impl Uploader {
         dst: &Allocation,
         at: u64,
         n: u64,
-        write: impl FnOnce(&wgpu::Buffer) -> Result<()>,
+        write: impl FnOnce(&Staging) -> Result<()>,
     ) -> Result<()> {
         let (index, staging) = self.acquire()?;
         if let Err(e) = write(&staging) {
@@ -244,28 +306,31 @@ impl Uploader {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("vramkit upload"),
                 });
-        encoder.copy_buffer_to_buffer(&staging, 0, dst.buffer(), dst.offset() + at, n);
+        encoder.copy_buffer_to_buffer(staging.buffer(), 0, dst.buffer(), dst.offset() + at, n);
         self.submit_staged(index, &staging, encoder)
     }
 
-    /// Unmaps the filled staging buffer of slot `index`, submits `encoder` (its copies out
-    /// of that buffer) and re-maps the buffer for the ring once the GPU is done with it.
+    /// Hands the filled staging buffer of slot `index` to the GPU, submits `encoder` (its
+    /// copies out of that buffer) and gives the buffer back to the ring once the GPU is
+    /// done with it.
     pub(super) fn submit_staged(
         &self,
         index: usize,
-        staging: &wgpu::Buffer,
+        staging: &Staging,
         encoder: wgpu::CommandEncoder,
     ) -> Result<()> {
-        staging.unmap();
+        staging.to_gpu();
         let submitted = self.gpu.scoped("submitting an upload chunk", || {
             self.gpu.queue().submit([encoder.finish()])
-        })?;
+        });
         let tx = self.ready_tx.clone();
-        staging.map_async(wgpu::MapMode::Write, .., move |r| {
-            if r.is_ok() {
+        // Even after a failed submit: the buffer must come back to the ring.
+        staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Write, staging.size(), move |ok| {
+            if ok {
                 let _ = tx.send(index);
             }
         });
+        let submitted = submitted?;
         let mut ring = self.ring.lock();
         ring.stats.chunks += 1;
         ring.in_flight.push_back(submitted);
@@ -291,40 +356,20 @@ impl Uploader {
         self.config.chunk_size
     }
 
+    /// Threads for one large staging fill.
+    pub(super) fn copy_threads(&self) -> usize {
+        self.config.copy_threads
+    }
+
     pub(super) fn gpu(&self) -> &Gpu {
         &self.gpu
     }
 
-    /// Writes `piece` into the mapped staging buffer, split across threads when large.
-    fn fill(&self, staging: &wgpu::Buffer, piece: &[u8]) -> Result<()> {
-        let map_err = map_error;
-        let threads = self.config.copy_threads;
-        let n = piece.len();
-        if threads <= 1 || n < (1 << 20) {
-            let mut view = staging.get_mapped_range_mut(..n as u64).map_err(map_err)?;
-            view.copy_from_slice(piece);
-            return Ok(());
-        }
-        // Disjoint views of one mapping may be written at the same time.
-        let part = n
-            .div_ceil(threads)
-            .next_multiple_of(wgpu::MAP_ALIGNMENT as usize);
-        let mut views = Vec::new();
-        for start in (0..n).step_by(part) {
-            let end = (start + part).min(n);
-            views.push((
-                start,
-                staging
-                    .get_mapped_range_mut(start as u64..end as u64)
-                    .map_err(map_err)?,
-            ));
-        }
-        std::thread::scope(|s| {
-            for (start, mut view) in views {
-                let src = &piece[start..start + view.len()];
-                s.spawn(move || view.copy_from_slice(src));
-            }
-        });
+    /// Writes `piece` into the staging buffer, split across threads when large.
+    fn fill(&self, staging: &Staging, piece: &[u8]) -> Result<()> {
+        // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+        let mut writer = unsafe { staging.writer(0..piece.len() as u64) }?;
+        writer.copy_at(0, piece, self.config.copy_threads);
         Ok(())
     }
 
@@ -369,7 +414,7 @@ impl Uploader {
 
     /// A mapped staging buffer (slot and handle): a free one, a new one while under
     /// `max_staging`, or (when the ring is full) the next one the GPU releases.
-    pub(super) fn acquire(&self) -> Result<(usize, wgpu::Buffer)> {
+    pub(super) fn acquire(&self) -> Result<(usize, Staging)> {
         loop {
             let oldest = {
                 let rx = self.ready_rx.lock();
@@ -390,12 +435,14 @@ impl Uploader {
                     continue;
                 }
                 if ring.stats.staging_bytes + self.config.chunk_size <= self.config.max_staging {
-                    let buffer = self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("vramkit upload staging"),
-                        size: self.config.chunk_size,
-                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: true,
-                    });
+                    let buffer = Staging::new(
+                        &self.gpu,
+                        self.config.chunk_size,
+                        wgpu::MapMode::Write,
+                        self.config.host_staging,
+                        "vramkit upload staging",
+                    );
+                    ring.stats.staging_host += u64::from(buffer.is_host());
                     let i = match ring.dead.pop() {
                         Some(i) => {
                             ring.buffers[i] = Some(buffer.clone());
@@ -498,13 +545,6 @@ impl Uploader {
         )?;
         self.ring.lock().stats.patches += 1;
         Ok(())
-    }
-}
-
-pub(super) fn map_error(e: wgpu::MapRangeError) -> Error {
-    Error::Device {
-        during: "writing a staging buffer".into(),
-        message: e.to_string(),
     }
 }
 

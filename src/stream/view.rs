@@ -5,12 +5,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-/// Staging buffers kept for views, returned when a view drops.
-pub(crate) type ViewPool = Arc<Mutex<Vec<wgpu::Buffer>>>;
+use super::staging::{ReadBytes, Staging};
 
-/// Bytes of an allocation as they were on the GPU, read in place from a mapped staging
-/// buffer (no copy into a `Vec`). Dereferences to `[u8]`. Dropping it unmaps the staging
-/// buffer and gives it back to the [`Downloader`](super::Downloader) for the next view;
+/// Staging buffers kept for views, returned when a view drops.
+pub(crate) type ViewPool = Arc<Mutex<Vec<Staging>>>;
+
+/// Bytes of an allocation as they were on the GPU, read in place from a staging buffer
+/// (no copy into a `Vec`). Dereferences to `[u8]`. Dropping it gives the staging buffer
+/// back to the [`Downloader`](super::Downloader) for the next view;
 /// keep views short-lived, as each holds one staging buffer.
 ///
 /// ```no_run
@@ -24,7 +26,7 @@ pub(crate) type ViewPool = Arc<Mutex<Vec<wgpu::Buffer>>>;
 /// ```
 pub struct DownloadView {
     /// `None` for an empty view, which needs no buffer.
-    mapped: Option<(wgpu::BufferView, wgpu::Buffer)>,
+    mapped: Option<(ReadBytes, Staging)>,
     /// Bytes before the requested offset (copies start on a 4-byte boundary).
     skip: usize,
     len: usize,
@@ -34,8 +36,8 @@ pub struct DownloadView {
 
 impl DownloadView {
     pub(crate) fn new(
-        view: wgpu::BufferView,
-        buffer: wgpu::Buffer,
+        view: ReadBytes,
+        buffer: Staging,
         skip: usize,
         len: usize,
         pool: ViewPool,
@@ -83,9 +85,9 @@ impl std::fmt::Debug for DownloadView {
 impl Drop for DownloadView {
     fn drop(&mut self) {
         if let Some((view, buffer)) = self.mapped.take() {
-            // The mapped range must be released before the buffer can be unmapped.
+            // The view must be released before the buffer can be unmapped.
             drop(view);
-            buffer.unmap();
+            buffer.to_gpu();
             let mut pool = self.pool.lock();
             if pool.len() < self.keep {
                 pool.push(buffer);

@@ -1,0 +1,209 @@
+//! `HostBuffer`: a staging buffer in plain host memory that the GPU copies from and into
+//! directly, the Vulkan counterpart of CUDA's pinned memory.
+//!
+//! Why not a wgpu `MAP_WRITE` buffer: wgpu-hal asks gpu-allocator for `CpuToGpu` memory,
+//! which prefers `DEVICE_LOCAL | HOST_VISIBLE` (the PCIe BAR on a discrete GPU with
+//! resizable BAR). Filling such a buffer means the CPU writes every byte across PCIe, which
+//! reached ~25 GB/s on the H100 machine where the link carries 54. In host memory the fill
+//! is a host `memcpy` and the GPU's copy engine pulls the bytes at link speed. wgpu has no
+//! way to ask for that memory, so on Vulkan we allocate it through wgpu-hal and hand the
+//! buffer to wgpu; elsewhere (and where the Vulkan calls fail) staging falls back to wgpu
+//! mapped buffers.
+//!
+//! The memory stays mapped for the buffer's whole life and is `HOST_COHERENT`: no flush or
+//! invalidate is needed, but nothing stops the CPU and the GPU from touching it at the same
+//! time either. Every access is therefore `unsafe`, with one rule: the CPU touches the
+//! bytes only while no submitted copy uses the buffer (the rings hand a buffer back to the
+//! CPU from the queue's "work done" callback of its last submission).
+
+use std::ops::Range;
+use std::ptr::NonNull;
+
+use ash::vk;
+
+use crate::Gpu;
+
+/// A buffer (`COPY_SRC | COPY_DST`) in host-visible, host-coherent memory, mapped for its
+/// whole life. See the module docs for the access rule.
+pub(crate) struct HostBuffer {
+    buffer: wgpu::Buffer,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value (wgpu-hal frees it only when the
+// wgpu buffer held here is destroyed, after the GPU is done with it); the access rule in the
+// module docs, which every `unsafe` accessor states, keeps CPU and GPU accesses apart, and
+// callers keep concurrent CPU accesses to disjoint bytes.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for HostBuffer {}
+
+impl std::fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl HostBuffer {
+    /// A new buffer of `size` bytes (a non-zero multiple of 4), or `None` where the device
+    /// is not Vulkan, has no host-visible coherent memory type for buffers, or a Vulkan call
+    /// fails (out of host memory, say): callers then use a wgpu mapped buffer. The reason
+    /// is logged at debug level.
+    pub(crate) fn new(gpu: &Gpu, size: u64, label: &str) -> Option<HostBuffer> {
+        if size == 0 || !size.is_multiple_of(4) || size > gpu.limits().max_buffer_size {
+            return None;
+        }
+        let len = usize::try_from(size).ok()?;
+        // SAFETY: the handles are used as wgpu-hal's docs allow: a buffer and its memory
+        // are created on the device, bound, mapped, and their ownership passed to wgpu-hal
+        // (`from_raw_managed`), which destroys both when the wgpu buffer is destroyed. Every
+        // failure path destroys what was created so far. The hal guard is dropped before
+        // the buffer is handed to wgpu.
+        let (raw_buffer, memory, allocated, ptr, in_system_memory) = unsafe {
+            let hal = gpu.device().as_hal::<wgpu::hal::api::Vulkan>()?;
+            let device = hal.raw_device();
+            let instance = hal.shared_instance().raw_instance();
+            let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
+            let info = vk::BufferCreateInfo::default()
+                .size(size)
+                .usage(vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
+                .sharing_mode(vk::SharingMode::EXCLUSIVE);
+            let raw_buffer = device
+                .create_buffer(&info, None)
+                .map_err(|e| log::debug!("host staging: vkCreateBuffer failed: {e}"))
+                .ok()?;
+            let requirements = device.get_buffer_memory_requirements(raw_buffer);
+            let Some((type_index, in_system_memory)) =
+                pick_memory_type(&props, requirements.memory_type_bits)
+            else {
+                log::debug!("host staging: no host-visible coherent memory type for buffers");
+                device.destroy_buffer(raw_buffer, None);
+                return None;
+            };
+            let alloc = vk::MemoryAllocateInfo::default()
+                .allocation_size(requirements.size)
+                .memory_type_index(type_index);
+            let memory = match device.allocate_memory(&alloc, None) {
+                Ok(m) => m,
+                Err(e) => {
+                    log::debug!("host staging: vkAllocateMemory of {size} bytes failed: {e}");
+                    device.destroy_buffer(raw_buffer, None);
+                    return None;
+                }
+            };
+            let mapped = device
+                .bind_buffer_memory(raw_buffer, memory, 0)
+                .and_then(|()| {
+                    device.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
+                });
+            let ptr = match mapped.map(|p| NonNull::new(p.cast::<u8>())) {
+                Ok(Some(p)) => p,
+                failed => {
+                    log::debug!("host staging: binding or mapping failed: {failed:?}");
+                    device.free_memory(memory, None);
+                    device.destroy_buffer(raw_buffer, None);
+                    return None;
+                }
+            };
+            (raw_buffer, memory, requirements.size, ptr, in_system_memory)
+        };
+        // SAFETY: `raw_buffer` is bound to `memory` from offset 0 and `allocated` bytes are
+        // valid; both were created on this device and are not used elsewhere. wgpu-core
+        // treats a buffer from hal as initialised and never maps it (no MAP_* usage).
+        let buffer = unsafe {
+            let hal_buffer =
+                wgpu::hal::vulkan::Buffer::from_raw_managed(raw_buffer, memory, 0, allocated);
+            gpu.device()
+                .create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
+                    hal_buffer,
+                    &wgpu::BufferDescriptor {
+                        label: Some(label),
+                        size,
+                        usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    },
+                )
+        };
+        log::debug!(
+            "host staging: {size} bytes in {} memory",
+            if in_system_memory {
+                "system"
+            } else {
+                "device-local, host-visible"
+            }
+        );
+        Some(HostBuffer { buffer, ptr, len })
+    }
+
+    /// The wgpu buffer, for recording copies.
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// The bytes in `range` (clamped to the buffer), writable.
+    ///
+    /// # Safety
+    /// No submitted GPU copy may use the buffer while the returned slice lives, and no other
+    /// slice of the same bytes may exist.
+    #[allow(clippy::mut_from_ref)] // the access rule above is the exclusivity proof
+    pub(crate) unsafe fn bytes_mut(&self, range: Range<usize>) -> &mut [u8] {
+        let end = range.end.min(self.len);
+        let start = range.start.min(end);
+        // SAFETY: the caller upholds exclusivity; `ptr` is valid for `self.len` bytes and
+        // `start..end` lies inside them.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(start), end - start) }
+    }
+
+    /// The bytes in `range` (clamped to the buffer), readable.
+    ///
+    /// # Safety
+    /// No submitted GPU copy may write the buffer while the returned slice lives, and no
+    /// mutable slice of the same bytes may exist.
+    pub(crate) unsafe fn bytes(&self, range: Range<usize>) -> &[u8] {
+        let end = range.end.min(self.len);
+        let start = range.start.min(end);
+        // SAFETY: as for `bytes_mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), end - start) }
+    }
+}
+
+/// The memory type for staging: host-visible and coherent (required; no flushes), then
+/// preferably not device-local (system memory the copy engine reads at link speed, rather
+/// than the BAR the CPU writes across PCIe), then host-cached (fast CPU reads for
+/// downloads). Returns the index and whether it is system memory.
+fn pick_memory_type(
+    props: &vk::PhysicalDeviceMemoryProperties,
+    allowed: u32,
+) -> Option<(u32, bool)> {
+    let required = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+    let excluded = vk::MemoryPropertyFlags::PROTECTED | vk::MemoryPropertyFlags::LAZILY_ALLOCATED;
+    let count = (props.memory_type_count as usize).min(props.memory_types.len());
+    props.memory_types[..count]
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| {
+            allowed & (1 << i) != 0
+                && t.property_flags.contains(required)
+                && !t.property_flags.intersects(excluded)
+        })
+        .max_by_key(|(i, t)| {
+            let system = !t
+                .property_flags
+                .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL);
+            let cached = t
+                .property_flags
+                .contains(vk::MemoryPropertyFlags::HOST_CACHED);
+            // Lowest index wins ties, as Vulkan orders types by preference.
+            (system, cached, std::cmp::Reverse(*i))
+        })
+        .map(|(i, t)| {
+            (
+                i as u32,
+                !t.property_flags
+                    .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL),
+            )
+        })
+}

@@ -1,0 +1,301 @@
+//! `Staging`: one staging buffer of an upload or download ring, either host memory the GPU
+//! copies directly ([`HostBuffer`], Vulkan) or a wgpu mapped buffer (every backend).
+//!
+//! The two kinds hand the buffer back and forth between CPU and GPU differently: a mapped
+//! buffer is unmapped before its copy is submitted and re-mapped afterwards (wgpu resolves
+//! the map once the copy is done); a host buffer stays mapped and is handed back by the
+//! queue's "work done" callback. The rings drive both through the same three steps:
+//! [`Staging::to_gpu`] before the submit, [`Staging::when_cpu_owned`] after it, and the
+//! `unsafe` byte accessors in between (the CPU may touch the bytes only after the callback
+//! of the last submission that used the buffer has run).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::host_buffer::HostBuffer;
+use crate::{Error, Gpu, Result};
+
+/// Copies smaller than this run on the calling thread: splitting costs more than it saves.
+const PARALLEL_COPY_MIN: usize = 1 << 20;
+
+/// One staging buffer. Cheap to clone (the clones share the buffer).
+#[derive(Clone, Debug)]
+pub(crate) enum Staging {
+    /// Host memory, mapped for good (see [`HostBuffer`]).
+    Host(Arc<HostBuffer>),
+    /// A wgpu buffer with `MAP_WRITE` or `MAP_READ`, mapped while the CPU owns it.
+    Mapped(wgpu::Buffer),
+}
+
+impl Staging {
+    /// A new staging buffer of `size` bytes for `mode` (`Write`: uploads, `Read`:
+    /// downloads). Host memory when `prefer_host` and the backend allows; otherwise a wgpu
+    /// mapped buffer, mapped at creation for uploads (ready to fill) and unmapped for
+    /// downloads (ready to be a copy target).
+    pub(crate) fn new(
+        gpu: &Gpu,
+        size: u64,
+        mode: wgpu::MapMode,
+        prefer_host: bool,
+        label: &str,
+    ) -> Staging {
+        if prefer_host {
+            if let Some(host) = HostBuffer::new(gpu, size, label) {
+                return Staging::Host(Arc::new(host));
+            }
+        }
+        let (usage, mapped_at_creation) = match mode {
+            wgpu::MapMode::Write => (
+                wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                true,
+            ),
+            wgpu::MapMode::Read => (
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                false,
+            ),
+        };
+        Staging::Mapped(gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation,
+        }))
+    }
+
+    /// The wgpu buffer, for recording copies.
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        match self {
+            Staging::Host(h) => h.buffer(),
+            Staging::Mapped(b) => b,
+        }
+    }
+
+    /// Size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.buffer().size()
+    }
+
+    /// True for host memory the GPU copies directly.
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(self, Staging::Host(_))
+    }
+
+    /// Hands the buffer to the GPU for the copies about to be submitted: unmaps a mapped
+    /// buffer (every view of it must be gone).
+    pub(crate) fn to_gpu(&self) {
+        if let Staging::Mapped(b) = self {
+            b.unmap();
+        }
+    }
+
+    /// Call right after the submit whose copies use the buffer: `done(ok)` runs (inside a
+    /// later device poll) once the CPU owns the first `len` bytes again, `ok` false when a
+    /// mapping failed (a lost device).
+    pub(crate) fn when_cpu_owned(
+        &self,
+        gpu: &Gpu,
+        mode: wgpu::MapMode,
+        len: u64,
+        done: impl FnOnce(bool) + Send + 'static,
+    ) {
+        match self {
+            Staging::Host(_) => gpu.queue().on_submitted_work_done(move || done(true)),
+            Staging::Mapped(b) => b.map_async(mode, ..len.max(4), move |r| done(r.is_ok())),
+        }
+    }
+
+    /// Gives a mapped buffer back for good (destroys it); a host buffer is freed when its
+    /// last clone drops.
+    pub(crate) fn destroy(self) {
+        if let Staging::Mapped(b) = self {
+            b.destroy();
+        }
+    }
+
+    /// Write access to the bytes in `range`.
+    ///
+    /// # Safety
+    /// The CPU must own the buffer: no submitted copy uses it (see the module docs), and no
+    /// other writer or reader of the same bytes exists while this one lives.
+    pub(crate) unsafe fn writer(&self, range: Range<u64>) -> Result<Writer> {
+        match self {
+            Staging::Host(h) => {
+                check_range(&range, h.buffer().size())?;
+                Ok(Writer::Host {
+                    buffer: h.clone(),
+                    range: range.start as usize..range.end as usize,
+                })
+            }
+            Staging::Mapped(b) => b
+                .get_mapped_range_mut(range)
+                .map(Writer::Mapped)
+                .map_err(|e| map_error("writing a staging buffer", e)),
+        }
+    }
+
+    /// Copies `len` bytes from `at` into `dst`, on several threads when large.
+    ///
+    /// # Safety
+    /// The CPU must own the buffer (see the module docs) and no writer of these bytes
+    /// exists.
+    pub(crate) unsafe fn read(&self, at: u64, dst: &mut [u8], threads: usize) -> Result<()> {
+        let range = at..at + dst.len() as u64;
+        match self {
+            Staging::Host(h) => {
+                check_range(&range, h.buffer().size())?;
+                // SAFETY: the caller owns the buffer on the CPU side and nobody writes it.
+                let src = unsafe { h.bytes(range.start as usize..range.end as usize) };
+                copy_parallel(dst, src, threads);
+                Ok(())
+            }
+            Staging::Mapped(b) => {
+                // Mapped views start on 8-byte boundaries and span whole words.
+                let start = range.start / wgpu::MAP_ALIGNMENT * wgpu::MAP_ALIGNMENT;
+                let end = range.end.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+                let view = b
+                    .get_mapped_range(start..end)
+                    .map_err(|e| map_error("reading a staging buffer", e))?;
+                copy_parallel(dst, &view[(range.start - start) as usize..], threads);
+                Ok(())
+            }
+        }
+    }
+
+    /// The bytes in `range`, read in place: a host buffer's memory, or a mapped buffer's
+    /// view (which must be dropped before [`to_gpu`](Self::to_gpu)).
+    ///
+    /// # Safety
+    /// As for [`read`](Self::read), for as long as the returned bytes live.
+    pub(crate) unsafe fn bytes(&self, range: Range<u64>) -> Result<ReadBytes> {
+        match self {
+            Staging::Host(h) => {
+                check_range(&range, h.buffer().size())?;
+                Ok(ReadBytes::Host {
+                    buffer: h.clone(),
+                    range: range.start as usize..range.end as usize,
+                })
+            }
+            Staging::Mapped(b) => b
+                .get_mapped_range(range)
+                .map(ReadBytes::Mapped)
+                .map_err(|e| map_error("reading a staging buffer", e)),
+        }
+    }
+}
+
+fn check_range(range: &Range<u64>, size: u64) -> Result<()> {
+    if range.start <= range.end && range.end <= size {
+        Ok(())
+    } else {
+        Err(Error::Device {
+            during: "accessing a staging buffer".into(),
+            message: format!("range {range:?} outside a staging buffer of {size} bytes"),
+        })
+    }
+}
+
+fn map_error(during: &str, e: wgpu::MapRangeError) -> Error {
+    Error::Device {
+        during: during.into(),
+        message: e.to_string(),
+    }
+}
+
+/// Write access to part of a staging buffer the CPU owns (see [`Staging::writer`]).
+pub(crate) enum Writer {
+    Host {
+        buffer: Arc<HostBuffer>,
+        range: Range<usize>,
+    },
+    Mapped(wgpu::BufferViewMut),
+}
+
+impl Writer {
+    /// The bytes, write-only (mapped memory may be write-combined, where reads are slow).
+    pub(crate) fn bytes(&mut self) -> wgpu::WriteOnly<'_, [u8]> {
+        match self {
+            Writer::Host { buffer, range } => {
+                // SAFETY: `Staging::writer`'s caller guaranteed exclusive CPU ownership of
+                // these bytes for the writer's life; the slice borrows the writer mutably.
+                wgpu::WriteOnly::from(unsafe { buffer.bytes_mut(range.clone()) })
+            }
+            Writer::Mapped(view) => view.slice(..),
+        }
+    }
+
+    /// Copies `src` to byte `at` of the writer, on up to `threads` threads when large.
+    pub(crate) fn copy_at(&mut self, at: usize, src: &[u8], threads: usize) {
+        let dst = self.bytes().into_slice(at..at + src.len());
+        fill_parallel(dst, src, threads);
+    }
+}
+
+/// Bytes read in place from a staging buffer (see [`Staging::bytes`]).
+pub(crate) enum ReadBytes {
+    Host {
+        buffer: Arc<HostBuffer>,
+        range: Range<usize>,
+    },
+    Mapped(wgpu::BufferView),
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBytes::Host { buffer, range } => {
+                // SAFETY: `Staging::bytes`'s caller guaranteed that nothing writes these
+                // bytes while this value lives.
+                unsafe { buffer.bytes(range.clone()) }
+            }
+            ReadBytes::Mapped(view) => view,
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` split across rayon's pool when large.
+pub(crate) fn copy_parallel(dst: &mut [u8], src: &[u8], threads: usize) {
+    let n = dst.len().min(src.len());
+    if threads <= 1 || n < PARALLEL_COPY_MIN {
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    let part = n.div_ceil(threads).max(PARALLEL_COPY_MIN / 4);
+    dst[..n]
+        .par_chunks_mut(part)
+        .zip(src[..n].par_chunks(part))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// Copies `src` into write-only `dst`, split across rayon's pool when large.
+fn fill_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], threads: usize) {
+    let n = src.len();
+    if threads <= 1 || n < PARALLEL_COPY_MIN {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = n.div_ceil(threads).max(PARALLEL_COPY_MIN / 4);
+    let mut pieces = Vec::with_capacity(threads);
+    let mut start = 0;
+    while start < n {
+        let len = part.min(n - start);
+        let (head, rest) = dst.split_at(len);
+        pieces.push((SendWriteOnly(head), &src[start..start + len]));
+        dst = rest;
+        start += len;
+    }
+    pieces
+        .into_par_iter()
+        .for_each(|(mut d, s)| d.0.copy_from_slice(s));
+}
+
+/// `WriteOnly<[u8]>` is an exclusive reference to bytes, as `&mut [u8]` is, and so may move
+/// to another thread; wgpu-types' `Send` impl covers only sized targets (`T: Send` with
+/// the implicit `Sized` bound), so slices need this wrapper.
+struct SendWriteOnly<'a>(wgpu::WriteOnly<'a, [u8]>);
+
+// SAFETY: see the type's docs: the wrapped value is an exclusive, non-aliased byte range.
+unsafe impl Send for SendWriteOnly<'_> {}

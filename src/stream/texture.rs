@@ -1,0 +1,255 @@
+//! Texture uploads through the staging ring: tightly packed host rows laid out at the
+//! 256-byte row pitch that buffer-to-texture copies require.
+
+use super::uploader::Uploader;
+use crate::{Error, Result};
+
+impl Uploader {
+    /// Copies `data` into the region of `dst.texture` that starts at `dst.origin` (mip
+    /// level `dst.mip_level`, aspect `dst.aspect`) and spans `size`. `data` is tightly
+    /// packed: rows of `size.width` texels (of blocks, for compressed formats) with no
+    /// padding, `size.height` rows per layer, `size.depth_or_array_layers` layers (array
+    /// layers, or depth slices of a 3D texture), as an image decoder or a tile cache holds
+    /// them. Buffer-to-texture copies need rows at a multiple of 256 bytes
+    /// ([`wgpu::COPY_BYTES_PER_ROW_ALIGNMENT`]); this lays the rows out at that pitch in
+    /// staging memory, so no padded copy of the image is made on the host. Regions larger
+    /// than a staging buffer go through it in bands of whole rows.
+    ///
+    /// Like [`upload`](Self::upload) it returns once the copies are submitted: GPU work
+    /// submitted afterwards sees the texels.
+    ///
+    /// Errors (nothing is copied): a texture without `COPY_DST`; a format or aspect that
+    /// copies cannot fill (depth, multi-planar); a mip level or region outside the
+    /// texture; an origin or size not on block boundaries; `data` of the wrong length; a
+    /// single row larger than a staging buffer.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+    /// let size = wgpu::Extent3d { width: 100, height: 60, depth_or_array_layers: 1 };
+    /// let texture = gpu.device().create_texture(&wgpu::TextureDescriptor {
+    ///     label: Some("tile"),
+    ///     size,
+    ///     mip_level_count: 1,
+    ///     sample_count: 1,
+    ///     dimension: wgpu::TextureDimension::D2,
+    ///     format: wgpu::TextureFormat::Rgba8Unorm,
+    ///     usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
+    ///     view_formats: &[],
+    /// });
+    /// let texels = vec![255u8; 100 * 60 * 4]; // rows of 400 bytes, no padding
+    /// uploader.upload_texture(texture.as_image_copy(), size, &texels)?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn upload_texture(
+        &self,
+        dst: wgpu::TexelCopyTextureInfo<'_>,
+        size: wgpu::Extent3d,
+        data: &[u8],
+    ) -> Result<()> {
+        let shape = TextureRegion::check(&dst, size, data.len() as u64, self.chunk_size())?;
+        let TextureRegion {
+            row_bytes,
+            rows,
+            layers,
+            pitch,
+            rows_per_chunk,
+            block_height,
+        } = shape;
+        if row_bytes == 0 || rows == 0 || layers == 0 {
+            return Ok(());
+        }
+        let layer_bytes = row_bytes * rows;
+        for layer in 0..layers {
+            let mut row0 = 0;
+            while row0 < rows {
+                let n = rows_per_chunk.min(rows - row0);
+                let first = (layer * layer_bytes + row0 * row_bytes) as usize;
+                let band = &data[first..first + (n * row_bytes) as usize];
+                let (index, staging) = self.acquire()?;
+                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+                let written = unsafe { staging.writer(0..n * pitch) }.map(|mut writer| {
+                    if pitch == row_bytes {
+                        // Rows already at the pitch: one contiguous (threaded) copy.
+                        writer.copy_at(0, band, self.copy_threads());
+                    } else {
+                        for (r, row) in band.chunks_exact(row_bytes as usize).enumerate() {
+                            writer.copy_at(r * pitch as usize, row, 1);
+                        }
+                    }
+                });
+                if let Err(e) = written {
+                    self.return_unsubmitted(index);
+                    return Err(e);
+                }
+                let mut encoder =
+                    self.gpu()
+                        .device()
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("vramkit texture upload"),
+                        });
+                encoder.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer: staging.buffer(),
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: 0,
+                            bytes_per_row: Some(pitch as u32),
+                            rows_per_image: Some(n as u32),
+                        },
+                    },
+                    wgpu::TexelCopyTextureInfo {
+                        texture: dst.texture,
+                        mip_level: dst.mip_level,
+                        origin: wgpu::Origin3d {
+                            x: dst.origin.x,
+                            y: dst.origin.y + (row0 as u32) * block_height,
+                            z: dst.origin.z + layer as u32,
+                        },
+                        aspect: dst.aspect,
+                    },
+                    wgpu::Extent3d {
+                        width: size.width,
+                        height: n as u32 * block_height,
+                        depth_or_array_layers: 1,
+                    },
+                );
+                self.submit_staged(index, &staging, encoder)?;
+                row0 += n;
+            }
+        }
+        self.count_bytes(data.len() as u64);
+        Ok(())
+    }
+}
+
+/// The staging layout of a texture upload, from checked arguments.
+struct TextureRegion {
+    /// Bytes per tightly packed row of blocks.
+    row_bytes: u64,
+    /// Rows of blocks per layer.
+    rows: u64,
+    layers: u64,
+    /// Bytes per row in staging (a multiple of 256).
+    pitch: u64,
+    /// Rows that fit one staging buffer.
+    rows_per_chunk: u64,
+    /// Texel rows per block row (1 for uncompressed formats).
+    block_height: u32,
+}
+
+impl TextureRegion {
+    fn check(
+        dst: &wgpu::TexelCopyTextureInfo<'_>,
+        size: wgpu::Extent3d,
+        data_len: u64,
+        chunk: u64,
+    ) -> Result<TextureRegion> {
+        let texture = dst.texture;
+        let format = texture.format();
+        if !texture.usage().contains(wgpu::TextureUsages::COPY_DST) {
+            return Err(Error::invalid(
+                format!("a texture upload into a {format:?} texture without COPY_DST usage"),
+                "create the texture with TextureUsages::COPY_DST",
+            ));
+        }
+        let block_bytes = format.block_copy_size(Some(dst.aspect)).ok_or_else(|| {
+            Error::invalid(
+                format!(
+                    "a texture upload into aspect {:?} of a {format:?} texture",
+                    dst.aspect
+                ),
+                "depth and multi-planar formats take no buffer copies as a whole: \
+                 name a single aspect that copies accept (stencil, one plane)",
+            )
+        })?;
+        if dst.mip_level >= texture.mip_level_count() {
+            return Err(Error::invalid(
+                format!(
+                    "a texture upload into mip level {} of a texture with {} levels",
+                    dst.mip_level,
+                    texture.mip_level_count()
+                ),
+                "use a mip level below the texture's mip_level_count",
+            ));
+        }
+        let level = texture
+            .size()
+            .mip_level_size(dst.mip_level, texture.dimension())
+            .physical_size(format);
+        let o = dst.origin;
+        let fits = |origin: u32, len: u32, limit: u32| {
+            origin.checked_add(len).is_some_and(|end| end <= limit)
+        };
+        if !fits(o.x, size.width, level.width)
+            || !fits(o.y, size.height, level.height)
+            || !fits(o.z, size.depth_or_array_layers, level.depth_or_array_layers)
+        {
+            return Err(Error::invalid(
+                format!(
+                    "a texture upload of {}x{}x{} texels at ({}, {}, {}) into mip level {} of \
+                     {}x{}x{}",
+                    size.width,
+                    size.height,
+                    size.depth_or_array_layers,
+                    o.x,
+                    o.y,
+                    o.z,
+                    dst.mip_level,
+                    level.width,
+                    level.height,
+                    level.depth_or_array_layers
+                ),
+                "keep origin + size within the mip level (layers count in the third axis)",
+            ));
+        }
+        let (bw, bh) = format.block_dimensions();
+        if !o.x.is_multiple_of(bw)
+            || !o.y.is_multiple_of(bh)
+            || !size.width.is_multiple_of(bw)
+            || !size.height.is_multiple_of(bh)
+        {
+            return Err(Error::invalid(
+                format!(
+                    "a texture upload of {}x{} texels at ({}, {}) into {format:?}, whose blocks \
+                     are {bw}x{bh}",
+                    size.width, size.height, o.x, o.y
+                ),
+                "put origin and size on block boundaries (regions at a level's edge use \
+                 the physical size, rounded up to whole blocks)",
+            ));
+        }
+        let row_bytes = u64::from(size.width / bw) * u64::from(block_bytes);
+        let rows = u64::from(size.height / bh);
+        let layers = u64::from(size.depth_or_array_layers);
+        let expected = row_bytes * rows * layers;
+        if data_len != expected {
+            return Err(Error::invalid(
+                format!(
+                    "a texture upload of {data_len} bytes for a region of {expected} bytes \
+                     ({rows} rows of {row_bytes} bytes, {layers} layers)"
+                ),
+                "pass tightly packed rows with no padding: the uploader adds the 256-byte \
+                 row pitch itself",
+            ));
+        }
+        let pitch = row_bytes.next_multiple_of(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT));
+        let rows_per_chunk = chunk / pitch.max(1);
+        if rows_per_chunk == 0 && expected > 0 {
+            return Err(Error::invalid(
+                format!(
+                    "a texture upload whose rows take {pitch} bytes in staging, more than a \
+                     staging buffer of {chunk}"
+                ),
+                "raise UploaderConfig::chunk_size above one padded row",
+            ));
+        }
+        Ok(TextureRegion {
+            row_bytes,
+            rows,
+            layers,
+            pitch,
+            rows_per_chunk,
+            block_height: bh,
+        })
+    }
+}
