@@ -36,6 +36,15 @@ def main():
     print(f"torch_pinned_h2d_gbps: {nbytes / t / 1e9:.2f}")
     t = bench(lambda: host.copy_(gpu, non_blocking=True))
     print(f"torch_pinned_d2h_gbps: {nbytes / t / 1e9:.2f}")
+    # Pageable (ordinary) host memory: the CUDA driver stages through pinned buffers of its
+    # own, as vramkit's upload(&[u8]) and download_into(&mut [u8]) do.
+    pageable = torch.empty(nbytes, dtype=torch.uint8)
+    pageable.random_(0, 255)
+    t = bench(lambda: gpu.copy_(pageable))
+    print(f"torch_pageable_h2d_gbps: {nbytes / t / 1e9:.2f}")
+    t = bench(lambda: pageable.copy_(gpu))
+    print(f"torch_pageable_d2h_gbps: {nbytes / t / 1e9:.2f}")
+    del pageable
     other = torch.empty_like(gpu)
     t = bench(lambda: other.copy_(gpu))
     print(f"torch_device_copy_gbps: {2 * nbytes / t / 1e9:.1f}")

@@ -898,4 +898,39 @@ fn texture_uploads(host: bool) {
     )
     .unwrap();
     assert!(read_texture(&float_texture, 0, origin0, aligned, 4) == bytemuck::cast_slice(&values));
+
+    // A band of several MiB: its rows are laid out at the pitch by several threads.
+    let up = Uploader::new(
+        gpu(),
+        UploaderConfig {
+            chunk_size: 4 << 20,
+            max_staging: 8 << 20,
+            copy_threads: 4,
+            host_staging: host,
+            ..Default::default()
+        },
+    );
+    let large = wgpu::Extent3d {
+        width: 1000,
+        height: 700,
+        depth_or_array_layers: 1,
+    };
+    let large_texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("large"),
+        size: large,
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+        view_formats: &[],
+    });
+    let mut texels = vec![0u8; 1000 * 700 * 4];
+    r.fill_bytes(&mut texels);
+    up.upload_texture(large_texture.as_image_copy(), large, &texels)
+        .unwrap();
+    assert!(
+        read_texture(&large_texture, 0, origin0, large, 4) == texels,
+        "host staging {host}: rows laid out by several threads"
+    );
 }

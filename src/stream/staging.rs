@@ -225,6 +225,49 @@ impl Writer {
         }
     }
 
+    /// Copies the tightly packed rows of `src` (`row` bytes each) to byte `at` of the
+    /// writer, one every `pitch` bytes, on up to `threads` threads when large.
+    pub(crate) fn copy_rows(
+        &mut self,
+        at: usize,
+        src: &[u8],
+        row: usize,
+        pitch: usize,
+        threads: usize,
+    ) {
+        if row == 0 {
+            return;
+        }
+        let rows = src.len() / row;
+        let span = (rows.saturating_sub(1)) * pitch + row;
+        let mut dst = self.bytes().into_slice(at..at + span);
+        let per_group = if threads <= 1 || src.len() < PARALLEL_COPY_MIN {
+            rows
+        } else {
+            rows.div_ceil(threads).max(1)
+        };
+        // Groups of whole rows, each group's staging span split off the front.
+        let mut groups = Vec::with_capacity(rows.div_ceil(per_group));
+        for (g, rows_src) in src.chunks(per_group * row).enumerate() {
+            let n = rows_src.len() / row;
+            let last = (g + 1) * per_group >= rows;
+            let take = if last { dst.len() } else { n * pitch };
+            let (head, rest) = std::mem::take(&mut dst).split_at(take);
+            dst = rest;
+            groups.push((SendWriteOnly(head), rows_src));
+        }
+        let copy_group = |(mut d, s): (SendWriteOnly<'_>, &[u8])| {
+            for (r, bytes) in s.chunks_exact(row).enumerate() {
+                d.0.slice(r * pitch..r * pitch + row).copy_from_slice(bytes);
+            }
+        };
+        if groups.len() == 1 {
+            groups.into_iter().for_each(copy_group);
+        } else {
+            groups.into_par_iter().for_each(copy_group);
+        }
+    }
+
     /// Copies `src` to byte `at` of the writer, on up to `threads` threads when large.
     pub(crate) fn copy_at(&mut self, at: usize, src: &[u8], threads: usize) {
         let dst = self.bytes().into_slice(at..at + src.len());

@@ -70,12 +70,16 @@ impl Uploader {
                 // SAFETY: an acquired slot is owned by the CPU until it is submitted.
                 let written = unsafe { staging.writer(0..n * pitch) }.map(|mut writer| {
                     if pitch == row_bytes {
-                        // Rows already at the pitch: one contiguous (threaded) copy.
+                        // Rows already at the pitch: one contiguous copy.
                         writer.copy_at(0, band, self.copy_threads());
                     } else {
-                        for (r, row) in band.chunks_exact(row_bytes as usize).enumerate() {
-                            writer.copy_at(r * pitch as usize, row, 1);
-                        }
+                        writer.copy_rows(
+                            0,
+                            band,
+                            row_bytes as usize,
+                            pitch as usize,
+                            self.copy_threads(),
+                        );
                     }
                 });
                 if let Err(e) = written {
