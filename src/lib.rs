@@ -10,7 +10,8 @@
 //! - [`shaders`]: the embedded WGSL, its pipeline cache and portability checker;
 //! - [`arena`]: GPU buffers sub-allocated with safe reuse, budgets and reports;
 //! - [`kernels`]: compute kernels on arena allocations;
-//! - [`stream`]: upload and download rings of mapped staging buffers;
+//! - [`stream`]: upload and download rings of staging buffers (host memory the GPU copies
+//!   directly on Vulkan), texture uploads, and the streaming pipeline;
 //! - [`readback`]: the plain blocking read path (the reference the rings are checked against).
 
 #![warn(missing_docs)]

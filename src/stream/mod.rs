@@ -1,15 +1,21 @@
 //! Streaming data between host and GPU memory.
 //!
-//! [`Uploader`] moves host bytes into arena allocations through a ring of mapped staging
-//! buffers: large transfers are cut into chunks, so filling chunk `k + 1` on the CPU
-//! overlaps the GPU's copy of chunk `k`; staging memory is bounded (a full ring waits for
-//! the GPU instead of growing); and after warm-up no buffer is created. An
-//! [`UploadBatch`] gathers many small uploads into shared staging and one submit.
+//! [`Uploader`] moves host bytes into arena allocations through a ring of staging buffers:
+//! large transfers are cut into chunks, so filling chunk `k + 1` on the CPU overlaps the
+//! GPU's copy of chunk `k`; staging memory is bounded (a full ring waits for the GPU
+//! instead of growing); and after warm-up no buffer is created. On Vulkan the staging
+//! lives in plain host memory that the GPU's copy engine reads directly (the counterpart
+//! of CUDA's pinned memory, allocated through wgpu-hal); wgpu's own `MAP_WRITE` buffers
+//! sit in device memory the CPU writes across the bus where the GPU offers it, which
+//! halves the rate (BENCHMARKS.md). Other backends use wgpu mapped buffers. An
+//! [`UploadBatch`] gathers many small uploads into shared staging and one submit;
+//! [`Uploader::upload_texture`] lays tightly packed rows out at the 256-byte pitch that
+//! texture copies need.
 //!
-//! [`Downloader`] is the reverse: a ring of `MAP_READ` staging buffers with several chunk
-//! copies in flight while the current chunk is copied out of mapped memory; or, with no
-//! copy at all, a [`DownloadView`] of mapped memory, blocking or as a future that a
-//! polling thread resolves.
+//! [`Downloader`] is the reverse: a ring of staging buffers with several chunk copies in
+//! flight while the current chunk is copied out, into a new `Vec` or memory the caller
+//! keeps; or, with no copy at all, a [`DownloadView`] of staging memory, blocking or as a
+//! future that a polling thread resolves.
 //!
 //! [`Pipeline`] streams a source larger than GPU memory (a memory-mapped file, any
 //! `Read`) through a fixed window of device chunks, overlapping the upload of chunk `k + 1`
