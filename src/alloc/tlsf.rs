@@ -233,6 +233,7 @@ impl RangeAllocator {
     /// [`AllocError::TooLarge`] (larger than the whole block), and
     /// [`AllocError::OutOfSpace`] (fits the block but no free range is large enough; it
     /// carries the largest free range). The allocator is unchanged by any error.
+    #[inline]
     pub fn allocate(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
         let size = validate(size, align, self.capacity)?;
         let align = align.max(MIN_ALIGN);
@@ -350,6 +351,7 @@ impl RangeAllocator {
     ///
     /// A handle from another allocator, or one already freed, is
     /// [`AllocError::InvalidHandle`] and changes nothing.
+    #[inline]
     pub fn free(&mut self, handle: RangeHandle) -> Result<u64, AllocError> {
         let node = self.resolve(handle)?;
         let (size, prev, next) = {
