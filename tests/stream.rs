@@ -648,6 +648,26 @@ fn async_uploads_resolve_once_the_bytes_have_landed() {
     assert!(up.upload_async(dst, dst.size(), &[1]).is_err());
 }
 
+/// A 2D texture (array) for upload tests.
+fn new_texture(
+    label: &str,
+    size: wgpu::Extent3d,
+    mips: u32,
+    format: wgpu::TextureFormat,
+    usage: wgpu::TextureUsages,
+) -> wgpu::Texture {
+    gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some(label),
+        size,
+        mip_level_count: mips,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format,
+        usage,
+        view_formats: &[],
+    })
+}
+
 /// Reads `size` texels at `origin` of mip level `mip` back as tightly packed rows.
 fn read_texture(
     texture: &wgpu::Texture,
@@ -739,16 +759,13 @@ fn texture_uploads(host: bool) {
         height: 37,
         depth_or_array_layers: 3,
     };
-    let texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
-        label: Some("array"),
-        size: full,
-        mip_level_count: 2,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba8Unorm,
-        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
-        view_formats: &[],
-    });
+    let texture = new_texture(
+        "array",
+        full,
+        2,
+        wgpu::TextureFormat::Rgba8Unorm,
+        wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+    );
     let mut model = TexelModel {
         width: 100,
         height: 37,
@@ -841,31 +858,25 @@ fn texture_uploads(host: bool) {
         height: 1,
         depth_or_array_layers: 1,
     };
-    let wide_texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
-        label: Some("wide"),
-        size: wide,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba8Unorm,
-        usage: wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
+    let wide_texture = new_texture(
+        "wide",
+        wide,
+        1,
+        wgpu::TextureFormat::Rgba8Unorm,
+        wgpu::TextureUsages::COPY_DST,
+    );
     assert!(
         up.upload_texture(wide_texture.as_image_copy(), wide, &vec![0; 4400])
             .is_err(),
         "a row larger than a staging buffer"
     );
-    let sampled_only = gpu().device().create_texture(&wgpu::TextureDescriptor {
-        label: Some("no copy dst"),
-        size: one,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba8Unorm,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING,
-        view_formats: &[],
-    });
+    let sampled_only = new_texture(
+        "no copy dst",
+        one,
+        1,
+        wgpu::TextureFormat::Rgba8Unorm,
+        wgpu::TextureUsages::TEXTURE_BINDING,
+    );
     assert!(up
         .upload_texture(sampled_only.as_image_copy(), one, &[0; 4])
         .is_err());
@@ -880,16 +891,13 @@ fn texture_uploads(host: bool) {
         height: 40,
         depth_or_array_layers: 1,
     };
-    let float_texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
-        label: Some("r32float"),
-        size: aligned,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::R32Float,
-        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
-        view_formats: &[],
-    });
+    let float_texture = new_texture(
+        "r32float",
+        aligned,
+        1,
+        wgpu::TextureFormat::R32Float,
+        wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+    );
     let values: Vec<f32> = (0..64 * 40).map(|_| r.gen_range(-1e6f32..1e6)).collect();
     up.upload_texture(
         float_texture.as_image_copy(),
@@ -915,16 +923,13 @@ fn texture_uploads(host: bool) {
         height: 700,
         depth_or_array_layers: 1,
     };
-    let large_texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
-        label: Some("large"),
-        size: large,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba8Unorm,
-        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
-        view_formats: &[],
-    });
+    let large_texture = new_texture(
+        "large",
+        large,
+        1,
+        wgpu::TextureFormat::Rgba8Unorm,
+        wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+    );
     let mut texels = vec![0u8; 1000 * 700 * 4];
     r.fill_bytes(&mut texels);
     up.upload_texture(large_texture.as_image_copy(), large, &texels)

@@ -121,13 +121,10 @@ impl Staging {
     /// other writer or reader of the same bytes exists while this one lives.
     pub(crate) unsafe fn writer(&self, range: Range<u64>) -> Result<Writer> {
         match self {
-            Staging::Host(h) => {
-                check_range(&range, h.buffer().size())?;
-                Ok(Writer::Host {
-                    buffer: h.clone(),
-                    range: range.start as usize..range.end as usize,
-                })
-            }
+            Staging::Host(h) => Ok(Writer::Host {
+                buffer: h.clone(),
+                range: host_range(h, range)?,
+            }),
             Staging::Mapped(b) => b
                 .get_mapped_range_mut(range)
                 .map(Writer::Mapped)
@@ -144,9 +141,9 @@ impl Staging {
         let range = at..at + dst.len() as u64;
         match self {
             Staging::Host(h) => {
-                check_range(&range, h.buffer().size())?;
+                let range = host_range(h, range)?;
                 // SAFETY: the caller owns the buffer on the CPU side and nobody writes it.
-                let src = unsafe { h.bytes(range.start as usize..range.end as usize) };
+                let src = unsafe { h.bytes(range) };
                 copy_parallel(dst, src, threads);
                 Ok(())
             }
@@ -170,13 +167,10 @@ impl Staging {
     /// As for [`read`](Self::read), for as long as the returned bytes live.
     pub(crate) unsafe fn bytes(&self, range: Range<u64>) -> Result<ReadBytes> {
         match self {
-            Staging::Host(h) => {
-                check_range(&range, h.buffer().size())?;
-                Ok(ReadBytes::Host {
-                    buffer: h.clone(),
-                    range: range.start as usize..range.end as usize,
-                })
-            }
+            Staging::Host(h) => Ok(ReadBytes::Host {
+                buffer: h.clone(),
+                range: host_range(h, range)?,
+            }),
             Staging::Mapped(b) => b
                 .get_mapped_range(range)
                 .map(ReadBytes::Mapped)
@@ -185,9 +179,11 @@ impl Staging {
     }
 }
 
-fn check_range(range: &Range<u64>, size: u64) -> Result<()> {
+/// `range` as indices into a host buffer, checked against its size.
+fn host_range(h: &HostBuffer, range: Range<u64>) -> Result<Range<usize>> {
+    let size = h.buffer().size();
     if range.start <= range.end && range.end <= size {
-        Ok(())
+        Ok(range.start as usize..range.end as usize)
     } else {
         Err(Error::Device {
             during: "accessing a staging buffer".into(),
