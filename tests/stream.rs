@@ -10,12 +10,14 @@ use vramkit::arena::PoolConfig;
 use vramkit::stream::{Uploader, UploaderConfig};
 use vramkit::{readback, Arena};
 
-fn small_ring() -> UploaderConfig {
-    // Tiny chunks and ring so that chunking, reuse and back-pressure all happen.
+/// Tiny chunks and ring so that chunking, reuse and back-pressure all happen; `host`
+/// chooses the staging kind (see [`STAGING_KINDS`]).
+fn small_ring(host: bool) -> UploaderConfig {
     UploaderConfig {
         chunk_size: 4096,
         max_staging: 3 * 4096,
         copy_threads: 3,
+        host_staging: host,
         ..Default::default()
     }
 }
@@ -39,13 +41,7 @@ fn random_bytes_round_trip_at_any_size_and_offset() {
 
 fn round_trip_at_any_size_and_offset(host: bool) {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(
-        gpu(),
-        UploaderConfig {
-            host_staging: host,
-            ..small_ring()
-        },
-    );
+    let up = Uploader::new(gpu(), small_ring(host));
     let mut r = rng();
     let size = 40_000u64;
     let dst = arena.alloc(size, "dst").unwrap();
@@ -128,7 +124,7 @@ fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
 #[test]
 fn many_threads_upload_at_once() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Arc::new(Uploader::new(gpu(), small_ring()));
+    let up = Arc::new(Uploader::new(gpu(), small_ring(true)));
     let handles: Vec<_> = (0..4)
         .map(|t| {
             let (arena, up) = (arena.clone(), up.clone());
@@ -261,7 +257,7 @@ fn downloads_through_the_ring(host: bool) {
 #[test]
 fn upload_with_fills_staging_in_place_and_recovers_from_a_failing_fill() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let size = 30_000u64; // several 4 KiB chunks and a short last one
     let mut data = vec![0u8; size as usize];
@@ -309,7 +305,7 @@ fn a_pipeline_reduces_a_source_larger_than_its_window() {
     use vramkit::stream::{Pipeline, PipelineConfig, Source};
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let kernels = Kernels::new(&arena).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     // 10.5 chunks of 64 KiB through a window of 3.
     let values: Vec<f32> = (0..(10 * 16384 + 8192))
@@ -478,7 +474,7 @@ fn async_downloads_resolve_on_their_own_and_in_any_number() {
 fn idle_staging_is_released_and_recreated_on_demand() {
     use std::time::Duration;
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let dst = arena.alloc(20_000, "dst").unwrap();
     let mut data = vec![0u8; 20_000];
@@ -515,13 +511,7 @@ fn a_batch_applies_many_small_uploads_in_order_with_few_submits() {
 
 fn batch_in_order_with_few_submits(host: bool) {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(
-        gpu(),
-        UploaderConfig {
-            host_staging: host,
-            ..small_ring()
-        },
-    );
+    let up = Uploader::new(gpu(), small_ring(host));
     let mut r = rng();
     let size = 64 * 1024usize;
     let dst = arena.alloc(size as u64, "dst").unwrap();
@@ -572,7 +562,7 @@ fn batch_in_order_with_few_submits(host: bool) {
 #[test]
 fn a_dropped_batch_still_submits() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(gpu(), small_ring(true));
     let dst = arena.alloc(1024, "dst").unwrap();
     {
         let mut batch = up.batch();
@@ -587,7 +577,7 @@ fn a_dropped_batch_still_submits() {
 #[test]
 fn a_batch_merges_adjacent_uploads_into_one_copy_and_keeps_later_writes_on_top() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let size = 8192usize;
     let dst = arena.alloc(size as u64, "dst").unwrap();
@@ -616,7 +606,7 @@ fn a_batch_merges_adjacent_uploads_into_one_copy_and_keeps_later_writes_on_top()
 #[test]
 fn async_uploads_resolve_once_the_bytes_have_landed() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let up = Uploader::new(gpu(), small_ring());
+    let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let mut pending = Vec::new();
     let mut expected = Vec::new();

@@ -148,28 +148,19 @@ impl Downloader {
         }
         let poller = self.poller.get(&self.gpu)?;
         let staging = self.view_buffer(bytes);
-        let mut encoder = self
-            .gpu
-            .device()
-            .create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(
-            src.buffer(),
-            src.offset() + start,
-            staging.buffer(),
-            0,
-            bytes,
-        );
-        let submitted = self.gpu.scoped("submitting a download view", || {
-            self.gpu.queue().submit([encoder.finish()])
-        });
         let (tx, rx) = oneshot::channel();
         let pending = poller.begin();
-        staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, bytes, move |ok| {
-            let _ = tx.send(ok);
-            pending.done();
-        });
-        // On a failed submit the callback above still runs and drops its sender.
-        submitted?;
+        self.copy_into_staging(
+            src,
+            start,
+            &staging,
+            bytes,
+            "submitting a download view",
+            move |ok| {
+                let _ = tx.send(ok);
+                pending.done();
+            },
+        )?;
         let skip = (offset - start) as usize;
         Ok(futures::future::Either::Right(async move {
             // Keeps the polling thread alive until this download has resolved.
@@ -194,6 +185,31 @@ impl Downloader {
                 keep,
             ))
         }))
+    }
+
+    /// Submits a copy of `len` bytes of `src` from byte `from` into the start of `staging`,
+    /// and registers `done(ok)` to run once the CPU owns those bytes again. `done` is
+    /// registered even when the submit fails (it then reports the buffer back or drops its
+    /// sender), so a caller's channel never waits forever.
+    fn copy_into_staging(
+        &self,
+        src: &Allocation,
+        from: u64,
+        staging: &Staging,
+        len: u64,
+        during: &str,
+        done: impl FnOnce(bool) + Send + 'static,
+    ) -> Result<wgpu::SubmissionIndex> {
+        let mut encoder = self
+            .gpu
+            .device()
+            .create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + from, staging.buffer(), 0, len);
+        let submitted = self
+            .gpu
+            .scoped(during, || self.gpu.queue().submit([encoder.finish()]));
+        staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, len, done);
+        submitted
     }
 
     /// A pooled view buffer of at least `bytes`, the smallest that fits, or a new one
@@ -292,26 +308,19 @@ impl Downloader {
             while next < chunks.len() && next < done + self.config.depth {
                 let (n0, n1) = chunks[next];
                 let staging = &ring[next % self.config.depth];
-                let mut encoder = self
-                    .gpu
-                    .device()
-                    .create_command_encoder(&Default::default());
-                encoder.copy_buffer_to_buffer(
-                    src.buffer(),
-                    src.offset() + n0,
-                    staging.buffer(),
-                    0,
-                    n1 - n0,
-                );
-                let index = self.gpu.scoped("submitting a download chunk", || {
-                    self.gpu.queue().submit([encoder.finish()])
-                });
                 let tx = tx.clone();
                 let id = next;
-                staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, n1 - n0, move |ok| {
-                    let _ = tx.send((id, ok));
-                });
-                submitted[next] = Some(index?);
+                let index = self.copy_into_staging(
+                    src,
+                    n0,
+                    staging,
+                    n1 - n0,
+                    "submitting a download chunk",
+                    move |ok| {
+                        let _ = tx.send((id, ok));
+                    },
+                )?;
+                submitted[next] = Some(index);
                 next += 1;
             }
             // Wait until this chunk's mapping has resolved.

@@ -234,6 +234,11 @@ impl Writer {
         if row == 0 {
             return;
         }
+        if pitch == row {
+            // Rows already at the pitch are one contiguous span: one split copy.
+            self.copy_at(at, src, threads);
+            return;
+        }
         let rows = src.len() / row;
         let span = (rows.saturating_sub(1)) * pitch + row;
         let mut dst = self.bytes().into_slice(at..at + span);

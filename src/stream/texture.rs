@@ -69,18 +69,8 @@ impl Uploader {
                 let (index, staging) = self.acquire()?;
                 // SAFETY: an acquired slot is owned by the CPU until it is submitted.
                 let written = unsafe { staging.writer(0..n * pitch) }.map(|mut writer| {
-                    if pitch == row_bytes {
-                        // Rows already at the pitch: one contiguous copy.
-                        writer.copy_at(0, band, self.copy_threads());
-                    } else {
-                        writer.copy_rows(
-                            0,
-                            band,
-                            row_bytes as usize,
-                            pitch as usize,
-                            self.copy_threads(),
-                        );
-                    }
+                    let (row, pitch) = (row_bytes as usize, pitch as usize);
+                    writer.copy_rows(0, band, row, pitch, self.copy_threads());
                 });
                 if let Err(e) = written {
                     self.return_unsubmitted(index);
