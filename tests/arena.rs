@@ -330,44 +330,69 @@ fn guard_check_reports_an_overrun_with_its_label() {
 /// submission that used a dropped range has not completed, no new allocation may overlap it.
 #[test]
 fn freed_ranges_are_not_reused_while_the_gpu_may_read_them() {
-    let a = arena(Default::default());
+    // The witness of "the GPU has finished the batch" is an `on_submitted_work_done` flag.
+    // wgpu runs completion callbacks in submission order within one poll, but two threads
+    // polling at once can run theirs in either order, so the arena could see a later epoch
+    // complete while this test's earlier flag is still being set by another thread: a false
+    // alarm. To keep the witness exact, the test owns its device (no other test polls it)
+    // and every call that can poll it (allocation, submit, readback) holds `polls`; frees,
+    // writes and the checks still interleave freely across the four threads.
+    let device = vramkit::Gpu::headless().expect("a second device on the test adapter");
+    let a = Arena::new(&device, Default::default()).unwrap();
     let kernels = Arc::new(Kernels::new(&a).unwrap());
+    let polls = Arc::new(std::sync::Mutex::new(()));
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let kernels = kernels.clone();
+            let polls = polls.clone();
             std::thread::spawn(move || {
                 let mut r = rng();
                 let a = kernels.arena().clone();
+                let gpu = a.gpu().clone();
+                let serial = || polls.lock().unwrap_or_else(|e| e.into_inner());
                 for iter in 0..25 {
                     let n = r.gen_range(1..20_000usize);
                     let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
                     let alpha = r.gen_range(-2.0f32..2.0);
-                    let xa = a.alloc_typed::<f32>(n, "x").unwrap();
-                    let ya = a.alloc_typed::<f32>(n, "y").unwrap();
-                    let out = a.alloc_typed::<f32>(n, "out").unwrap();
-                    gpu()
-                        .queue()
+                    let (xa, ya, out) = {
+                        let _s = serial();
+                        (
+                            a.alloc_typed::<f32>(n, "x").unwrap(),
+                            a.alloc_typed::<f32>(n, "y").unwrap(),
+                            a.alloc_typed::<f32>(n, "out").unwrap(),
+                        )
+                    };
+                    gpu.queue()
                         .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&x));
-                    gpu()
-                        .queue()
+                    gpu.queue()
                         .write_buffer(ya.buffer(), ya.offset(), bytemuck::cast_slice(&y));
                     let mut b = kernels.batch();
                     b.axpy(n as u64, alpha, &xa, &ya).unwrap();
                     b.copy(n as u64, &ya, &out).unwrap();
-                    b.submit().unwrap();
                     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                    let flag = done.clone();
-                    gpu().queue().on_submitted_work_done(move || {
-                        flag.store(true, std::sync::atomic::Ordering::SeqCst)
-                    });
+                    {
+                        let _s = serial();
+                        b.submit().unwrap();
+                        let flag = done.clone();
+                        gpu.queue().on_submitted_work_done(move || {
+                            flag.store(true, std::sync::atomic::Ordering::SeqCst)
+                        });
+                    }
                     let (xr, yr) = (
                         (xa.buffer().clone(), xa.offset(), xa.size()),
                         (ya.buffer().clone(), ya.offset(), ya.size()),
                     );
                     drop((xa, ya));
                     // Immediately allocate the same sizes again while the kernel may run.
-                    let x2 = a.alloc_typed::<f32>(n, "x2").unwrap();
-                    let y2 = a.alloc_typed::<f32>(n, "y2").unwrap();
+                    // Without the arena's epochs these would land on the ranges just freed
+                    // (same sizes, the allocator's best fit) while the kernel still reads them.
+                    let (x2, y2) = {
+                        let _s = serial();
+                        (
+                            a.alloc_typed::<f32>(n, "x2").unwrap(),
+                            a.alloc_typed::<f32>(n, "y2").unwrap(),
+                        )
+                    };
                     if !done.load(std::sync::atomic::Ordering::SeqCst) {
                         for new in [&*x2, &*y2] {
                             for (buf, off, size) in [&xr, &yr] {
@@ -382,20 +407,24 @@ fn freed_ranges_are_not_reused_while_the_gpu_may_read_them() {
                         }
                     }
                     // Scribble over the new ranges, as a reuse would.
-                    gpu().queue().write_buffer(
+                    gpu.queue().write_buffer(
                         x2.buffer(),
                         x2.offset(),
                         &vec![0xFFu8; x2.size() as usize],
                     );
-                    gpu().queue().write_buffer(
+                    gpu.queue().write_buffer(
                         y2.buffer(),
                         y2.offset(),
                         &vec![0xFFu8; y2.size() as usize],
                     );
-                    let got =
-                        readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), n).unwrap();
+                    let got = {
+                        let _s = serial();
+                        readback::read_as::<f32>(&gpu, out.buffer(), out.offset(), n).unwrap()
+                    };
                     let want: Vec<f32> = x.iter().zip(&y).map(|(p, q)| alpha * p + q).collect();
                     assert_close(&got, &want, 1e-6, &format!("thread {t} iter {iter}"));
+                    let _s = serial();
+                    drop((x2, y2, out));
                 }
             })
         })
