@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use common::{gpu, rng};
 use rand::{Rng, RngCore};
-use vramkit::arena::PoolConfig;
+use vramkit::arena::{BlockMemory, PoolConfig};
 use vramkit::stream::{Uploader, UploaderConfig};
-use vramkit::{readback, Arena};
+use vramkit::{readback, Arena, ArenaConfig};
 
 /// Tiny chunks and ring so that chunking, reuse and back-pressure all happen; `host`
 /// chooses the staging kind (see [`STAGING_KINDS`]).
@@ -32,15 +32,36 @@ fn expect_host(host: bool) -> bool {
     host && gpu().info().backend == wgpu::Backend::Vulkan
 }
 
+/// An arena whose blocks are ordinary device buffers, so every upload goes through the
+/// staging ring (on CPU and integrated adapters the default places blocks in host-visible
+/// memory, where an upload into an idle queue is a direct host write instead).
+fn staged_arena() -> Arena {
+    arena_with(BlockMemory::Device)
+}
+
+fn arena_with(block_memory: BlockMemory) -> Arena {
+    let config = ArenaConfig {
+        block_memory,
+        ..Default::default()
+    };
+    Arena::new(gpu(), config).unwrap()
+}
+
+/// On Vulkan, host-visible blocks must really be used when asked for.
+fn expect_direct(block_memory: BlockMemory) -> bool {
+    block_memory == BlockMemory::HostVisible && gpu().info().backend == wgpu::Backend::Vulkan
+}
+
 #[test]
 fn random_bytes_round_trip_at_any_size_and_offset() {
     for host in STAGING_KINDS {
-        round_trip_at_any_size_and_offset(host);
+        round_trip_at_any_size_and_offset(host, BlockMemory::Device);
     }
+    round_trip_at_any_size_and_offset(true, BlockMemory::HostVisible);
 }
 
-fn round_trip_at_any_size_and_offset(host: bool) {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+fn round_trip_at_any_size_and_offset(host: bool, block_memory: BlockMemory) {
+    let arena = arena_with(block_memory);
     let up = Uploader::new(gpu(), small_ring(host));
     let mut r = rng();
     let size = 40_000u64;
@@ -77,10 +98,17 @@ fn round_trip_at_any_size_and_offset(host: bool) {
     let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size).unwrap();
     assert!(
         got == expected,
-        "host staging {host}: first differing byte: {:?}",
+        "host staging {host}, blocks {block_memory:?}: first differing byte: {:?}",
         got.iter().zip(&expected).position(|(a, b)| a != b)
     );
     let s = up.stats();
+    if expect_direct(block_memory) {
+        // Uploads write in place whenever the queue is idle; other tests share the device,
+        // so some may have gone through staging instead. Either way the bytes must match.
+        assert!(s.direct > 0, "{s:?}");
+        return;
+    }
+    assert_eq!(s.direct, 0, "{s:?}");
     let host_buffers = if expect_host(host) {
         s.staging_created
     } else {
@@ -100,7 +128,7 @@ fn round_trip_at_any_size_and_offset(host: bool) {
 
 #[test]
 fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(
         gpu(),
         UploaderConfig {
@@ -123,7 +151,12 @@ fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
 
 #[test]
 fn many_threads_upload_at_once() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    many_threads_upload(BlockMemory::Device);
+    many_threads_upload(BlockMemory::HostVisible);
+}
+
+fn many_threads_upload(block_memory: BlockMemory) {
+    let arena = arena_with(block_memory);
     let up = Arc::new(Uploader::new(gpu(), small_ring(true)));
     let handles: Vec<_> = (0..4)
         .map(|t| {
@@ -143,7 +176,10 @@ fn many_threads_upload_at_once() {
                         readback::read_buffer(gpu(), dst.buffer(), dst.offset() + start, words)
                             .unwrap();
                     let skip = (offset - start) as usize;
-                    assert!(got[skip..skip + len] == data[..], "thread {t} upload {i}");
+                    assert!(
+                        got[skip..skip + len] == data[..],
+                        "{block_memory:?} blocks, thread {t} upload {i}"
+                    );
                 }
             })
         })
@@ -153,9 +189,56 @@ fn many_threads_upload_at_once() {
     }
 }
 
+/// Direct host writes into host-visible blocks keep queue order: bytes queued with
+/// `Queue::write_buffer` before an upload land before it (the direct path must submit them
+/// first, or they would overwrite the upload at the next submit), and a kernel submitted
+/// before an upload reads the old bytes even when it is still running as the upload is
+/// called (the direct path must then step aside for staging, or the kernel would read a
+/// mix of old and new bytes).
+#[test]
+fn direct_uploads_keep_queue_order() {
+    let arena = arena_with(BlockMemory::HostVisible);
+    let kernels = vramkit::kernels::Kernels::new(&arena).unwrap();
+    let up = Uploader::new(gpu(), Default::default());
+    let mut r = rng();
+    // 16 MiB per array: a copy long enough to be in flight when the upload follows it.
+    let n = 4 << 20;
+    let dst = arena.alloc_typed::<f32>(n, "dst").unwrap();
+    let out = arena.alloc_typed::<f32>(n, "out").unwrap();
+    for round in 0..4 {
+        let queued = common::random_f32(&mut r, n);
+        let uploaded = common::random_f32(&mut r, n);
+        let later = common::random_f32(&mut r, n);
+        gpu()
+            .queue()
+            .write_buffer(dst.buffer(), dst.offset(), bytemuck::cast_slice(&queued));
+        up.upload(&dst, 0, bytemuck::cast_slice(&uploaded)).unwrap();
+        let mut b = kernels.batch();
+        b.copy(n as u64, &dst, &out).unwrap();
+        b.submit().unwrap();
+        up.upload(&dst, 0, bytemuck::cast_slice(&later)).unwrap();
+        let seen = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), n).unwrap();
+        let now = readback::read_as::<f32>(gpu(), dst.buffer(), dst.offset(), n).unwrap();
+        let first_bad = |got: &[f32], want: &[f32]| got.iter().zip(want).position(|(a, b)| a != b);
+        assert_eq!(
+            first_bad(&seen, &uploaded),
+            None,
+            "round {round}: the kernel's input"
+        );
+        assert_eq!(
+            first_bad(&now, &later),
+            None,
+            "round {round}: the last upload"
+        );
+    }
+    if expect_direct(BlockMemory::HostVisible) {
+        assert!(up.stats().direct > 0, "{:?}", up.stats());
+    }
+}
+
 #[test]
 fn bad_uploads_get_typed_errors() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), Default::default());
     let dst = arena.alloc(100, "short").unwrap();
     let e = up.upload(&dst, 90, &[0u8; 20]).unwrap_err().to_string();
@@ -181,13 +264,15 @@ fn bad_uploads_get_typed_errors() {
 #[test]
 fn downloads_read_back_any_range_through_the_ring() {
     for host in STAGING_KINDS {
-        downloads_through_the_ring(host);
+        downloads_through_the_ring(host, BlockMemory::Device);
     }
+    // Host-visible blocks: read in place while the queue is idle, else through the ring.
+    downloads_through_the_ring(true, BlockMemory::HostVisible);
 }
 
-fn downloads_through_the_ring(host: bool) {
+fn downloads_through_the_ring(host: bool, block_memory: BlockMemory) {
     use vramkit::stream::{Downloader, DownloaderConfig};
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = arena_with(block_memory);
     let up = Uploader::new(gpu(), Default::default());
     // A small ring so that chunks wrap around it several times; chunks of 2 MiB take the
     // parallel copy path.
@@ -218,10 +303,15 @@ fn downloads_through_the_ring(host: bool) {
         let got = down.download(&src, offset, len).unwrap();
         assert!(
             got[..] == data[offset as usize..(offset + len) as usize],
-            "host staging {host}: offset {offset} len {len}"
+            "host staging {host}, {block_memory:?} blocks: offset {offset} len {len}"
         );
     }
-    assert_eq!(down.staging_buffers(), 3);
+    if expect_direct(block_memory) {
+        assert!(down.direct_reads() > 0);
+    } else {
+        assert_eq!(down.direct_reads(), 0);
+        assert_eq!(down.staging_buffers(), 3);
+    }
     assert!(down.download(&src, size - 2, 4).is_err());
     // Into memory the caller keeps, reused; poisoned first so an unwritten byte fails.
     let mut out = vec![0u8; size as usize - 9];
@@ -256,7 +346,7 @@ fn downloads_through_the_ring(host: bool) {
 
 #[test]
 fn upload_with_fills_staging_in_place_and_recovers_from_a_failing_fill() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let size = 30_000u64; // several 4 KiB chunks and a short last one
@@ -303,7 +393,7 @@ fn upload_with_fills_staging_in_place_and_recovers_from_a_failing_fill() {
 fn a_pipeline_reduces_a_source_larger_than_its_window() {
     use vramkit::kernels::{Kernels, Reduce};
     use vramkit::stream::{Pipeline, PipelineConfig, Source};
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let kernels = Kernels::new(&arena).unwrap();
     let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
@@ -378,7 +468,7 @@ fn download_views_read_mapped_bytes_at_any_offset_and_length() {
 
 fn download_views_at_any_offset_and_length(host: bool) {
     use vramkit::stream::{Downloader, DownloaderConfig};
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let mut r = rng();
     let size = 300_000u64;
     let src = arena.alloc(size, "src").unwrap();
@@ -425,7 +515,7 @@ fn download_views_at_any_offset_and_length(host: bool) {
 #[test]
 fn async_downloads_resolve_on_their_own_and_in_any_number() {
     use vramkit::stream::Downloader;
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let mut r = rng();
     let down = Downloader::new(gpu(), Default::default());
     let mut sources = Vec::new();
@@ -473,7 +563,7 @@ fn async_downloads_resolve_on_their_own_and_in_any_number() {
 #[test]
 fn idle_staging_is_released_and_recreated_on_demand() {
     use std::time::Duration;
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let dst = arena.alloc(20_000, "dst").unwrap();
@@ -510,7 +600,7 @@ fn a_batch_applies_many_small_uploads_in_order_with_few_submits() {
 }
 
 fn batch_in_order_with_few_submits(host: bool) {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), small_ring(host));
     let mut r = rng();
     let size = 64 * 1024usize;
@@ -561,7 +651,7 @@ fn batch_in_order_with_few_submits(host: bool) {
 
 #[test]
 fn a_dropped_batch_still_submits() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), small_ring(true));
     let dst = arena.alloc(1024, "dst").unwrap();
     {
@@ -576,7 +666,7 @@ fn a_dropped_batch_still_submits() {
 
 #[test]
 fn a_batch_merges_adjacent_uploads_into_one_copy_and_keeps_later_writes_on_top() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let size = 8192usize;
@@ -605,7 +695,7 @@ fn a_batch_merges_adjacent_uploads_into_one_copy_and_keeps_later_writes_on_top()
 
 #[test]
 fn async_uploads_resolve_once_the_bytes_have_landed() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let arena = staged_arena();
     let up = Uploader::new(gpu(), small_ring(true));
     let mut r = rng();
     let mut pending = Vec::new();

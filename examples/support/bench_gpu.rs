@@ -381,10 +381,36 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         },
     );
     let mapped = best(&mut || mapped_uploader.upload(&dst, 0, &data).expect("upload"));
+    // Where the arena's blocks are host-visible (CPU and integrated adapters), uploads above
+    // were host writes in place; time the staging path too, into a device-memory block.
+    let device_arena = Arena::new(
+        gpu,
+        ArenaConfig {
+            usage: BENCH_USAGE,
+            block_memory: vramkit::arena::BlockMemory::Device,
+            ..Default::default()
+        },
+    )
+    .expect("arena");
+    let device_dst = device_arena
+        .alloc(size, "device-memory target")
+        .expect("dst");
+    let staged = best(&mut || uploader.upload(&device_dst, 0, &data).expect("upload"));
+    drop(device_dst);
+    // The peers write into a plain wgpu buffer, as a program without vramkit would (on CPU
+    // adapters the arena's blocks are host-visible memory, which the peers do not get).
+    let peer_dst = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("peer upload target"),
+        size,
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
     let write_buffer = best(&mut || {
         for (k, piece) in data.chunks(chunk).enumerate() {
             gpu.queue()
-                .write_buffer(dst.buffer(), dst.offset() + (k * chunk) as u64, piece);
+                .write_buffer(&peer_dst, (k * chunk) as u64, piece);
         }
         gpu.queue().submit([]);
     });
@@ -393,12 +419,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         let mut encoder = gpu.device().create_command_encoder(&Default::default());
         for (k, piece) in data.chunks(8 << 20).enumerate() {
             let len = wgpu::BufferSize::new(piece.len() as u64).expect("non-empty");
-            let mut view = belt.write_buffer(
-                &mut encoder,
-                dst.buffer(),
-                dst.offset() + (k * (8 << 20)) as u64,
-                len,
-            );
+            let mut view = belt.write_buffer(&mut encoder, &peer_dst, (k * (8 << 20)) as u64, len);
             view.copy_from_slice(piece);
         }
         belt.finish();
@@ -406,8 +427,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         belt.recall();
     });
     let plain_download = best(&mut || {
-        let back =
-            vramkit::readback::read_buffer(gpu, dst.buffer(), dst.offset(), size).expect("read");
+        let back = vramkit::readback::read_buffer(gpu, &peer_dst, 0, size).expect("read");
         assert_eq!(back.len() as u64, size);
     });
     use vramkit::stream::{Downloader, DownloaderConfig};
@@ -459,6 +479,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     for (name, t) in [
         ("vramkit Uploader (host staging, default)", ours),
         ("vramkit Uploader (wgpu MAP_WRITE staging)", mapped),
+        ("vramkit Uploader into a device-memory block", staged),
         ("Queue::write_buffer", write_buffer),
         ("util::StagingBelt", staging_belt),
         ("Downloader::download_into (host staging)", download),
@@ -475,14 +496,19 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     }
     let s = uploader.stats();
     println!(
-        "staging buffers created: {} ({} in host memory; {}), waits {}",
+        "staging buffers created: {} ({} in host memory; {}), waits {}; uploads written in \
+         place into host-visible blocks: {} of {}; downloads read in place: {}",
         s.staging_created,
         s.staging_host,
         vramkit::fmt_bytes(s.staging_bytes),
-        s.waits
+        s.waits,
+        s.direct,
+        s.bytes / size,
+        downloader.direct_reads(),
     );
     figures.add("upload_gbps", format!("{:.2}", gbps(ours)));
     figures.add("upload_mapped_staging_gbps", format!("{:.2}", gbps(mapped)));
+    figures.add("upload_device_block_gbps", format!("{:.2}", gbps(staged)));
     figures.add(
         "upload_vs_write_buffer",
         format!("{:.2}", write_buffer / ours),

@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use super::block::BlockBuffer;
 use super::state::Placed;
 use super::Shared;
 
@@ -25,7 +26,7 @@ pub struct Allocation {
     pub(super) label_index: u32,
     pub(super) pool: usize,
     pub(super) placed: Placed,
-    pub(super) buffer: Arc<wgpu::Buffer>,
+    pub(super) buffer: Arc<BlockBuffer>,
     pub(super) offset: u64,
     pub(super) size: u64,
     pub(super) label: Arc<str>,
@@ -34,7 +35,7 @@ pub struct Allocation {
 impl Allocation {
     /// The wgpu buffer that holds this range (shared with other allocations).
     pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.buffer
+        self.buffer.buffer()
     }
 
     /// Byte offset of the range inside [`buffer`](Self::buffer); a multiple of the device's
@@ -61,7 +62,7 @@ impl Allocation {
     /// A binding of exactly this range, for a bind group entry.
     pub fn binding(&self) -> wgpu::BufferBinding<'_> {
         wgpu::BufferBinding {
-            buffer: &self.buffer,
+            buffer: self.buffer.buffer(),
             offset: self.offset,
             size: NonZeroU64::new(self.size),
         }
@@ -74,7 +75,62 @@ impl Allocation {
 
     /// A slice of exactly this range (for copies and vertex/index binding).
     pub fn slice(&self) -> wgpu::BufferSlice<'_> {
-        self.buffer.slice(self.offset..self.offset + self.size)
+        self.buffer().slice(self.offset..self.offset + self.size)
+    }
+
+    /// Runs `write` on bytes `range` (relative to the allocation) of the block's mapped
+    /// memory, for host-visible blocks ([`super::BlockMemory`]) while no GPU work is in
+    /// flight and no other thread is in the block's mapped memory; `None` otherwise (the
+    /// caller then goes through staging). Queue order is kept: pending
+    /// `Queue::write_buffer` data is submitted (and found complete) before the host write,
+    /// and work submitted after the call sees the bytes (host-coherent memory; a submit
+    /// makes prior host writes visible). `range` must lie inside the allocation (callers
+    /// check it first).
+    pub(crate) fn write_in_place<R>(
+        &self,
+        range: std::ops::Range<u64>,
+        write: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        // SAFETY (of the closure): see `in_place`, which guarantees exclusive host access
+        // and an idle GPU for the closure's duration.
+        self.in_place(range, |memory, bytes| {
+            write(unsafe { memory.bytes_mut(bytes) })
+        })
+    }
+
+    /// Like [`write_in_place`](Self::write_in_place), reading: the bytes as all GPU work
+    /// submitted so far left them.
+    pub(crate) fn read_in_place<R>(
+        &self,
+        range: std::ops::Range<u64>,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        // SAFETY (of the closure): as above.
+        self.in_place(range, |memory, bytes| read(unsafe { memory.bytes(bytes) }))
+    }
+
+    /// Calls `access` with the block's mapped memory and the byte range of `range` in it,
+    /// holding the block's host-access lock, once the queue is idle.
+    fn in_place<R>(
+        &self,
+        range: std::ops::Range<u64>,
+        access: impl FnOnce(&crate::gpu::HostBuffer, std::ops::Range<usize>) -> R,
+    ) -> Option<R> {
+        let (memory, host_access) = self.buffer.host()?;
+        // Another thread in the block's memory: it would be a data race on the same bytes
+        // if the ranges overlap, so take staging rather than wait.
+        let _exclusive = host_access.try_lock()?;
+        if !self.shared.gpu.queue_idle() {
+            return None;
+        }
+        let start = usize::try_from(self.offset + range.start).ok()?;
+        let end = usize::try_from(self.offset + range.end.min(self.size)).ok()?;
+        // No submitted GPU work is in flight (checked after the lock was taken, so no other
+        // host access into this block runs either) and the slice `access` builds does not
+        // outlive it. Work another thread submits during the access that touches these
+        // same bytes races with it exactly as it would race with a staging copy; that
+        // ordering is the caller's to choose.
+        Some(access(memory, start..end))
     }
 
     /// Views the range as an array of `T`; fails if the size or offset is not a multiple of

@@ -1,5 +1,6 @@
 //! Arena and pool settings.
 
+use super::block::BlockMemory;
 use crate::alloc::BlockPolicy;
 
 /// How much device memory the arena may hold (reserved bytes, all pools together).
@@ -37,6 +38,9 @@ pub struct ArenaConfig {
     /// instead. Larger values cost less CPU and hold more memory in hot loops with GPU work
     /// in flight; 0 polls every time. Requests for dedicated blocks always poll first.
     pub poll_interval: u64,
+    /// Where blocks live: device memory, or host-visible memory on CPU and integrated
+    /// adapters so that uploads can be a single host copy (see [`BlockMemory`]).
+    pub block_memory: BlockMemory,
     /// Capture a backtrace for every allocation, shown in leak reports (slow; for
     /// debugging). Also turned on by `VRAMKIT_BACKTRACE=1`.
     pub backtraces: bool,
@@ -54,6 +58,7 @@ impl Default for ArenaConfig {
             trim_keep: 0,
             guard_bytes: 0,
             poll_interval: 64,
+            block_memory: BlockMemory::Auto,
             backtraces: std::env::var("VRAMKIT_BACKTRACE").is_ok_and(|v| v == "1"),
         }
     }

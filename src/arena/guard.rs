@@ -89,7 +89,7 @@ impl Arena {
             let st = shared.state.lock();
             for (id, r) in st.live.iter() {
                 let pool = &st.pools[r.pool];
-                let Some(buffer) = pool.buffer(r.block) else {
+                let Some(buffer) = pool.buffer(r.block).map(|b| b.buffer()) else {
                     continue;
                 };
                 if buffer.size() > gpu.limits().max_storage_buffer_binding_size {

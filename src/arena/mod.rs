@@ -9,12 +9,19 @@
 //! on the next allocation, so the hot path never waits; only a request that would exceed
 //! the budget waits for in-flight frees before it gives up.
 //!
+//! # Where blocks live
+//! On discrete GPUs blocks are ordinary wgpu buffers in device memory. On Vulkan CPU and
+//! integrated adapters, whose device memory is system memory, they are host-visible and
+//! stay mapped ([`BlockMemory`]), so the stream module can upload into and download from
+//! an idle queue's blocks with one host copy.
+//!
 //! # Budget and what each backend reports
 //! [`Budget::Bytes`] works everywhere. [`Budget::FractionOfDevice`] needs the device's
 //! memory size, which wgpu exposes only on Vulkan (the device-local heap, read through
 //! wgpu-hal); Metal, DX12 and GL report none, and the arena then asks for a byte budget.
 
 mod allocation;
+mod block;
 mod config;
 mod guard;
 mod oom;
@@ -23,6 +30,7 @@ mod state;
 mod stats;
 
 pub use allocation::{Allocation, Typed};
+pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use oom::{Limit, OutOfMemory};
@@ -36,6 +44,7 @@ use parking_lot::Mutex;
 
 use crate::alloc::{AllocError, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
+use block::BlockBuffer;
 use state::{Completion, LiveRecord, PendingFree, Placed, Pool, State};
 
 /// Names a pool of an [`Arena`].
@@ -75,6 +84,8 @@ pub(crate) struct Shared {
     default_policy: BlockPolicy,
     state: Mutex<State>,
     completion: Arc<Completion>,
+    /// Blocks go to host-visible memory ([`BlockMemory`], resolved for this device).
+    host_visible_blocks: bool,
 }
 
 /// Why a block could not be reserved.
@@ -131,6 +142,7 @@ impl Arena {
             default_policy,
             state: Mutex::new(State::new()),
             completion: Arc::new(Completion::default()),
+            host_visible_blocks: config.block_memory.host_visible_on(gpu),
             config,
         });
         let arena = Arena {
@@ -418,7 +430,7 @@ impl Shared {
         if guard > 0 {
             guard::fill(
                 &self.gpu,
-                &buffer,
+                buffer.buffer(),
                 placed.offset,
                 guard,
                 offset + size,
@@ -471,7 +483,7 @@ impl Shared {
         let quota = p.config.quota;
         let usage = p.config.usage;
         let max_buffer = self.gpu.limits().max_buffer_size;
-        let mut created: Option<wgpu::Buffer> = None;
+        let mut created: Option<BlockBuffer> = None;
         let mut released = Vec::new();
         let name = &self.config.name;
         // Borrowed, not cloned: this runs on every allocation.
@@ -499,17 +511,14 @@ impl Shared {
                         ));
                     }
                 }
-                let buffer = self
-                    .gpu
-                    .scoped("creating an arena block", || {
-                        self.gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                            label: Some(&format!("{name}/{pool_name}/block{} ({label})", id.0)),
-                            size: block_size,
-                            usage,
-                            mapped_at_creation: false,
-                        })
-                    })
-                    .map_err(|e| Reserve::Device(e.to_string()))?;
+                let buffer = BlockBuffer::create(
+                    &self.gpu,
+                    block_size,
+                    usage,
+                    self.host_visible_blocks,
+                    &format!("{name}/{pool_name}/block{} ({label})", id.0),
+                )
+                .map_err(|e| Reserve::Device(e.to_string()))?;
                 if let Some(old) = created.replace(buffer) {
                     old.destroy(); // the BlockSet asked again with a larger size
                 }

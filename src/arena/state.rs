@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use crate::alloc::{BlockAlloc, BlockId, BlockSet, RangeHandle};
 
+use super::block::BlockBuffer;
 use super::config::PoolConfig;
 
 pub(crate) type Placed = BlockAlloc<RangeHandle>;
@@ -20,12 +21,12 @@ pub(crate) struct Pool {
     pub config: PoolConfig,
     pub set: BlockSet,
     /// One `Arc` per block, so an allocation holds its buffer with one atomic increment.
-    pub buffers: Vec<Option<Arc<wgpu::Buffer>>>,
+    pub buffers: Vec<Option<Arc<BlockBuffer>>>,
     pub alignment: u64,
 }
 
 impl Pool {
-    pub fn buffer(&self, id: BlockId) -> Option<&Arc<wgpu::Buffer>> {
+    pub fn buffer(&self, id: BlockId) -> Option<&Arc<BlockBuffer>> {
         self.buffers.get(id.0 as usize)?.as_ref()
     }
 

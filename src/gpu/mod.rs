@@ -4,11 +4,14 @@
 //! holds. It records the limits and features the device really has, so the arena can size
 //! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
 
+mod host_buffer;
 mod select;
 mod timer;
 
 pub use select::{parse_backends, GpuOptions};
 pub use timer::{Timing, TimingSource};
+
+pub(crate) use host_buffer::{HostBuffer, HostPlacement};
 
 use std::sync::Arc;
 
@@ -258,6 +261,24 @@ impl Gpu {
         // A non-blocking poll only fails when the device is lost, which the next blocking
         // wait reports with context; nothing to do with it here.
         let _ = self.inner.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// True when no submitted GPU work is in flight and no `Queue::write_buffer` data is
+    /// waiting for the next submit. Never waits for submitted work: when the queue is
+    /// busy it answers false at once. When it is empty, an empty submit carries any pending
+    /// writes to the GPU and this waits for that submit alone (a short copy, or nothing).
+    pub(crate) fn queue_idle(&self) -> bool {
+        let empty = |poll: std::result::Result<wgpu::PollStatus, _>| {
+            matches!(poll, Ok(wgpu::PollStatus::QueueEmpty))
+        };
+        if !empty(self.inner.device.poll(wgpu::PollType::Poll)) {
+            return false;
+        }
+        let flush = self.inner.queue.submit([]);
+        empty(self.inner.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(flush),
+            timeout: None,
+        }))
     }
 
     /// The compute pipeline for `entry` in `shader`, compiled once and cached.

@@ -7,7 +7,7 @@ use futures::channel::oneshot;
 use parking_lot::Mutex;
 
 use super::poller::LazyPoller;
-use super::staging::Staging;
+use super::staging::{copy_parallel, Staging};
 use super::view::{DownloadView, ViewPool};
 use crate::arena::Allocation;
 use crate::{Error, Gpu, Result};
@@ -59,6 +59,8 @@ pub struct Downloader {
     views: ViewPool,
     /// Drives asynchronous downloads; started on first use.
     poller: LazyPoller,
+    /// Reads served straight from host-visible arena memory.
+    direct: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Downloader {
@@ -84,7 +86,15 @@ impl Downloader {
             ring: Mutex::new(Vec::new()),
             views: Arc::new(Mutex::new(Vec::new())),
             poller: LazyPoller::default(),
+            direct: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// How many downloads were read straight out of a host-visible arena block (one host
+    /// copy, no staging; see [`crate::arena::BlockMemory`]) because no GPU work was in
+    /// flight.
+    pub fn direct_reads(&self) -> u64 {
+        self.direct.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Staging buffers kept for views (at most `depth`).
@@ -280,6 +290,15 @@ impl Downloader {
         let len = out.len() as u64;
         let end = super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
         if len == 0 {
+            return Ok(());
+        }
+        let threads = self.config.copy_threads;
+        if src
+            .read_in_place(offset..end, |bytes| copy_parallel(out, bytes, threads))
+            .is_some()
+        {
+            self.direct
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
         let start = offset / 4 * 4;

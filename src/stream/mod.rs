@@ -23,7 +23,6 @@
 
 mod batch;
 mod downloader;
-mod host_buffer;
 mod pipeline;
 mod poller;
 mod staging;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::host_buffer::HostBuffer;
+use crate::gpu::{HostBuffer, HostPlacement};
 use crate::{Error, Gpu, Result};
 
 /// Copies smaller than this run on the calling thread: splitting costs more than it saves.
@@ -42,7 +42,8 @@ impl Staging {
         label: &str,
     ) -> Staging {
         if prefer_host {
-            if let Some(host) = HostBuffer::new(gpu, size, label) {
+            let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+            if let Some(host) = HostBuffer::new(gpu, size, usage, HostPlacement::System, label) {
                 return Staging::Host(Arc::new(host));
             }
         }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::poller::LazyPoller;
-use super::staging::Staging;
+use super::staging::{copy_parallel, Staging};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
 
@@ -65,6 +65,9 @@ pub struct UploaderStats {
     /// Staging buffers created in host memory the GPU copies from directly (the others are
     /// wgpu `MAP_WRITE` buffers); see [`UploaderConfig::host_staging`].
     pub staging_host: u64,
+    /// Uploads written straight into a host-visible arena block (one host copy, no
+    /// staging; see [`crate::arena::BlockMemory`]).
+    pub direct: u64,
     /// Times an upload waited for the GPU to release a staging buffer.
     pub waits: u64,
     /// Uploads whose unaligned edges needed the patch kernel.
@@ -154,6 +157,11 @@ impl Uploader {
     /// memory and its copy is submitted: GPU work submitted afterwards sees the data
     /// (queue order); the call does not wait for the copy to finish.
     ///
+    /// Where `dst` lives in a host-visible block (CPU and integrated adapters, see
+    /// [`BlockMemory`](crate::arena::BlockMemory)) and no GPU work is in flight, the bytes
+    /// are written straight into the block instead: one host copy, no staging, same
+    /// ordering (queued `Queue::write_buffer` data is submitted first).
+    ///
     /// Any size and offset work: whole words go through staging buffers; the 1 to 3 bytes
     /// at an unaligned start or end are merged into their words on the GPU, leaving the
     /// neighbouring bytes as they were.
@@ -164,6 +172,16 @@ impl Uploader {
         let len = data.len() as u64;
         let end = super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
         if len == 0 {
+            return Ok(());
+        }
+        let threads = self.config.copy_threads;
+        if dst
+            .write_in_place(offset..end, |bytes| copy_parallel(bytes, data, threads))
+            .is_some()
+        {
+            let mut ring = self.ring.lock();
+            ring.stats.bytes += len;
+            ring.stats.direct += 1;
             return Ok(());
         }
         let first_word = offset.next_multiple_of(4);

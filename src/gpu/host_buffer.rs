@@ -1,5 +1,10 @@
-//! `HostBuffer`: a staging buffer in plain host memory that the GPU copies from and into
-//! directly, the Vulkan counterpart of CUDA's pinned memory.
+//! `HostBuffer`: a buffer in host-visible memory that stays mapped for its whole life.
+//!
+//! Two uses. Staging ([`HostPlacement::System`]): plain host memory that the GPU copies from
+//! and into directly, the Vulkan counterpart of CUDA's pinned memory. Arena blocks on
+//! adapters whose device memory the CPU reaches at full speed (a CPU driver such as
+//! lavapipe, integrated GPUs: [`HostPlacement::DeviceLocal`]): an upload into such a
+//! block can be one host `memcpy` instead of a copy into staging and a GPU copy out of it.
 //!
 //! Why not a wgpu `MAP_WRITE` buffer: wgpu-hal asks gpu-allocator for `CpuToGpu` memory,
 //! which prefers `DEVICE_LOCAL | HOST_VISIBLE` (the PCIe BAR on a discrete GPU with
@@ -23,8 +28,18 @@ use ash::vk;
 
 use crate::Gpu;
 
-/// A buffer (`COPY_SRC | COPY_DST`) in host-visible, host-coherent memory, mapped for its
-/// whole life. See the module docs for the access rule.
+/// Which host-visible memory a [`HostBuffer`] prefers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HostPlacement {
+    /// System memory (not device-local), host-cached where offered: staging.
+    System,
+    /// Device-local memory that is also host-visible: arena blocks on unified-memory
+    /// adapters. Falls back to any host-visible type.
+    DeviceLocal,
+}
+
+/// A buffer in host-visible, host-coherent memory, mapped for its whole life. See the
+/// module docs for the access rule.
 pub(crate) struct HostBuffer {
     buffer: wgpu::Buffer,
     ptr: NonNull<u8>,
@@ -48,14 +63,22 @@ impl std::fmt::Debug for HostBuffer {
 }
 
 impl HostBuffer {
-    /// A new buffer of `size` bytes (a non-zero multiple of 4), or `None` where the device
-    /// is not Vulkan, has no host-visible coherent memory type for buffers, or a Vulkan call
-    /// fails (out of host memory, say): callers then use a wgpu mapped buffer. The reason
-    /// is logged at debug level.
-    pub(crate) fn new(gpu: &Gpu, size: u64, label: &str) -> Option<HostBuffer> {
+    /// A new buffer of `size` bytes (a non-zero multiple of 4) with `usage`, or `None`
+    /// where the device is not Vulkan, has no host-visible coherent memory type for
+    /// buffers, `usage` has flags a hal buffer cannot serve (`MAP_*`: wgpu would map it
+    /// itself), or a Vulkan call fails (out of host memory, say): callers then create an
+    /// ordinary wgpu buffer. The reason is logged at debug level.
+    pub(crate) fn new(
+        gpu: &Gpu,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        placement: HostPlacement,
+        label: &str,
+    ) -> Option<HostBuffer> {
         if size == 0 || !size.is_multiple_of(4) || size > gpu.limits().max_buffer_size {
             return None;
         }
+        let vk_usage = vk_buffer_usage(usage)?;
         let len = usize::try_from(size).ok()?;
         // SAFETY: the handles are used as wgpu-hal's docs allow: a buffer and its memory
         // are created on the device, bound, mapped, and their ownership passed to wgpu-hal
@@ -69,17 +92,19 @@ impl HostBuffer {
             let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
             let info = vk::BufferCreateInfo::default()
                 .size(size)
-                .usage(vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
+                .usage(vk_usage)
                 .sharing_mode(vk::SharingMode::EXCLUSIVE);
             let raw_buffer = device
                 .create_buffer(&info, None)
-                .map_err(|e| log::debug!("host staging: vkCreateBuffer failed: {e}"))
+                .map_err(|e| log::debug!("host buffer {label}: vkCreateBuffer failed: {e}"))
                 .ok()?;
             let requirements = device.get_buffer_memory_requirements(raw_buffer);
             let Some((type_index, in_system_memory)) =
-                pick_memory_type(&props, requirements.memory_type_bits)
+                pick_memory_type(&props, requirements.memory_type_bits, placement)
             else {
-                log::debug!("host staging: no host-visible coherent memory type for buffers");
+                log::debug!(
+                    "host buffer {label}: no host-visible coherent memory type for buffers"
+                );
                 device.destroy_buffer(raw_buffer, None);
                 return None;
             };
@@ -89,7 +114,9 @@ impl HostBuffer {
             let memory = match device.allocate_memory(&alloc, None) {
                 Ok(m) => m,
                 Err(e) => {
-                    log::debug!("host staging: vkAllocateMemory of {size} bytes failed: {e}");
+                    log::debug!(
+                        "host buffer {label}: vkAllocateMemory of {size} bytes failed: {e}"
+                    );
                     device.destroy_buffer(raw_buffer, None);
                     return None;
                 }
@@ -102,7 +129,7 @@ impl HostBuffer {
             let ptr = match mapped.map(|p| NonNull::new(p.cast::<u8>())) {
                 Ok(Some(p)) => p,
                 failed => {
-                    log::debug!("host staging: binding or mapping failed: {failed:?}");
+                    log::debug!("host buffer {label}: binding or mapping failed: {failed:?}");
                     device.free_memory(memory, None);
                     device.destroy_buffer(raw_buffer, None);
                     return None;
@@ -122,13 +149,13 @@ impl HostBuffer {
                     &wgpu::BufferDescriptor {
                         label: Some(label),
                         size,
-                        usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                        usage,
                         mapped_at_creation: false,
                     },
                 )
         };
         log::debug!(
-            "host staging: {size} bytes in {} memory",
+            "host buffer {label}: {size} bytes in {} memory",
             if in_system_memory {
                 "system"
             } else {
@@ -170,13 +197,42 @@ impl HostBuffer {
     }
 }
 
-/// The memory type for staging: host-visible and coherent (required; no flushes), then
-/// preferably not device-local (system memory the copy engine reads at link speed, rather
-/// than the BAR the CPU writes across PCIe), then host-cached (fast CPU reads for
-/// downloads). Returns the index and whether it is system memory.
+/// The Vulkan usage for wgpu `usage`, as wgpu-hal would set it; `None` for flags a buffer
+/// made outside wgpu cannot carry (mapping, ray tracing, query resolve).
+fn vk_buffer_usage(usage: wgpu::BufferUsages) -> Option<vk::BufferUsageFlags> {
+    use wgpu::BufferUsages as U;
+    let served =
+        U::COPY_SRC | U::COPY_DST | U::STORAGE | U::UNIFORM | U::VERTEX | U::INDEX | U::INDIRECT;
+    if !served.contains(usage) {
+        log::debug!("host buffer: usage {usage:?} is not served by a hal buffer");
+        return None;
+    }
+    let pairs = [
+        (U::COPY_SRC, vk::BufferUsageFlags::TRANSFER_SRC),
+        (U::COPY_DST, vk::BufferUsageFlags::TRANSFER_DST),
+        (U::STORAGE, vk::BufferUsageFlags::STORAGE_BUFFER),
+        (U::UNIFORM, vk::BufferUsageFlags::UNIFORM_BUFFER),
+        (U::VERTEX, vk::BufferUsageFlags::VERTEX_BUFFER),
+        (U::INDEX, vk::BufferUsageFlags::INDEX_BUFFER),
+        (U::INDIRECT, vk::BufferUsageFlags::INDIRECT_BUFFER),
+    ];
+    Some(
+        pairs
+            .iter()
+            .filter(|(w, _)| usage.contains(*w))
+            .fold(vk::BufferUsageFlags::empty(), |acc, (_, v)| acc | *v),
+    )
+}
+
+/// The memory type: host-visible and coherent (required; no flushes), then for
+/// [`HostPlacement::System`] preferably not device-local (system memory the copy engine
+/// reads at link speed, rather than the BAR the CPU writes across PCIe) and for
+/// [`HostPlacement::DeviceLocal`] preferably device-local, then host-cached (fast CPU reads).
+/// Returns the index and whether it is system memory.
 fn pick_memory_type(
     props: &vk::PhysicalDeviceMemoryProperties,
     allowed: u32,
+    placement: HostPlacement,
 ) -> Option<(u32, bool)> {
     let required = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
     let excluded = vk::MemoryPropertyFlags::PROTECTED | vk::MemoryPropertyFlags::LAZILY_ALLOCATED;
@@ -190,14 +246,15 @@ fn pick_memory_type(
                 && !t.property_flags.intersects(excluded)
         })
         .max_by_key(|(i, t)| {
-            let system = !t
+            let device_local = t
                 .property_flags
                 .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL);
+            let preferred = device_local == (placement == HostPlacement::DeviceLocal);
             let cached = t
                 .property_flags
                 .contains(vk::MemoryPropertyFlags::HOST_CACHED);
             // Lowest index wins ties, as Vulkan orders types by preference.
-            (system, cached, std::cmp::Reverse(*i))
+            (preferred, cached, std::cmp::Reverse(*i))
         })
         .map(|(i, t)| {
             (

@@ -1,0 +1,118 @@
+//! `BlockBuffer`: the wgpu buffer behind one arena block, and where it lives.
+//!
+//! On most GPUs a block is an ordinary wgpu buffer in device memory. On adapters whose
+//! device memory the CPU reaches at full speed (a CPU driver such as lavapipe, integrated
+//! GPUs sharing system memory) the arena can place blocks in host-visible memory that stays
+//! mapped ([`BlockMemory`]); an upload into such a block is then one host `memcpy` (when no
+//! GPU work is in flight) instead of a copy into staging followed by a GPU copy.
+
+use parking_lot::Mutex;
+
+use crate::gpu::{HostBuffer, HostPlacement};
+use crate::Gpu;
+
+/// Where the arena places its blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BlockMemory {
+    /// Host-visible memory on Vulkan CPU and integrated adapters (where device memory is
+    /// system memory), device memory everywhere else. The default.
+    #[default]
+    Auto,
+    /// Always ordinary wgpu buffers in device memory.
+    Device,
+    /// Host-visible, persistently mapped memory wherever the backend allows (Vulkan),
+    /// device-local when such a type exists. On a discrete GPU this is the PCIe BAR, which
+    /// the CPU writes slowly and may be small: meant for testing and for UMA devices that
+    /// [`Auto`](Self::Auto) does not recognise.
+    HostVisible,
+}
+
+impl BlockMemory {
+    /// Whether blocks should be tried in host-visible memory on `gpu`.
+    pub(crate) fn host_visible_on(self, gpu: &Gpu) -> bool {
+        match self {
+            BlockMemory::Device => false,
+            BlockMemory::HostVisible => true,
+            BlockMemory::Auto => {
+                let info = gpu.info();
+                info.backend == wgpu::Backend::Vulkan
+                    && matches!(
+                        info.device_type,
+                        wgpu::DeviceType::Cpu | wgpu::DeviceType::IntegratedGpu
+                    )
+            }
+        }
+    }
+}
+
+/// One block's buffer.
+pub(crate) enum BlockBuffer {
+    /// An ordinary wgpu buffer.
+    Device(wgpu::Buffer),
+    /// Host-visible memory, mapped for the block's life. `host_access` lets one thread at a
+    /// time read or write the block's memory from the host, so two threads uploading into
+    /// overlapping ranges never write the same bytes at once (a data race in Rust's memory
+    /// model); the GPU side is kept apart by touching the memory only while no GPU work is
+    /// in flight.
+    Host {
+        memory: HostBuffer,
+        host_access: Mutex<()>,
+    },
+}
+
+impl BlockBuffer {
+    /// A block of `size` bytes with `usage`: host-visible when `host_visible` and the
+    /// backend allows, otherwise (or if that fails) an ordinary wgpu buffer. Errors are
+    /// wgpu's validation or out-of-memory errors, caught by an error scope.
+    pub(crate) fn create(
+        gpu: &Gpu,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        host_visible: bool,
+        label: &str,
+    ) -> crate::Result<BlockBuffer> {
+        if host_visible {
+            if let Some(memory) =
+                HostBuffer::new(gpu, size, usage, HostPlacement::DeviceLocal, label)
+            {
+                return Ok(BlockBuffer::Host {
+                    memory,
+                    host_access: Mutex::new(()),
+                });
+            }
+        }
+        gpu.scoped("creating an arena block", || {
+            gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        })
+        .map(BlockBuffer::Device)
+    }
+
+    /// The wgpu buffer.
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        match self {
+            BlockBuffer::Device(b) => b,
+            BlockBuffer::Host { memory, .. } => memory.buffer(),
+        }
+    }
+
+    /// The mapped memory and its host-access lock, for host-visible blocks.
+    pub(crate) fn host(&self) -> Option<(&HostBuffer, &Mutex<()>)> {
+        match self {
+            BlockBuffer::Device(_) => None,
+            BlockBuffer::Host {
+                memory,
+                host_access,
+            } => Some((memory, host_access)),
+        }
+    }
+
+    /// Destroys the buffer (and with it the mapping).
+    pub(crate) fn destroy(&self) {
+        self.buffer().destroy();
+    }
+}
