@@ -76,6 +76,32 @@ fn double_free_and_foreign_handles_are_rejected() {
     a.free(r2.handle).unwrap();
     a.check_invariants().unwrap();
     assert_eq!(a.free_range_count(), 1);
+
+    // Two allocators in the same state put their allocations in the same slots; the
+    // handles still differ (stamps are unique process-wide), so each rejects the other's.
+    let (ra, rb) = (a.allocate(64, 4).unwrap(), b.allocate(64, 4).unwrap());
+    assert!(a.free(rb.handle).is_err() && b.free(ra.handle).is_err());
+    // A clone accepts the original's live handles, and new handles of either side stay
+    // foreign to the other.
+    let mut c = a.clone();
+    let (na, nc) = (a.allocate(64, 4).unwrap(), c.allocate(64, 4).unwrap());
+    assert_eq!(na.offset, nc.offset);
+    assert!(a.free(nc.handle).is_err() && c.free(na.handle).is_err());
+    c.free(ra.handle).unwrap();
+    c.free(nc.handle).unwrap();
+    a.free(na.handle).unwrap();
+    a.free(ra.handle).unwrap();
+    b.free(rb.handle).unwrap();
+    b.free(other.handle).unwrap();
+    for x in [&a, &b, &c] {
+        x.check_invariants().unwrap();
+        assert!(x.is_empty());
+    }
+    // Handles are 8 bytes, and so are optional ones: cheap to keep in large tables.
+    assert_eq!(
+        std::mem::size_of::<Option<vramkit::alloc::RangeHandle>>(),
+        8
+    );
 }
 
 #[test]

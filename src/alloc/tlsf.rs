@@ -14,7 +14,11 @@
 //!    non-empty lists, and the free bitmap marks exactly the free nodes.
 //! 4. `used_bytes + free_bytes == capacity`, and the counters equal what the nodes say.
 //! 5. A handle names a live used node only while its stamp matches: a stale, double or
-//!    foreign free is an error, never corruption.
+//!    foreign free is an error, never corruption. Stamps are unique across every allocator
+//!    in the process (each allocator takes runs of them from one atomic counter), so a
+//!    handle from another allocator never matches; the 32-bit counter wraps only after
+//!    four billion allocations process-wide, after which a stale handle would have to
+//!    meet its own node holding exactly its old stamp to pass.
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -36,7 +40,11 @@ pub const MAX_ALIGN: u64 = 64 * 1024;
 /// the bound that keeps best-fit O(1).
 const BEST_FIT_SCAN: usize = 16;
 
-static NEXT_ALLOCATOR_ID: AtomicU32 = AtomicU32::new(1);
+/// The next run of stamps to hand out, process-wide. Starts at one run in, so no stamp is 0.
+static NEXT_STAMP_RUN: AtomicU32 = AtomicU32::new(STAMP_RUN);
+/// Stamps an allocator takes from [`NEXT_STAMP_RUN`] at a time: one atomic operation per
+/// this many allocations.
+const STAMP_RUN: u32 = 4096;
 
 /// How a free range is chosen for a request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,14 +60,14 @@ pub enum Placement {
     BestFit,
 }
 
-/// Names one live allocation. Cheap to copy; only the allocator that issued it accepts it.
+/// Names one live allocation. Cheap to copy (8 bytes, and so is an `Option` of it); only
+/// the allocator that issued it accepts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RangeHandle {
     index: u32,
-    /// The allocation's stamp, kept in its node while it lives. Never zero, so an
-    /// `Option<RangeHandle>` is as small as the handle.
+    /// The allocation's stamp, unique in the process (see invariant 5) and kept in its node
+    /// while it lives. Never zero, so an `Option<RangeHandle>` is as small as the handle.
     stamp: NonZeroU32,
-    allocator: u32,
 }
 
 /// A successful allocation: where it lives and how to free it.
@@ -106,14 +114,15 @@ impl Node {
 /// a.free(r.handle).unwrap();
 /// assert_eq!(a.used_bytes(), 0);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RangeAllocator {
-    id: u32,
     capacity: u64,
     placement: Placement,
     nodes: Vec<Node>,
-    /// Stamp of the latest allocation; each allocation takes the next one.
+    /// Stamp of the latest allocation; each allocation takes the next one until
+    /// `stamp_end`, then a new run from [`NEXT_STAMP_RUN`].
     stamp: u32,
+    stamp_end: u32,
     spare: Vec<u32>,
     /// One bit per node slot, set while the node is a free range: `free` asks whether its
     /// neighbours are free here, in a bitmap that stays in L1, and touches a neighbour's
@@ -127,6 +136,28 @@ pub struct RangeAllocator {
     free_count: usize,
 }
 
+impl Clone for RangeAllocator {
+    /// A copy of the allocator's state: handles of the original's live allocations are
+    /// valid in the copy too, and the copy takes its own stamps for new allocations.
+    fn clone(&self) -> Self {
+        RangeAllocator {
+            capacity: self.capacity,
+            placement: self.placement,
+            nodes: self.nodes.clone(),
+            stamp: 0,
+            stamp_end: 0,
+            spare: self.spare.clone(),
+            free_bits: self.free_bits.clone(),
+            heads: self.heads.clone(),
+            sub_bits: self.sub_bits,
+            top_bits: self.top_bits,
+            used_bytes: self.used_bytes,
+            used_count: self.used_count,
+            free_count: self.free_count,
+        }
+    }
+}
+
 impl RangeAllocator {
     /// An allocator over `[0, capacity)` with the default placement. `capacity` is rounded
     /// down to a multiple of 4.
@@ -138,11 +169,11 @@ impl RangeAllocator {
     pub fn with_placement(capacity: u64, placement: Placement) -> Self {
         let capacity = capacity / MIN_ALIGN * MIN_ALIGN;
         let mut a = RangeAllocator {
-            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             capacity,
             placement,
             nodes: Vec::new(),
             stamp: 0,
+            stamp_end: 0,
             spare: Vec::new(),
             free_bits: Vec::new(),
             heads: Box::new([NONE; BINS]),
@@ -324,13 +355,12 @@ impl RangeAllocator {
     /// Marks `node` (offset and size set, in no bin list) as a live allocation.
     #[inline(always)]
     fn mark_used(&mut self, node: u32, size: u64) -> Range {
-        // Stamps run 1..=u32::MAX - 1 and wrap (u32::MAX would read as `NONE`).
-        self.stamp = if self.stamp >= u32::MAX - 1 {
-            1
-        } else {
-            self.stamp + 1
-        };
+        if self.stamp == self.stamp_end {
+            self.take_stamp_run();
+        }
+        // Runs never contain 0 (`take_stamp_run` skips the one that would).
         let stamp = NonZeroU32::new(self.stamp).unwrap_or(NonZeroU32::MIN);
+        self.stamp = self.stamp.wrapping_add(1);
         let n = &mut self.nodes[node as usize];
         n.bin_prev = USED;
         n.bin_next = stamp.get();
@@ -339,12 +369,21 @@ impl RangeAllocator {
         Range {
             offset: n.offset,
             size,
-            handle: RangeHandle {
-                index: node,
-                stamp,
-                allocator: self.id,
-            },
+            handle: RangeHandle { index: node, stamp },
         }
+    }
+
+    /// Takes the next run of process-unique stamps, `start..start + STAMP_RUN` (see
+    /// invariant 5). Runs are aligned to `STAMP_RUN`, so only the run at 0 holds stamp 0;
+    /// it is skipped when the counter wraps round to it.
+    #[cold]
+    fn take_stamp_run(&mut self) {
+        let mut start = NEXT_STAMP_RUN.fetch_add(STAMP_RUN, Ordering::Relaxed);
+        if start == 0 {
+            start = NEXT_STAMP_RUN.fetch_add(STAMP_RUN, Ordering::Relaxed);
+        }
+        self.stamp = start;
+        self.stamp_end = start.wrapping_add(STAMP_RUN);
     }
 
     /// Frees the range `handle` names and merges it with free neighbours.
@@ -419,15 +458,11 @@ impl RangeAllocator {
 
     #[inline(always)]
     fn resolve(&self, handle: RangeHandle) -> Result<u32, AllocError> {
-        if handle.allocator != self.id {
-            return Err(AllocError::InvalidHandle {
-                reason: "the handle was issued by a different allocator",
-            });
-        }
         match self.nodes.get(handle.index as usize) {
             Some(n) if n.used() && n.bin_next == handle.stamp.get() => Ok(handle.index),
             _ => Err(AllocError::InvalidHandle {
-                reason: "the range was already freed (double free or stale handle)",
+                reason: "the range is not live here: already freed (double free or stale \
+                         handle), or the handle was issued by a different allocator",
             }),
         }
     }
