@@ -40,11 +40,25 @@ fn staged_arena() -> Arena {
 }
 
 fn arena_with(block_memory: BlockMemory) -> Arena {
+    arena_on(gpu(), block_memory)
+}
+
+fn arena_on(gpu: &vramkit::Gpu, block_memory: BlockMemory) -> Arena {
     let config = ArenaConfig {
         block_memory,
         ..Default::default()
     };
-    Arena::new(gpu(), config).unwrap()
+    Arena::new(gpu, config).unwrap()
+}
+
+/// The device for a test of `block_memory`: host-visible blocks get a device of their own,
+/// because the in-place path runs only while the queue is idle, and other tests sharing a
+/// device keep its queue busy (the checks that it was taken would then depend on timing).
+fn device_for(block_memory: BlockMemory) -> vramkit::Gpu {
+    match block_memory {
+        BlockMemory::HostVisible => vramkit::Gpu::headless().expect("a second device"),
+        _ => gpu().clone(),
+    }
 }
 
 /// On Vulkan, host-visible blocks must really be used when asked for.
@@ -61,8 +75,9 @@ fn random_bytes_round_trip_at_any_size_and_offset() {
 }
 
 fn round_trip_at_any_size_and_offset(host: bool, block_memory: BlockMemory) {
-    let arena = arena_with(block_memory);
-    let up = Uploader::new(gpu(), small_ring(host));
+    let gpu = device_for(block_memory);
+    let arena = arena_on(&gpu, block_memory);
+    let up = Uploader::new(&gpu, small_ring(host));
     let mut r = rng();
     let size = 40_000u64;
     let dst = arena.alloc(size, "dst").unwrap();
@@ -95,7 +110,7 @@ fn round_trip_at_any_size_and_offset(host: bool, block_memory: BlockMemory) {
             expected[offset as usize..offset as usize + len].copy_from_slice(&data);
         }
     }
-    let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), size).unwrap();
+    let got = readback::read_buffer(&gpu, dst.buffer(), dst.offset(), size).unwrap();
     assert!(
         got == expected,
         "host staging {host}, blocks {block_memory:?}: first differing byte: {:?}",
@@ -197,9 +212,10 @@ fn many_threads_upload(block_memory: BlockMemory) {
 /// mix of old and new bytes).
 #[test]
 fn direct_uploads_keep_queue_order() {
-    let arena = arena_with(BlockMemory::HostVisible);
+    let gpu = device_for(BlockMemory::HostVisible);
+    let arena = arena_on(&gpu, BlockMemory::HostVisible);
     let kernels = vramkit::kernels::Kernels::new(&arena).unwrap();
-    let up = Uploader::new(gpu(), Default::default());
+    let up = Uploader::new(&gpu, Default::default());
     let mut r = rng();
     // 16 MiB per array: a copy long enough to be in flight when the upload follows it.
     let n = 4 << 20;
@@ -209,16 +225,15 @@ fn direct_uploads_keep_queue_order() {
         let queued = common::random_f32(&mut r, n);
         let uploaded = common::random_f32(&mut r, n);
         let later = common::random_f32(&mut r, n);
-        gpu()
-            .queue()
+        gpu.queue()
             .write_buffer(dst.buffer(), dst.offset(), bytemuck::cast_slice(&queued));
         up.upload(&dst, 0, bytemuck::cast_slice(&uploaded)).unwrap();
         let mut b = kernels.batch();
         b.copy(n as u64, &dst, &out).unwrap();
         b.submit().unwrap();
         up.upload(&dst, 0, bytemuck::cast_slice(&later)).unwrap();
-        let seen = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), n).unwrap();
-        let now = readback::read_as::<f32>(gpu(), dst.buffer(), dst.offset(), n).unwrap();
+        let seen = readback::read_as::<f32>(&gpu, out.buffer(), out.offset(), n).unwrap();
+        let now = readback::read_as::<f32>(&gpu, dst.buffer(), dst.offset(), n).unwrap();
         let first_bad = |got: &[f32], want: &[f32]| got.iter().zip(want).position(|(a, b)| a != b);
         assert_eq!(
             first_bad(&seen, &uploaded),
@@ -272,12 +287,13 @@ fn downloads_read_back_any_range_through_the_ring() {
 
 fn downloads_through_the_ring(host: bool, block_memory: BlockMemory) {
     use vramkit::stream::{Downloader, DownloaderConfig};
-    let arena = arena_with(block_memory);
-    let up = Uploader::new(gpu(), Default::default());
+    let gpu = device_for(block_memory);
+    let arena = arena_on(&gpu, block_memory);
+    let up = Uploader::new(&gpu, Default::default());
     // A small ring so that chunks wrap around it several times; chunks of 2 MiB take the
     // parallel copy path.
     let down = Downloader::new(
-        gpu(),
+        &gpu,
         DownloaderConfig {
             chunk_size: 4096,
             depth: 3,
@@ -331,7 +347,7 @@ fn downloads_through_the_ring(host: bool, block_memory: BlockMemory) {
     r.fill_bytes(&mut bytes);
     up.upload(&big, 0, &bytes).unwrap();
     let down = Downloader::new(
-        gpu(),
+        &gpu,
         DownloaderConfig {
             chunk_size: 4 << 20,
             depth: 2,

@@ -312,9 +312,14 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     let chunk = 64usize << 20;
+    // Timed repetitions per path (best counts); VRAMKIT_STREAM_REPS overrides.
+    let reps: usize = std::env::var("VRAMKIT_STREAM_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let best = |f: &mut dyn FnMut()| {
         f();
-        (0..3)
+        (0..reps)
             .map(|_| {
                 let t = Instant::now();
                 f();
@@ -352,23 +357,28 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         }
     }
     if sweep {
-        for host in [true, false] {
-            for (chunk_mb, threads) in [(8u64, 8usize), (8, 16), (16, 16), (32, 16), (64, 16)] {
-                let cfg = UploaderConfig {
-                    chunk_size: chunk_mb << 20,
-                    max_staging: 8 * (chunk_mb << 20),
-                    copy_threads: threads,
-                    host_staging: host,
-                    ..Default::default()
-                };
-                let u = Uploader::new(gpu, cfg);
-                let t = best(&mut || u.upload(&dst, 0, &data).expect("upload"));
-                println!(
-                    "sweep upload, host staging {host}, chunk {chunk_mb} MiB, {threads} threads: \
-                     {:.2} GB/s",
-                    size as f64 / t / 1e9
-                );
-            }
+        for (chunk_mb, threads, ring) in [
+            (32u64, 4usize, 8u64),
+            (32, 8, 8),
+            (32, 16, 8),
+            (32, 8, 16),
+            (16, 8, 16),
+            (64, 8, 8),
+        ] {
+            let cfg = UploaderConfig {
+                chunk_size: chunk_mb << 20,
+                max_staging: ring * (chunk_mb << 20),
+                copy_threads: threads,
+                host_staging: true,
+                ..Default::default()
+            };
+            let u = Uploader::new(gpu, cfg);
+            let t = best(&mut || u.upload(&dst, 0, &data).expect("upload"));
+            println!(
+                "sweep upload, host staging, chunk {chunk_mb} MiB x {ring}, {threads} \
+                     threads: {:.2} GB/s",
+                size as f64 / t / 1e9
+            );
         }
     }
     let uploader = Uploader::new(gpu, UploaderConfig::default());

@@ -22,7 +22,7 @@ pub enum BlockMemory {
     Device,
     /// Host-visible, persistently mapped memory wherever the backend allows (Vulkan),
     /// device-local when such a type exists. On a discrete GPU this is the PCIe BAR, which
-    /// the CPU writes slowly and may be small: meant for testing and for UMA devices that
+    /// the CPU writes slowly, reads very slowly (uncached) and may be small: meant for testing and for UMA devices that
     /// [`Auto`](Self::Auto) does not recognise.
     HostVisible,
 }
