@@ -312,11 +312,13 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     let chunk = 64usize << 20;
-    // Timed repetitions per path (best counts); VRAMKIT_STREAM_REPS overrides.
+    // Timed repetitions per path (best counts): with 3 a single slow spell of the host
+    // (seen on fresh device machines) could set a path's figure; VRAMKIT_STREAM_REPS
+    // overrides.
     let reps: usize = std::env::var("VRAMKIT_STREAM_REPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(5);
     let best = |f: &mut dyn FnMut()| {
         f();
         (0..reps)
@@ -482,7 +484,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     });
     let gbps = |s: f64| size as f64 / s / 1e9;
     println!(
-        "\n== stream: {} host <-> GPU, GB/s (best of 3) ==",
+        "\n== stream: {} host <-> GPU, GB/s (best of {reps}) ==",
         vramkit::fmt_bytes(size)
     );
     println!("{:<44} {:>10}", "path", "GB/s");
