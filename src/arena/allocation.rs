@@ -99,12 +99,17 @@ impl Allocation {
     }
 
     /// Like [`write_in_place`](Self::write_in_place), reading: the bytes as all GPU work
-    /// submitted so far left them.
+    /// submitted so far left them. Only where the block's memory is host-cached: reading
+    /// write-combined memory (some integrated GPUs' device-local types) is far slower than
+    /// the staging path.
     pub(crate) fn read_in_place<R>(
         &self,
         range: std::ops::Range<u64>,
         read: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
+        if !self.buffer.host()?.0.cached() {
+            return None;
+        }
         // SAFETY (of the closure): as above.
         self.in_place(range, |memory, bytes| read(unsafe { memory.bytes(bytes) }))
     }

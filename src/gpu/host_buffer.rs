@@ -44,6 +44,9 @@ pub(crate) struct HostBuffer {
     buffer: wgpu::Buffer,
     ptr: NonNull<u8>,
     len: usize,
+    /// The memory is host-cached: CPU reads run at memory speed. Uncached (write-combined)
+    /// memory takes writes well but reads very slowly.
+    cached: bool,
 }
 
 // SAFETY: the mapping is plain memory owned by this value (wgpu-hal frees it only when the
@@ -85,7 +88,7 @@ impl HostBuffer {
         // (`from_raw_managed`), which destroys both when the wgpu buffer is destroyed. Every
         // failure path destroys what was created so far. The hal guard is dropped before
         // the buffer is handed to wgpu.
-        let (raw_buffer, memory, allocated, ptr, in_system_memory) = unsafe {
+        let (raw_buffer, memory, allocated, ptr, flags) = unsafe {
             let hal = gpu.device().as_hal::<wgpu::hal::api::Vulkan>()?;
             let device = hal.raw_device();
             let instance = hal.shared_instance().raw_instance();
@@ -99,7 +102,7 @@ impl HostBuffer {
                 .map_err(|e| log::debug!("host buffer {label}: vkCreateBuffer failed: {e}"))
                 .ok()?;
             let requirements = device.get_buffer_memory_requirements(raw_buffer);
-            let Some((type_index, in_system_memory)) =
+            let Some((type_index, flags)) =
                 pick_memory_type(&props, requirements.memory_type_bits, placement)
             else {
                 log::debug!(
@@ -135,7 +138,7 @@ impl HostBuffer {
                     return None;
                 }
             };
-            (raw_buffer, memory, requirements.size, ptr, in_system_memory)
+            (raw_buffer, memory, requirements.size, ptr, flags)
         };
         // SAFETY: `raw_buffer` is bound to `memory` from offset 0 and `allocated` bytes are
         // valid; both were created on this device and are not used elsewhere. wgpu-core
@@ -156,13 +159,23 @@ impl HostBuffer {
         };
         log::debug!(
             "host buffer {label}: {size} bytes in {} memory",
-            if in_system_memory {
+            if !flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL) {
                 "system"
             } else {
                 "device-local, host-visible"
             }
         );
-        Some(HostBuffer { buffer, ptr, len })
+        Some(HostBuffer {
+            buffer,
+            ptr,
+            len,
+            cached: flags.contains(vk::MemoryPropertyFlags::HOST_CACHED),
+        })
+    }
+
+    /// Whether CPU reads of the memory are cached (fast); see the field.
+    pub(crate) fn cached(&self) -> bool {
+        self.cached
     }
 
     /// The wgpu buffer, for recording copies.
@@ -228,12 +241,12 @@ fn vk_buffer_usage(usage: wgpu::BufferUsages) -> Option<vk::BufferUsageFlags> {
 /// [`HostPlacement::System`] preferably not device-local (system memory the copy engine
 /// reads at link speed, rather than the BAR the CPU writes across PCIe) and for
 /// [`HostPlacement::DeviceLocal`] preferably device-local, then host-cached (fast CPU reads).
-/// Returns the index and whether it is system memory.
+/// Returns the index and the type's flags.
 fn pick_memory_type(
     props: &vk::PhysicalDeviceMemoryProperties,
     allowed: u32,
     placement: HostPlacement,
-) -> Option<(u32, bool)> {
+) -> Option<(u32, vk::MemoryPropertyFlags)> {
     let required = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
     let excluded = vk::MemoryPropertyFlags::PROTECTED | vk::MemoryPropertyFlags::LAZILY_ALLOCATED;
     let count = (props.memory_type_count as usize).min(props.memory_types.len());
@@ -256,11 +269,5 @@ fn pick_memory_type(
             // Lowest index wins ties, as Vulkan orders types by preference.
             (preferred, cached, std::cmp::Reverse(*i))
         })
-        .map(|(i, t)| {
-            (
-                i as u32,
-                !t.property_flags
-                    .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL),
-            )
-        })
+        .map(|(i, t)| (i as u32, t.property_flags))
 }
