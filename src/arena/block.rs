@@ -22,8 +22,8 @@ pub enum BlockMemory {
     Device,
     /// Host-visible, persistently mapped memory wherever the backend allows (Vulkan),
     /// device-local when such a type exists. On a discrete GPU this is the PCIe BAR, which
-    /// the CPU writes slowly, reads very slowly (uncached) and may be small: meant for testing and for UMA devices that
-    /// [`Auto`](Self::Auto) does not recognise.
+    /// the CPU writes slowly, reads very slowly (uncached) and which may be small: meant for
+    /// testing and for unified-memory devices that [`Auto`](Self::Auto) does not recognise.
     HostVisible,
 }
 

@@ -18,8 +18,9 @@
 //! The memory stays mapped for the buffer's whole life and is `HOST_COHERENT`: no flush or
 //! invalidate is needed, but nothing stops the CPU and the GPU from touching it at the same
 //! time either. Every access is therefore `unsafe`, with one rule: the CPU touches the
-//! bytes only while no submitted copy uses the buffer (the rings hand a buffer back to the
-//! CPU from the queue's "work done" callback of its last submission).
+//! bytes only while no submitted GPU work uses them (the staging rings hand a buffer back
+//! to the CPU from the queue's "work done" callback of its last submission; arena blocks
+//! are touched only while the queue is idle).
 
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -186,8 +187,8 @@ impl HostBuffer {
     /// The bytes in `range` (clamped to the buffer), writable.
     ///
     /// # Safety
-    /// No submitted GPU copy may use the buffer while the returned slice lives, and no other
-    /// slice of the same bytes may exist.
+    /// No submitted GPU work may use these bytes while the returned slice lives, and no
+    /// other slice of the same bytes may exist.
     #[allow(clippy::mut_from_ref)] // the access rule above is the exclusivity proof
     pub(crate) unsafe fn bytes_mut(&self, range: Range<usize>) -> &mut [u8] {
         let end = range.end.min(self.len);
@@ -200,7 +201,7 @@ impl HostBuffer {
     /// The bytes in `range` (clamped to the buffer), readable.
     ///
     /// # Safety
-    /// No submitted GPU copy may write the buffer while the returned slice lives, and no
+    /// No submitted GPU work may write these bytes while the returned slice lives, and no
     /// mutable slice of the same bytes may exist.
     pub(crate) unsafe fn bytes(&self, range: Range<usize>) -> &[u8] {
         let end = range.end.min(self.len);

@@ -1,6 +1,7 @@
 //! The download ring.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use futures::channel::oneshot;
@@ -60,7 +61,7 @@ pub struct Downloader {
     /// Drives asynchronous downloads; started on first use.
     poller: LazyPoller,
     /// Reads served straight from host-visible arena memory.
-    direct: std::sync::atomic::AtomicU64,
+    direct: AtomicU64,
 }
 
 impl std::fmt::Debug for Downloader {
@@ -86,7 +87,7 @@ impl Downloader {
             ring: Mutex::new(Vec::new()),
             views: Arc::new(Mutex::new(Vec::new())),
             poller: LazyPoller::default(),
-            direct: std::sync::atomic::AtomicU64::new(0),
+            direct: AtomicU64::new(0),
         }
     }
 
@@ -94,7 +95,7 @@ impl Downloader {
     /// copy, no staging; see [`crate::arena::BlockMemory`]) because no GPU work was in
     /// flight.
     pub fn direct_reads(&self) -> u64 {
-        self.direct.load(std::sync::atomic::Ordering::Relaxed)
+        self.direct.load(Ordering::Relaxed)
     }
 
     /// Staging buffers kept for views (at most `depth`).
@@ -297,8 +298,7 @@ impl Downloader {
             .read_in_place(offset..end, |bytes| copy_parallel(out, bytes, threads))
             .is_some()
         {
-            self.direct
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.direct.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let start = offset / 4 * 4;
