@@ -213,6 +213,69 @@ fn trim_gives_empty_blocks_back_and_keeps_the_reserve() {
     assert!(y.size() >= 1000);
 }
 
+/// Freed ranges the GPU is done with are kept by size (`stats().cached`): the same size
+/// takes them back without the range allocator, and they go back to their block before
+/// they could make the arena grow, go over budget or survive a trim.
+#[test]
+fn freed_ranges_are_cached_by_size_and_never_cost_memory() {
+    let small = 64u64 << 10;
+    let a = arena(ArenaConfig {
+        budget: Budget::Bytes(4 << 20),
+        ..Default::default()
+    });
+    // The first maintain seals the frees into an epoch (its callback may ride on a
+    // submission of pending writes); after the wait the second one sees it done.
+    let settle = |a: &Arena| {
+        a.maintain();
+        a.gpu().wait_idle().unwrap();
+        a.maintain();
+    };
+    let xs: Vec<_> = (0..8).map(|_| a.alloc(small, "small").unwrap()).collect();
+    let mut offsets: Vec<u64> = xs.iter().map(|x| x.offset()).collect();
+    drop(xs);
+    settle(&a);
+    let s = a.stats();
+    assert_eq!(
+        (s.allocated, s.cached, s.reserved),
+        (0, 8 * small, 4 << 20),
+        "{}",
+        a.summary()
+    );
+    assert!(a.summary().contains("cached for reuse"));
+
+    let ys: Vec<_> = (0..8).map(|_| a.alloc(small, "small").unwrap()).collect();
+    let mut again: Vec<u64> = ys.iter().map(|y| y.offset()).collect();
+    offsets.sort_unstable();
+    again.sort_unstable();
+    assert_eq!(offsets, again, "the same size reuses the cached ranges");
+    assert_eq!(a.stats().cached, 0);
+    drop(ys);
+    settle(&a);
+    assert_eq!(a.stats().cached, 8 * small);
+
+    // Fits in the one block the budget allows only once the cache goes back to it; that
+    // happens before any growth, so no retry is counted either.
+    let big = a.alloc((4 << 20) - small, "big").unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.cached, s.reserved, s.blocks_created, s.retries, s.ooms),
+        (0, 4 << 20, 1, 0, 0),
+        "{}",
+        a.summary()
+    );
+    drop(big);
+    let z = a.alloc(small, "small").unwrap();
+    drop(z);
+    settle(&a);
+    assert_eq!(a.stats().cached, 4 << 20, "both sizes cached");
+    assert_eq!(
+        a.trim(),
+        4 << 20,
+        "trim returns the cache to the block first"
+    );
+    assert_eq!(a.stats().cached, 0);
+}
+
 #[test]
 fn steady_loops_create_no_buffers_after_warm_up() {
     let a = arena(Default::default());

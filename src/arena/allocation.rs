@@ -1,11 +1,12 @@
 //! `Allocation`: an RAII range of a GPU buffer.
 
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::block::BlockBuffer;
-use super::state::Placed;
+use super::state::{CachedRange, Placed};
 use super::Shared;
 
 /// A range of an arena block. Dropping it frees the range; the arena hands it out again only
@@ -20,16 +21,31 @@ use super::Shared;
 /// # Ok::<(), vramkit::Error>(())
 /// ```
 pub struct Allocation {
-    pub(super) shared: Arc<Shared>,
+    // The three references are moved out on drop and kept by the arena for the next
+    // allocation (`Shared::release`), hence `ManuallyDrop`.
+    pub(super) shared: ManuallyDrop<Arc<Shared>>,
     pub(super) id: u64,
     pub(super) slot: u32,
     pub(super) label_index: u32,
     pub(super) pool: usize,
     pub(super) placed: Placed,
-    pub(super) buffer: Arc<BlockBuffer>,
+    pub(super) buffer: ManuallyDrop<Arc<BlockBuffer>>,
     pub(super) offset: u64,
     pub(super) size: u64,
-    pub(super) label: Arc<str>,
+    pub(super) label: ManuallyDrop<Arc<str>>,
+    /// The range may be kept for reuse by size (no guards, not a dedicated block).
+    pub(super) reuse: bool,
+}
+
+/// What a dropped [`Allocation`] hands back to its arena.
+pub(crate) struct Freed {
+    pub slot: u32,
+    pub label: Arc<str>,
+    pub label_index: u32,
+    pub pool: usize,
+    pub range: CachedRange,
+    /// The request size to cache the range under, when it may be reused by size.
+    pub class: Option<u64>,
 }
 
 impl Allocation {
@@ -146,7 +162,7 @@ impl Allocation {
             return Err(crate::Error::invalid(
                 format!(
                     "allocation '{}' of {} bytes at offset {} cannot hold whole {}-byte elements",
-                    self.label, self.size, self.offset, elem
+                    &**self.label, self.size, self.offset, elem
                 ),
                 "allocate with Arena::alloc_typed, which sizes the range in elements",
             ));
@@ -171,8 +187,28 @@ impl std::fmt::Debug for Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.shared
-            .defer_free(self.slot, self.label_index, self.pool, self.placed);
+        // SAFETY: `drop` runs once and nothing reads these fields after it takes them.
+        let (shared, buffer, label) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.shared),
+                ManuallyDrop::take(&mut self.buffer),
+                ManuallyDrop::take(&mut self.label),
+            )
+        };
+        Shared::release(
+            shared,
+            Freed {
+                slot: self.slot,
+                label,
+                label_index: self.label_index,
+                pool: self.pool,
+                range: CachedRange {
+                    placed: self.placed,
+                    buffer,
+                },
+                class: self.reuse.then_some(self.size),
+            },
+        );
     }
 }
 

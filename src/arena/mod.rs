@@ -5,9 +5,16 @@
 //! Each pool owns a [`crate::alloc::BlockSet`] whose blocks are `wgpu::Buffer`s.
 //! An [`Allocation`] is a range of one block. Dropping it does not free the range at once:
 //! the range joins an *epoch* that completes when all GPU work submitted before it has
-//! finished (`Queue::on_submitted_work_done`). Completed epochs are returned to the blocks
-//! on the next allocation, so the hot path never waits; only a request that would exceed
-//! the budget waits for in-flight frees before it gives up.
+//! finished (`Queue::on_submitted_work_done`). Completed epochs are collected on the next
+//! allocation, so the hot path never waits; only a request that would exceed the budget
+//! waits for in-flight frees before it gives up.
+//!
+//! Collected ranges are kept by request size, like PyTorch's cached blocks: the next
+//! allocation of that size takes one without the range allocator, and the references an
+//! allocation holds (arena, block buffer, label) are handed back and reused, so a steady
+//! loop does no reference counting. The cache never costs memory: it goes back to the
+//! blocks before the arena grows, trims, waits or reports out-of-memory
+//! ([`ArenaStats::cached`]).
 //!
 //! # Where blocks live
 //! On discrete GPUs blocks are ordinary wgpu buffers in device memory. On Vulkan CPU and
@@ -37,15 +44,19 @@ pub use oom::{Limit, OutOfMemory};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats};
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use crate::alloc::{AllocError, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
+use allocation::Freed;
 use block::BlockBuffer;
-use state::{Completion, LiveRecord, PendingFree, Placed, Pool, State};
+use state::{CachedRange, Completion, LiveRecord, PendingFree, Placed, Pool, State, MAX_SPARES};
+
+/// Frees gathered before they are sealed into an epoch even while another is in flight.
+const SEAL_BATCH: usize = 64;
 
 /// Names a pool of an [`Arena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -236,9 +247,10 @@ impl Arena {
         self.shared().alloc(pool.0, size, label)
     }
 
-    /// Polls the device (without blocking) and returns finished frees to their blocks.
-    /// Returns how many ranges came back. Allocation does this too; call it from idle
-    /// loops so freed memory shows up in statistics and `trim`.
+    /// Polls the device (without blocking) and makes the frees the GPU has finished with
+    /// reusable (kept by size for the next allocation of that size; see
+    /// [`ArenaStats::cached`]). Returns how many ranges came back. Allocation does this too;
+    /// call it from idle loops so freed memory shows up in statistics and `trim`.
     pub fn maintain(&self) -> usize {
         let shared = self.shared();
         let mut st = shared.state.lock();
@@ -248,7 +260,8 @@ impl Arena {
         st.harvest(shared.completion.get())
     }
 
-    /// Waits for all submitted GPU work and returns every pending free to its block.
+    /// Waits for all submitted GPU work and returns every pending free, and every range
+    /// cached for reuse, to its block.
     pub fn synchronize(&self) -> Result<()> {
         let shared = self.shared();
         let mut st = shared.state.lock();
@@ -261,6 +274,7 @@ impl Arena {
         self.maintain();
         let shared = self.shared();
         let mut st = shared.state.lock();
+        st.flush_ready();
         st.release_empty(shared.config.trim_keep)
     }
 
@@ -293,11 +307,15 @@ impl Arena {
 }
 
 impl Shared {
-    /// Seals the open frees into an epoch, at most one epoch in flight at a time: a free
-    /// sealed later still waits for all work submitted before its drop, and registering a
-    /// completion callback on every allocation would cost more than the allocation.
+    /// Seals the open frees into an epoch when none is in flight or [`SEAL_BATCH`] frees
+    /// have gathered: a free sealed later still waits for all work submitted before its
+    /// drop, and registering a completion callback on every allocation would cost more
+    /// than the allocation. (With one epoch in flight at a time, the epoch sealed right
+    /// after a poll held a single free and the next poll returned only that one; the frees
+    /// gathered meanwhile were sealed at the poll itself, too late for it to see them
+    /// done.)
     fn seal_lazily(&self, st: &mut State) {
-        if st.sealed.is_empty() {
+        if st.sealed.is_empty() || st.open.len() >= SEAL_BATCH {
             self.seal(st);
         }
     }
@@ -311,12 +329,13 @@ impl Shared {
         }
     }
 
-    /// Seals, then polls so that finished epochs complete. wgpu runs completion callbacks
-    /// only once a submission follows them, so an empty submit goes first; this is why
-    /// polling stays off the hot path.
+    /// Seals, then polls so that finished epochs complete. No submit is needed: wgpu-core
+    /// (30) attaches a completion callback to the last submission still in flight, or runs
+    /// it at the next poll when none is (`LifetimeTracker::add_work_done_closure`), and
+    /// `on_submitted_work_done` first flushes pending `write_buffer` data into a
+    /// submission of its own. (An empty submit here cost ~60 us per poll on lavapipe.)
     fn seal_and_poll(&self, st: &mut State) {
         self.seal(st);
-        self.gpu.queue().submit([]);
         self.gpu.poll();
     }
 
@@ -326,6 +345,7 @@ impl Shared {
         self.gpu.wait_idle()?;
         st.counters.waits += 1;
         st.harvest(self.completion.get());
+        st.flush_ready();
         Ok(())
     }
 
@@ -355,15 +375,53 @@ impl Shared {
             size,
             capacity: u64::MAX,
         })?;
+        // Ranges are kept by request size for reuse unless guards need refilling or the
+        // request gets a dedicated block (those go back to their block, to be trimmed).
+        let reuse = guard == 0 && total < st.pools[pool].set.policy().dedicated_threshold;
 
         let mut retries = 0u32;
         let mut allow_new = false;
         let mut reclaimed = false;
-        let placed = loop {
+        let mut polled_for_cache = false;
+        let range = loop {
+            if reuse {
+                if let Some(range) = st.take_ready(pool, total) {
+                    break range;
+                }
+                // No range of this size is ready but frees are in flight: a poll (cheap
+                // without a submit) at most every `poll_interval` allocations brings them
+                // back, rather than carving new ranges until the block is full.
+                if !polled_for_cache
+                    && !st.sealed.is_empty()
+                    && st.counters.allocations - st.last_poll_at >= self.config.poll_interval
+                {
+                    polled_for_cache = true;
+                    self.seal_and_poll(&mut st);
+                    st.last_poll_at = st.counters.allocations;
+                    st.harvest(self.completion.get());
+                    continue;
+                }
+            }
             match self.try_place(&mut st, pool, total, align, &label, allow_new) {
-                Ok(p) => break p,
+                Ok(placed) => match st.pools[pool].buffer(placed.block).cloned() {
+                    Some(buffer) => break CachedRange { placed, buffer },
+                    None => {
+                        // Unreachable: a placed range always lies in a live block.
+                        st.pools[pool].set.free(&placed);
+                        return Err(Error::Device {
+                            during: "allocating".into(),
+                            message: "block without a buffer".into(),
+                        });
+                    }
+                },
                 Err(Reserve::Alloc(e)) => return Err(e.into()),
                 Err(Reserve::NeedBlock) => {
+                    // Ranges cached for other sizes go back to their blocks before any
+                    // growth: the cache must never be why the arena holds more memory.
+                    if st.counters.cached > 0 {
+                        st.flush_ready();
+                        continue;
+                    }
                     // Before growing, collect every free the GPU has finished with: seal
                     // what is open, poll (which runs completion callbacks) and retry once.
                     // A poll costs far more than an allocation, so within
@@ -388,8 +446,11 @@ impl Shared {
                 Err(Reserve::Over(limit, budget)) => {
                     retries += 1;
                     st.counters.retries += 1;
-                    if retries == 1 && st.release_empty(0) > 0 {
-                        continue;
+                    if retries == 1 {
+                        let flushed = st.flush_ready();
+                        if st.release_empty(0) > 0 || flushed > 0 {
+                            continue;
+                        }
                     }
                     if retries <= 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
                         self.wait_and_harvest(&mut st)?;
@@ -402,8 +463,12 @@ impl Shared {
                 Err(Reserve::Device(message)) => {
                     retries += 1;
                     st.counters.retries += 1;
+                    let flushed = st.flush_ready();
                     if retries <= 2
-                        && (st.release_empty(0) > 0 || !st.sealed.is_empty() || !st.open.is_empty())
+                        && (flushed > 0
+                            || st.release_empty(0) > 0
+                            || !st.sealed.is_empty()
+                            || !st.open.is_empty())
                     {
                         self.wait_and_harvest(&mut st)?;
                         st.release_empty(0);
@@ -415,22 +480,14 @@ impl Shared {
                 }
             }
         };
-        let Some(buffer) = st.pools[pool].buffer(placed.block).cloned() else {
-            // Unreachable: a placed range always lies in a live block. Undo and report.
-            st.pools[pool].set.free(&placed);
-            return Err(Error::Device {
-                during: "allocating".into(),
-                message: "block without a buffer".into(),
-            });
-        };
+        let placed = range.placed;
         let id = st.next_id;
         st.next_id += 1;
-        let created = Instant::now();
         let offset = placed.offset + guard;
         if guard > 0 {
             guard::fill(
                 &self.gpu,
-                buffer.buffer(),
+                range.buffer.buffer(),
                 placed.offset,
                 guard,
                 offset + size,
@@ -445,25 +502,28 @@ impl Shared {
             block: placed.block,
             offset,
             range_offset: placed.offset,
-            created,
+            created: coarsetime::Instant::now_without_cache_update(),
             backtrace: self
                 .config
                 .backtraces
-                .then(std::backtrace::Backtrace::force_capture),
+                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
         });
         st.note_alloc(label_index, placed.size);
+        // A reference handed back by a dropped allocation, or a new one.
+        let shared = st.stock.pop().unwrap_or_else(|| self.clone());
         drop(st);
         Ok(Allocation {
-            shared: self.clone(),
+            shared: ManuallyDrop::new(shared),
             id,
             slot,
             label_index,
             pool,
             placed,
-            buffer,
+            buffer: ManuallyDrop::new(range.buffer),
             offset,
             size,
-            label,
+            label: ManuallyDrop::new(label),
+            reuse,
         })
     }
 
@@ -588,25 +648,58 @@ impl Shared {
         }))
     }
 
-    pub(crate) fn defer_free(&self, slot: u32, label: u32, pool: usize, placed: Placed) {
-        let mut st = self.state.lock();
+    /// Takes back a dropped allocation: its range waits in the open epoch; its references
+    /// (arena, block buffer, label) are kept for the next allocation, so a steady
+    /// allocate/free loop does no reference counting.
+    pub(super) fn release(this: Arc<Shared>, freed: Freed) {
+        let Freed {
+            slot,
+            label,
+            label_index,
+            pool,
+            range,
+            class,
+        } = freed;
+        let shared: *const Shared = Arc::as_ptr(&this);
+        // SAFETY: `this` keeps the arena alive for the whole call: it is either dropped
+        // after the guard below (`closed`, or a full stock) or moved into the stock inside
+        // that same state, which only the arena's own drop empties, under this lock.
+        let shared = unsafe { &*shared };
+        let mut st = shared.state.lock();
+        let size = range.placed.size;
         st.live.remove(slot);
         st.counters.frees += 1;
-        st.counters.allocated -= placed.size;
-        st.counters.pending += placed.size;
-        if let Some((_, l)) = st.label_stats.get_mut(label as usize) {
+        st.counters.allocated -= size;
+        st.counters.pending += size;
+        if let Some((_, l)) = st.label_stats.get_mut(label_index as usize) {
             l.count -= 1;
-            l.bytes -= placed.size;
+            l.bytes -= size;
         }
-        st.open.push(PendingFree { pool, placed });
+        if let Some(spares) = st.label_spares.get_mut(label_index as usize) {
+            if spares.len() < MAX_SPARES {
+                spares.push(label);
+            }
+        }
+        st.open.push(PendingFree { pool, range, class });
+        if !st.closed && st.stock.len() < MAX_SPARES {
+            st.stock.push(this);
+        } else {
+            drop(st);
+            drop(this);
+        }
     }
 }
 
 impl Drop for Front {
     fn drop(&mut self) {
-        if let Some(report) =
-            report::leak_report(&self.shared.state.lock(), &self.shared.config.name)
-        {
+        let mut st = self.shared.state.lock();
+        // Break the cycle of references the stock holds to the arena (see `State::stock`).
+        st.closed = true;
+        let stock = std::mem::take(&mut st.stock);
+        let report = report::leak_report(&st, &self.shared.config.name);
+        drop(st);
+        drop(stock);
+        if let Some(report) = report {
             log::warn!("{report}");
         }
     }

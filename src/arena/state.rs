@@ -6,7 +6,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::alloc::{BlockAlloc, BlockId, BlockSet, RangeHandle};
 
@@ -51,14 +50,35 @@ pub(crate) struct LiveRecord {
     pub offset: u64,
     /// Where the block range starts (before the leading guard).
     pub range_offset: u64,
-    pub created: Instant,
-    pub backtrace: Option<std::backtrace::Backtrace>,
+    /// When it was allocated, from the coarse clock (a few ms resolution): reading it
+    /// costs a fraction of `Instant::now` and this runs on every allocation.
+    pub created: coarsetime::Instant,
+    /// Boxed: the record is written on every allocation and backtraces are rare.
+    pub backtrace: Option<Box<std::backtrace::Backtrace>>,
 }
 
 /// A dropped allocation whose range waits for the GPU work submitted before the drop.
 pub(crate) struct PendingFree {
     pub pool: usize,
+    pub range: CachedRange,
+    /// The request size the range served when it may be kept for reuse by size
+    /// ([`State::ready`]); `None` sends it back to its block.
+    pub class: Option<u64>,
+}
+
+/// A range with the buffer of its block, so handing it out again takes no reference count.
+pub(crate) struct CachedRange {
     pub placed: Placed,
+    pub buffer: Arc<BlockBuffer>,
+}
+
+/// Freed ranges of one pool and request size that the GPU has finished with, ready to be
+/// handed out again without touching the range allocator.
+pub(crate) struct ReadyList {
+    pub ranges: Vec<CachedRange>,
+    /// `State::harvests` when a range was last taken; lists idle for two harvests go back
+    /// to their blocks.
+    pub used_at: u64,
 }
 
 /// Per-label totals.
@@ -87,6 +107,8 @@ pub(crate) struct Counters {
     pub pending: u64,
     pub peak_active: u64,
     pub peak_reserved: u64,
+    /// Bytes in [`State::ready`] lists.
+    pub cached: u64,
 }
 
 /// Live allocations in slots reused LIFO: O(1) insert and remove without hashing.
@@ -149,7 +171,24 @@ pub(crate) struct State {
     /// so the hot path hashes a label once per allocation and never on free.
     pub labels: rustc_hash::FxHashMap<Arc<str>, u32>,
     pub label_stats: Vec<(Arc<str>, LabelStats)>,
+    /// Label clones given back by dropped allocations, per label index, handed to the next
+    /// allocation with that label: an allocation then costs no reference-count traffic.
+    pub label_spares: Vec<Vec<Arc<str>>>,
+    /// The label interned last (most loops allocate under one label).
+    pub last_label: u32,
+    /// Freed ranges the GPU is done with, by (pool, request size).
+    pub ready: rustc_hash::FxHashMap<(usize, u64), ReadyList>,
+    /// Harvests that returned ranges; ages [`ReadyList`]s.
+    pub harvests: u64,
+    /// Arena references given back by dropped allocations (see `Shared::release`). They
+    /// point at the arena that owns this state, a cycle the arena's drop breaks by
+    /// clearing the stock and setting `closed`.
+    pub stock: Vec<Arc<super::Shared>>,
+    pub closed: bool,
 }
+
+/// At most this many spare labels per label and arena references are kept.
+pub(crate) const MAX_SPARES: usize = 1024;
 
 impl State {
     pub fn new() -> Self {
@@ -164,6 +203,12 @@ impl State {
             counters: Counters::default(),
             labels: Default::default(),
             label_stats: Vec::new(),
+            label_spares: Vec::new(),
+            last_label: u32::MAX,
+            ready: Default::default(),
+            harvests: 0,
+            stock: Vec::new(),
+            closed: false,
         }
     }
 
@@ -172,14 +217,47 @@ impl State {
     }
 
     pub fn intern(&mut self, label: &str) -> (Arc<str>, u32) {
-        if let Some(&i) = self.labels.get(label) {
-            return (self.label_stats[i as usize].0.clone(), i);
+        let i = match self.label_stats.get(self.last_label as usize) {
+            Some((l, _)) if **l == *label => self.last_label,
+            _ => match self.labels.get(label) {
+                Some(&i) => i,
+                None => {
+                    let k: Arc<str> = Arc::from(label);
+                    let i = self.label_stats.len() as u32;
+                    self.labels.insert(k.clone(), i);
+                    self.label_stats.push((k, LabelStats::default()));
+                    self.label_spares.push(Vec::new());
+                    i
+                }
+            },
+        };
+        self.last_label = i;
+        let spare = self.label_spares[i as usize].pop();
+        let arc = spare.unwrap_or_else(|| self.label_stats[i as usize].0.clone());
+        (arc, i)
+    }
+
+    /// Takes a ready range of `size` bytes in `pool`, if one is cached.
+    pub fn take_ready(&mut self, pool: usize, size: u64) -> Option<CachedRange> {
+        let list = self.ready.get_mut(&(pool, size))?;
+        let range = list.ranges.pop()?;
+        list.used_at = self.harvests;
+        self.counters.cached -= range.placed.size;
+        Some(range)
+    }
+
+    /// Returns every ready range to its block (before growing, trimming or failing: cached
+    /// ranges must never be why the arena holds more memory).
+    pub fn flush_ready(&mut self) -> usize {
+        let mut n = 0;
+        for ((pool, _), list) in self.ready.drain() {
+            for r in list.ranges {
+                self.pools[pool].set.free(&r.placed);
+                n += 1;
+            }
         }
-        let k: Arc<str> = Arc::from(label);
-        let i = self.label_stats.len() as u32;
-        self.labels.insert(k.clone(), i);
-        self.label_stats.push((k.clone(), LabelStats::default()));
-        (k, i)
+        self.counters.cached = 0;
+        n
     }
 
     pub fn note_alloc(&mut self, label: u32, size: u64) {
@@ -219,13 +297,68 @@ impl State {
             let Some((_, frees)) = self.sealed.pop_front() else {
                 break;
             };
+            // Frees come in runs of one size (loops): look the list up once per run.
+            let mut run: Option<((usize, u64), Vec<CachedRange>)> = None;
             for f in frees {
-                self.pools[f.pool].set.free(&f.placed);
-                self.counters.pending -= f.placed.size;
+                let size = f.range.placed.size;
+                self.counters.pending -= size;
                 n += 1;
+                let Some(class) = f.class else {
+                    self.pools[f.pool].set.free(&f.range.placed);
+                    continue;
+                };
+                self.counters.cached += size;
+                let key = (f.pool, class);
+                match &mut run {
+                    Some((k, ranges)) if *k == key => ranges.push(f.range),
+                    _ => {
+                        if let Some((k, ranges)) = run.take() {
+                            self.file_ready(k, ranges);
+                        }
+                        run = Some((key, vec![f.range]));
+                    }
+                }
+            }
+            if let Some((k, ranges)) = run {
+                self.file_ready(k, ranges);
             }
         }
+        if n > 0 {
+            self.harvests += 1;
+            self.age_ready();
+        }
         n
+    }
+
+    fn file_ready(&mut self, key: (usize, u64), mut ranges: Vec<CachedRange>) {
+        let used_at = self.harvests;
+        let list = self.ready.entry(key).or_insert_with(|| ReadyList {
+            ranges: Vec::new(),
+            used_at,
+        });
+        if list.ranges.is_empty() {
+            std::mem::swap(&mut list.ranges, &mut ranges);
+        } else {
+            list.ranges.append(&mut ranges);
+        }
+    }
+
+    /// Sends lists nobody took from in the last two harvests back to their blocks, so
+    /// sizes a program stopped asking for do not stay reserved.
+    fn age_ready(&mut self) {
+        let now = self.harvests;
+        let pools = &mut self.pools;
+        let cached = &mut self.counters.cached;
+        self.ready.retain(|&(pool, _), list| {
+            if list.used_at + 2 >= now {
+                return true;
+            }
+            for r in list.ranges.drain(..) {
+                *cached -= r.placed.size;
+                pools[pool].set.free(&r.placed);
+            }
+            false
+        });
     }
 
     /// Gives back empty blocks beyond `keep` bytes in every pool; returns bytes released.
