@@ -310,10 +310,9 @@ impl Shared {
     /// Seals the open frees into an epoch when none is in flight or [`SEAL_BATCH`] frees
     /// have gathered: a free sealed later still waits for all work submitted before its
     /// drop, and registering a completion callback on every allocation would cost more
-    /// than the allocation. (With one epoch in flight at a time, the epoch sealed right
-    /// after a poll held a single free and the next poll returned only that one; the frees
-    /// gathered meanwhile were sealed at the poll itself, too late for it to see them
-    /// done.)
+    /// than the allocation. (With strictly one epoch in flight, the epoch sealed right
+    /// after a poll held a single free and everything dropped after it waited two polls;
+    /// batches let frees complete as the GPU finishes, whoever polls.)
     fn seal_lazily(&self, st: &mut State) {
         if st.sealed.is_empty() || st.open.len() >= SEAL_BATCH {
             self.seal(st);
@@ -333,7 +332,7 @@ impl Shared {
     /// (30) attaches a completion callback to the last submission still in flight, or runs
     /// it at the next poll when none is (`LifetimeTracker::add_work_done_closure`), and
     /// `on_submitted_work_done` first flushes pending `write_buffer` data into a
-    /// submission of its own. (An empty submit here cost ~60 us per poll on lavapipe.)
+    /// submission of its own. (An empty submit here cost ~74 us per poll on lavapipe.)
     fn seal_and_poll(&self, st: &mut State) {
         self.seal(st);
         self.gpu.poll();
