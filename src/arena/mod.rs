@@ -714,3 +714,31 @@ impl std::fmt::Debug for Arena {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dropped allocations hand their arena reference to the arena itself (a cycle); the
+    /// arena's drop must break it, or every arena would leak with its GPU blocks.
+    #[test]
+    fn recycled_references_do_not_keep_a_dropped_arena_alive() {
+        let gpu = Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
+        let arena = Arena::new(&gpu, ArenaConfig::default()).unwrap();
+        for _ in 0..100 {
+            drop(arena.alloc(256, "loop").unwrap());
+        }
+        let outlives = arena.alloc(256, "outlives").unwrap();
+        let weak = Arc::downgrade(arena.shared());
+        drop(arena);
+        assert!(
+            weak.upgrade().is_some(),
+            "a live allocation keeps its arena"
+        );
+        drop(outlives);
+        assert!(
+            weak.upgrade().is_none(),
+            "the stock kept a dropped arena alive"
+        );
+    }
+}
