@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::block::BlockBuffer;
-use super::state::{CachedRange, Placed};
+use super::state::{CachedRange, PendingFree, Placed};
 use super::Shared;
 
 /// A range of an arena block. Dropping it frees the range; the arena hands it out again only
@@ -37,15 +37,13 @@ pub struct Allocation {
     pub(super) reuse: bool,
 }
 
-/// What a dropped [`Allocation`] hands back to its arena.
+/// What a dropped [`Allocation`] hands back to its arena: its live record and label, and
+/// the range to wait for the GPU.
 pub(crate) struct Freed {
     pub slot: u32,
     pub label: Arc<str>,
     pub label_index: u32,
-    pub pool: usize,
-    pub range: CachedRange,
-    /// The request size to cache the range under, when it may be reused by size.
-    pub class: Option<u64>,
+    pub pending: PendingFree,
 }
 
 impl Allocation {
@@ -201,12 +199,14 @@ impl Drop for Allocation {
                 slot: self.slot,
                 label,
                 label_index: self.label_index,
-                pool: self.pool,
-                range: CachedRange {
-                    placed: self.placed,
-                    buffer,
+                pending: PendingFree {
+                    pool: self.pool,
+                    range: CachedRange {
+                        placed: self.placed,
+                        buffer,
+                    },
+                    class: self.reuse.then_some(self.size),
                 },
-                class: self.reuse.then_some(self.size),
             },
         );
     }

@@ -53,7 +53,7 @@ use crate::alloc::{AllocError, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
 use allocation::Freed;
 use block::BlockBuffer;
-use state::{CachedRange, Completion, LiveRecord, PendingFree, Placed, Pool, State, MAX_SPARES};
+use state::{CachedRange, Completion, LiveRecord, Placed, Pool, State, MAX_SPARES};
 
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
 const SEAL_BATCH: usize = 64;
@@ -338,9 +338,23 @@ impl Shared {
         self.gpu.poll();
     }
 
+    /// The allocation path's poll: collects finished frees and notes when, for
+    /// [`polled_recently`](Self::polled_recently).
+    fn reclaim(&self, st: &mut State) {
+        self.seal_and_poll(st);
+        st.last_poll_at = st.counters.allocations;
+        st.harvest(self.completion.get());
+    }
+
+    /// Fewer than `config.poll_interval` allocations since the allocation path last polled.
+    fn polled_recently(&self, st: &State) -> bool {
+        st.counters.allocations - st.last_poll_at < self.config.poll_interval
+    }
+
+    /// Like [`seal_and_poll`](Self::seal_and_poll), blocking until all submitted work is
+    /// done (no submit needed either: the wait runs the callbacks the seal registered).
     fn wait_and_harvest(&self, st: &mut State) -> Result<()> {
         self.seal(st);
-        self.gpu.queue().submit([]);
         self.gpu.wait_idle()?;
         st.counters.waits += 1;
         st.harvest(self.completion.get());
@@ -390,14 +404,9 @@ impl Shared {
                 // No range of this size is ready but frees are in flight: a poll (cheap
                 // without a submit) at most every `poll_interval` allocations brings them
                 // back, rather than carving new ranges until the block is full.
-                if !polled_for_cache
-                    && !st.sealed.is_empty()
-                    && st.counters.allocations - st.last_poll_at >= self.config.poll_interval
-                {
+                if !polled_for_cache && !st.sealed.is_empty() && !self.polled_recently(&st) {
                     polled_for_cache = true;
-                    self.seal_and_poll(&mut st);
-                    st.last_poll_at = st.counters.allocations;
-                    st.harvest(self.completion.get());
+                    self.reclaim(&mut st);
                     continue;
                 }
             }
@@ -430,15 +439,12 @@ impl Shared {
                     // Requests for a dedicated block always poll first: a new large buffer
                     // costs more than the poll.
                     let dedicated = total >= st.pools[pool].set.policy().dedicated_threshold;
-                    let recently = !dedicated
-                        && st.counters.allocations - st.last_poll_at < self.config.poll_interval;
+                    let recently = !dedicated && self.polled_recently(&st);
                     if reclaimed || recently || (st.open.is_empty() && st.sealed.is_empty()) {
                         allow_new = true;
                     }
                     if !reclaimed && !recently {
-                        self.seal_and_poll(&mut st);
-                        st.last_poll_at = st.counters.allocations;
-                        st.harvest(self.completion.get());
+                        self.reclaim(&mut st);
                     }
                     reclaimed = true;
                 }
@@ -655,9 +661,7 @@ impl Shared {
             slot,
             label,
             label_index,
-            pool,
-            range,
-            class,
+            pending,
         } = freed;
         let shared: *const Shared = Arc::as_ptr(&this);
         // SAFETY: `this` keeps the arena alive for the whole call: it is either dropped
@@ -665,7 +669,7 @@ impl Shared {
         // that same state, which only the arena's own drop empties, under this lock.
         let shared = unsafe { &*shared };
         let mut st = shared.state.lock();
-        let size = range.placed.size;
+        let size = pending.range.placed.size;
         st.live.remove(slot);
         st.counters.frees += 1;
         st.counters.allocated -= size;
@@ -679,7 +683,7 @@ impl Shared {
                 spares.push(label);
             }
         }
-        st.open.push(PendingFree { pool, range, class });
+        st.open.push(pending);
         if !st.closed && st.stock.len() < MAX_SPARES {
             st.stock.push(this);
         } else {

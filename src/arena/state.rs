@@ -249,14 +249,26 @@ impl State {
     /// Returns every ready range to its block (before growing, trimming or failing: cached
     /// ranges must never be why the arena holds more memory).
     pub fn flush_ready(&mut self) -> usize {
+        self.release_ready(|_| false)
+    }
+
+    /// Returns the ranges of every ready list `keep` rejects to their blocks and drops the
+    /// list; returns how many ranges went back.
+    fn release_ready(&mut self, keep: impl Fn(&ReadyList) -> bool) -> usize {
         let mut n = 0;
-        for ((pool, _), list) in self.ready.drain() {
-            for r in list.ranges {
-                self.pools[pool].set.free(&r.placed);
+        let pools = &mut self.pools;
+        let cached = &mut self.counters.cached;
+        self.ready.retain(|&(pool, _), list| {
+            if keep(list) {
+                return true;
+            }
+            for r in list.ranges.drain(..) {
+                *cached -= r.placed.size;
+                pools[pool].set.free(&r.placed);
                 n += 1;
             }
-        }
-        self.counters.cached = 0;
+            false
+        });
         n
     }
 
@@ -297,8 +309,7 @@ impl State {
             let Some((_, frees)) = self.sealed.pop_front() else {
                 break;
             };
-            // Frees come in runs of one size (loops): look the list up once per run.
-            let mut run: Option<((usize, u64), Vec<CachedRange>)> = None;
+            let used_at = self.harvests;
             for f in frees {
                 let size = f.range.placed.size;
                 self.counters.pending -= size;
@@ -308,19 +319,14 @@ impl State {
                     continue;
                 };
                 self.counters.cached += size;
-                let key = (f.pool, class);
-                match &mut run {
-                    Some((k, ranges)) if *k == key => ranges.push(f.range),
-                    _ => {
-                        if let Some((k, ranges)) = run.take() {
-                            self.file_ready(k, ranges);
-                        }
-                        run = Some((key, vec![f.range]));
-                    }
-                }
-            }
-            if let Some((k, ranges)) = run {
-                self.file_ready(k, ranges);
+                self.ready
+                    .entry((f.pool, class))
+                    .or_insert_with(|| ReadyList {
+                        ranges: Vec::new(),
+                        used_at,
+                    })
+                    .ranges
+                    .push(f.range);
             }
         }
         if n > 0 {
@@ -330,35 +336,11 @@ impl State {
         n
     }
 
-    fn file_ready(&mut self, key: (usize, u64), mut ranges: Vec<CachedRange>) {
-        let used_at = self.harvests;
-        let list = self.ready.entry(key).or_insert_with(|| ReadyList {
-            ranges: Vec::new(),
-            used_at,
-        });
-        if list.ranges.is_empty() {
-            std::mem::swap(&mut list.ranges, &mut ranges);
-        } else {
-            list.ranges.append(&mut ranges);
-        }
-    }
-
     /// Sends lists nobody took from in the last two harvests back to their blocks, so
     /// sizes a program stopped asking for do not stay reserved.
     fn age_ready(&mut self) {
         let now = self.harvests;
-        let pools = &mut self.pools;
-        let cached = &mut self.counters.cached;
-        self.ready.retain(|&(pool, _), list| {
-            if list.used_at + 2 >= now {
-                return true;
-            }
-            for r in list.ranges.drain(..) {
-                *cached -= r.placed.size;
-                pools[pool].set.free(&r.placed);
-            }
-            false
-        });
+        self.release_ready(|list| list.used_at + 2 >= now);
     }
 
     /// Gives back empty blocks beyond `keep` bytes in every pool; returns bytes released.
