@@ -12,8 +12,9 @@
 // itself and steps on. So the scan needs no forward-progress guarantee between
 // workgroups, and it survives drivers that bound loops (llvmpipe ends a shader's loops
 // after 65535 iterations in total, which an unbounded spin on a busy machine exceeds).
-// Tiles are numbered by an atomic counter when a workgroup starts, so predecessors are
-// normally running already and the fallback is rare. Because a fallback reads another
+// Tiles are numbered by an atomic counter when a workgroup takes them (at its start, and
+// again for each further tile a piece scans in turn), so predecessors are normally running
+// already and the fallback is rare. Because a fallback reads another
 // tile's input, the output must not overlap the input.
 //
 // A published value is 32 bits with a 2-bit flag (1: aggregate, 2: inclusive prefix); WGSL
@@ -23,9 +24,9 @@
 // publication.
 //
 // The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
-// `Ids`, `scan_tile(tile, ids)` and `look_back(tile, aggregate, ids)`: scan_workgroup.wgsl
-// (portable: the tile goes through workgroup memory) or scan_subgroup.wgsl (subgroup
-// operations, two barriers per tile). Bindings: x (input), y (output, not overlapping x),
+// `Ids` and `scan_tile(tile, ids)`: scan_workgroup.wgsl (portable: one tile per workgroup,
+// through workgroup memory) or scan_subgroup.wgsl (subgroup operations, up to CLAIMS tiles
+// per workgroup, each loaded before the look-back of the one before). Bindings: x (input), y (output, not overlapping x),
 // z (state: tile counter then two words per tile, zeroed before).
 
 struct Params {

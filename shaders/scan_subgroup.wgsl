@@ -1,23 +1,32 @@
 // Tile scan and look-back for scan.wgsl with subgroup operations (the SUBGROUP feature;
 // naga 30 takes the builtins without `enable subgroups;`).
 //
-// No tile in workgroup memory and two workgroup barriers per tile: each subgroup owns a
+// No tile in workgroup memory and one workgroup barrier per tile scan: each subgroup owns a
 // contiguous run of the tile and scans it PER rows at a time, a row being one element per
 // lane (so every load and store stays coalesced), with subgroupInclusiveAdd and a running
 // carry. Subgroup totals meet in workgroup memory once. Lanes are ranked among the active
 // invocations and each subgroup takes its run from a workgroup counter, so subgroups of
 // any size, full or not, cover the tile without gaps or overlap.
 //
+// A workgroup scans up to CLAIMS tiles in turn, one ahead: it loads the next tile, scans it
+// and publishes its aggregate *before* the look-back of the current one. The time the next
+// tile's loads take is time the current tile's predecessors have to publish, so the
+// look-back rarely waits; and no aggregate waits on a look-back, so waits do not chain.
+// (Counted on the H100 with one tile per workgroup, most look-backs took 3 to 10 rounds,
+// nearly all waiting for a predecessor's aggregate, which held the scan at 0.56-0.62x
+// copy; one tile ahead it runs at 0.71-0.76x. Loading the next tile but publishing its
+// aggregate after the current look-back chains every aggregate to a look-back: 0.12-0.38x.)
+//
 // The look-back runs in subgroup 0 alone: a subgroup-width window per round folded by
 // subgroup min and add, with no workgroup barrier inside the loop, so a round costs about
-// one memory latency; the rest of the workgroup waits at one barrier. (Publishing the
-// aggregate from plain sums and scanning rows during the look-back measured slower on the
-// H100: 1065 against 1454 GB/s.) Counted on the H100 at 64 Mi elements, most look-backs
-// take 3 to 10 rounds, nearly all waiting for a predecessor's aggregate: tiles finish
-// loading out of start order, and that wait is what keeps the scan at about 0.6x copy.
+// one memory latency; the rest of the workgroup waits at one barrier. (Wider windows,
+// 2 to 8 predecessors per lane, measured no better.)
 
 const WG: u32 = 256u;
-const PER: u32 = 16u;
+const PER: u32 = 8u;
+// Tiles one workgroup scans at most (src/kernels/scan.rs dispatches tiles / CLAIMS
+// workgroups; claims are dynamic, so every tile is taken whatever the workgroups' order).
+const CLAIMS: u32 = 8u;
 
 struct Ids {
     @builtin(local_invocation_index) local: u32,
@@ -30,10 +39,11 @@ struct Ids {
 var<workgroup> run_start: array<u32, WG>;
 var<workgroup> run_total: array<T, WG>;
 var<workgroup> ranks_taken: atomic<u32>;
+var<workgroup> look_prefix: T;
 
-fn scan_tile(tile: u32, ids: Ids) {
-    // `ranks_taken` starts at zero (WGSL zero-initialises workgroup memory) and a
-    // workgroup scans one tile, so it is taken from once.
+fn scan_tile(first_tile: u32, ids: Ids) {
+    // `ranks_taken` starts at zero (WGSL zero-initialises workgroup memory) and is taken
+    // from once: a subgroup keeps its run for every tile the workgroup scans.
     let width = subgroupAdd(1u);
     let rank = subgroupExclusiveAdd(1u);
     let last = subgroupMax(ids.lane);
@@ -42,19 +52,70 @@ fn scan_tile(tile: u32, ids: Ids) {
         first_rank = atomicAdd(&ranks_taken, width);
     }
     let start = subgroupBroadcastFirst(first_rank);
-    // The subgroup's run: elements start * PER .. (start + width) * PER of the tile.
-    let base = tile * TILE;
+    // The subgroup's run: elements start * PER .. (start + width) * PER of each tile.
     let run = start * PER;
-    var v = load_tile(base, run + rank, width);
+    if rank == 0u {
+        run_start[ids.subgroup] = start;
+    }
+    var tile = first_tile;
+    var v = load_tile(tile * TILE, run + rank, width);
+    var sums = local_scan(&v, ids, start, last, rank);
+    if ids.local == 0u {
+        publish_aggregate(tile, sums.y);
+    }
+    for (var claim = 1u; ; claim++) {
+        // Barriers since the last read of `tile_id` (local_scan's, look_prefix's) make
+        // this write safe.
+        if ids.local == 0u {
+            var claimed = params.tiles;
+            if claim < CLAIMS {
+                claimed = atomicAdd(&state[0], 1u);
+            }
+            tile_id = claimed;
+        }
+        let next = workgroupUniformLoad(&tile_id);
+        var w: array<T, PER>;
+        var next_sums = vec2<T>(T(0), T(0));
+        if next < params.tiles {
+            w = load_tile(next * TILE, run + rank, width);
+            next_sums = local_scan(&w, ids, start, last, rank);
+            if ids.local == 0u {
+                publish_aggregate(next, next_sums.y);
+            }
+        }
+        if tile == 0u {
+            look_prefix = T(0);
+        } else if ids.subgroup == 0u {
+            look_back(tile, sums.y, width, rank);
+        }
+        let before = sums.x + workgroupUniformLoad(&look_prefix);
+        for (var j = 0u; j < PER; j++) {
+            v[j] = before + v[j];
+        }
+        store_tile(tile * TILE, run + rank, width, v);
+        if next >= params.tiles {
+            break;
+        }
+        tile = next;
+        v = w;
+        sums = next_sums;
+    }
+}
+
+// Scans each subgroup's run of the tile in `v` in place. Returns (the sum of the runs
+// before this subgroup's, the tile's aggregate). Its barrier also orders this tile's use
+// of `run_total` after the previous tile's reads (a uniform load stands between them).
+fn local_scan(v: ptr<function, array<T, PER>>, ids: Ids, start: u32, last: u32,
+              rank: u32) -> vec2<T> {
     var carry = T(0);
     for (var j = 0u; j < PER; j++) {
-        let inclusive = subgroupInclusiveAdd(v[j]);
+        let e = (*v)[j];
+        let inclusive = subgroupInclusiveAdd(e);
         let row = subgroupShuffle(inclusive, last);
-        v[j] = select(inclusive, inclusive - v[j], params.exclusive != 0u) + carry;
+        (*v)[j] = select(inclusive, inclusive - e, params.exclusive != 0u) + carry;
         carry = carry + row;
     }
     if rank == 0u {
-        run_start[ids.subgroup] = start;
         run_total[ids.subgroup] = carry;
     }
     workgroupBarrier();
@@ -65,22 +126,8 @@ fn scan_tile(tile: u32, ids: Ids) {
         aggregate = aggregate + total;
         before = before + select(T(0), total, run_start[i] < start);
     }
-    if ids.local == 0u {
-        publish_aggregate(tile, aggregate);
-    }
-    if tile == 0u {
-        look_prefix = T(0);
-    } else if ids.subgroup == 0u {
-        look_back(tile, aggregate, width, rank);
-    }
-    before = before + workgroupUniformLoad(&look_prefix);
-    for (var j = 0u; j < PER; j++) {
-        v[j] = before + v[j];
-    }
-    store_tile(base, run + rank, width, v);
+    return vec2<T>(before, aggregate);
 }
-
-var<workgroup> look_prefix: T;
 
 // Run by subgroup 0 of a tile after 0 once the tile's aggregate is published: publishes
 // the tile's inclusive prefix and leaves its exclusive prefix in `look_prefix`.

@@ -159,9 +159,24 @@ fn cpu_scan_u32(x: &[u32], kind: ScanKind) -> Vec<u32> {
 fn scans_match_the_cpu_at_awkward_sizes() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let mut r = rng();
-    // Tiles are 8192 elements; 2^21 + 3 is 257 tiles, more than one look-back window.
+    // Tiles are 8192 elements (portable) or 2048, taken 8 per workgroup (subgroup): 2049
+    // and 16385 end one element into a tile and into a workgroup's ninth; 2^21 + 3 is 257
+    // or 1025 tiles, more than one look-back window.
     for (kernels, n) in variants(&arena).iter().flat_map(|k| {
-        [1usize, 255, 256, 257, 8191, 8192, 8193, 7919, (1 << 21) + 3].map(move |n| (k, n))
+        [
+            1usize,
+            255,
+            256,
+            257,
+            2049,
+            8191,
+            8192,
+            8193,
+            7919,
+            16385,
+            (1 << 21) + 3,
+        ]
+        .map(move |n| (k, n))
     }) {
         // u32 values over the whole range, so sums wrap.
         let xu: Vec<u32> = (0..n).map(|_| r.gen()).collect();

@@ -8,8 +8,10 @@ use crate::{shaders, Error, Result};
 
 /// Elements one workgroup scans (`WG * PER` in shaders/scan_workgroup.wgsl).
 const TILE: u64 = 8192;
-/// Elements one workgroup scans with subgroup operations (shaders/scan_subgroup.wgsl).
-const TILE_SUBGROUP: u64 = 4096;
+/// Elements of one tile with subgroup operations (`WG * PER` in shaders/scan_subgroup.wgsl).
+const TILE_SUBGROUP: u64 = 2048;
+/// Tiles one workgroup scans in turn with subgroup operations (`CLAIMS` there).
+const CLAIMS_SUBGROUP: u64 = 8;
 
 /// Inclusive (`y[i] = x[0] + ... + x[i]`) or exclusive (`y[i] = x[0] + ... + x[i-1]`,
 /// `y[0] = 0`).
@@ -106,7 +108,8 @@ impl<'a> Batch<'a> {
             y: Bound::of(y),
             z: state,
         };
-        let groups = grid(tiles, 1, self.gpu());
+        let claims = if subgroups { CLAIMS_SUBGROUP } else { 1 };
+        let groups = grid(tiles, claims, self.gpu());
         self.record(shader, "scan", params, io, groups)?;
         Ok(self)
     }
