@@ -29,6 +29,18 @@ fn bench_arena(gpu: &Gpu) -> Arena {
     .expect("arena")
 }
 
+/// A figure-name suffix for a byte size in its largest exact unit: `256B`, `64KiB`, `1MiB`
+/// (`fmt_bytes` prints `64.00 KiB`, whose digits alone would read as 6400).
+fn size_key(size: u64) -> String {
+    let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    units
+        .iter()
+        .find(|(unit, _)| size >= *unit && size.is_multiple_of(*unit))
+        .map_or(format!("{size}B"), |(unit, name)| {
+            format!("{}{name}", size / unit)
+        })
+}
+
 /// Arena alloc+free against `create_buffer` + `destroy`, sizes from 256 B to 64 MiB.
 pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
     println!("\n== arena: allocate+free, microseconds per pair (lower is better) ==");
@@ -75,7 +87,7 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
             speedup,
             created as f64 / iters as f64
         );
-        let key = vramkit::fmt_bytes(size).replace([' ', '.'], "");
+        let key = size_key(size);
         figures.add(
             format!("arena_alloc_free_us_{key}"),
             format!("{:.4}", ours * 1e6),
