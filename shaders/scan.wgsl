@@ -14,8 +14,8 @@
 // after 65535 iterations in total, which an unbounded spin on a busy machine exceeds).
 // Tiles are numbered by an atomic counter when a workgroup takes them (at its start, and
 // again for each further tile a piece scans in turn), so predecessors are normally running
-// already and the fallback is rare. Because a fallback reads another
-// tile's input, the output must not overlap the input.
+// already and the fallback is rare. Because a fallback reads another tile's input, the
+// output must not overlap the input.
 //
 // A published value is 32 bits with a 2-bit flag (1: aggregate, 2: inclusive prefix); WGSL
 // has no 64-bit atomics, so it goes out as two words `flag << 16 | half`, and a reader
@@ -26,8 +26,9 @@
 // The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
 // `Ids` and `scan_tile(tile, ids)`: scan_workgroup.wgsl (portable: one tile per workgroup,
 // through workgroup memory) or scan_subgroup.wgsl (subgroup operations, up to CLAIMS tiles
-// per workgroup, each loaded before the look-back of the one before). Bindings: x (input), y (output, not overlapping x),
-// z (state: tile counter then two words per tile, zeroed before).
+// per workgroup, each loaded before the look-back of the one before). Bindings: x (input),
+// y (output, not overlapping x), z (state: tile counter then two words per tile, zeroed
+// before).
 
 struct Params {
     n: u32,

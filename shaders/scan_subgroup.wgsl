@@ -1,12 +1,13 @@
 // Tile scan and look-back for scan.wgsl with subgroup operations (the SUBGROUP feature;
 // naga 30 takes the builtins without `enable subgroups;`).
 //
-// No tile in workgroup memory and one workgroup barrier per tile scan: each subgroup owns a
-// contiguous run of the tile and scans it PER rows at a time, a row being one element per
-// lane (so every load and store stays coalesced), with subgroupInclusiveAdd and a running
-// carry. Subgroup totals meet in workgroup memory once. Lanes are ranked among the active
-// invocations and each subgroup takes its run from a workgroup counter, so subgroups of
-// any size, full or not, cover the tile without gaps or overlap.
+// No tile in workgroup memory and three workgroup barriers per tile (the local scan's, the
+// next claim's and the look-back result's): each subgroup owns a contiguous run of the
+// tile and scans it PER rows at a time, a row being one element per lane (so every load
+// and store stays coalesced), with subgroupInclusiveAdd and a running carry. Subgroup
+// totals meet in workgroup memory once. Lanes are ranked among the active invocations and
+// each subgroup takes its run from a workgroup counter, so subgroups of any size, full or
+// not, cover the tile without gaps or overlap.
 //
 // A workgroup scans up to CLAIMS tiles in turn, one ahead: it loads the next tile, scans it
 // and publishes its aggregate *before* the look-back of the current one. The time the next

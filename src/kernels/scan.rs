@@ -76,7 +76,13 @@ impl<'a> Batch<'a> {
             ));
         }
         let subgroups = self.kernels.subgroups;
-        let tiles = n.div_ceil(if subgroups { TILE_SUBGROUP } else { TILE });
+        // Elements per tile, tiles per workgroup.
+        let (tile, claims) = if subgroups {
+            (TILE_SUBGROUP, CLAIMS_SUBGROUP)
+        } else {
+            (TILE, 1)
+        };
+        let tiles = n.div_ceil(tile);
         // Tile counter, then two words per tile, zeroed in this batch before the scan.
         let words = 1 + 2 * tiles;
         let state = self.scratch(words * 4, "scan state")?;
@@ -108,7 +114,6 @@ impl<'a> Batch<'a> {
             y: Bound::of(y),
             z: state,
         };
-        let claims = if subgroups { CLAIMS_SUBGROUP } else { 1 };
         let groups = grid(tiles, claims, self.gpu());
         self.record(shader, "scan", params, io, groups)?;
         Ok(self)

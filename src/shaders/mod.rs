@@ -133,14 +133,16 @@ shader!(
     NONE, true
 );
 shader!(
-    /// [`SCAN_U32`] with subgroup operations (two barriers per tile).
+    /// [`SCAN_U32`] with subgroup operations (up to 8 tiles per workgroup, three
+    /// barriers per tile).
     SCAN_U32_SUBGROUP = "scan.wgsl (u32, subgroup)",
     ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
      file!("scan_subgroup.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
-    /// [`SCAN_F32`] with subgroup operations (two barriers per tile).
+    /// [`SCAN_F32`] with subgroup operations (up to 8 tiles per workgroup, three
+    /// barriers per tile).
     SCAN_F32_SUBGROUP = "scan.wgsl (f32, subgroup)",
     ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
      file!("scan_subgroup.wgsl"), file!("scan.wgsl")],
