@@ -197,9 +197,9 @@ fn block_set_grows_geometrically_and_dedicates_huge_requests() {
         5 << 20,
         "dedicated block is exact"
     );
-    set.free(&huge);
-    for l in &live {
-        set.free(l);
+    assert!(set.free(huge));
+    for l in live {
+        assert!(set.free(l));
     }
     assert_eq!(set.stats().allocated, 0);
     let freed = set.release_empty(0, |id| released.push(id));
@@ -315,4 +315,184 @@ proptest! {
     fn best_fit_matches_model(ops in prop::collection::vec(op(), 1..200)) {
         run_against_model(Placement::BestFit, 256 * 1024, ops);
     }
+}
+
+#[test]
+fn sizes_and_capacities_near_u64_max_are_errors_not_overflows() {
+    // Capacities past MAX_CAPACITY are clamped; requests near u64::MAX are TooLarge.
+    let mut a = RangeAllocator::new(u64::MAX);
+    assert_eq!(a.capacity(), vramkit::alloc::MAX_CAPACITY);
+    for size in [u64::MAX, u64::MAX - 10, vramkit::alloc::MAX_CAPACITY + 1] {
+        assert!(matches!(
+            a.allocate(size, MAX_ALIGN),
+            Err(AllocError::TooLarge { .. })
+        ));
+    }
+    let r = a
+        .allocate(vramkit::alloc::MAX_CAPACITY - MAX_ALIGN, MAX_ALIGN)
+        .unwrap();
+    a.check_invariants().unwrap();
+    a.free(r.handle).unwrap();
+
+    let mut set: BlockSet = BlockSet::new(BlockPolicy::default());
+    for size in [u64::MAX, u64::MAX - 10, u64::MAX / 2] {
+        let r = set.allocate::<AllocError>(size, 256, |_, _| Ok(()), |_| {});
+        assert!(
+            matches!(r, Err(AllocError::TooLarge { .. })),
+            "{size}: {r:?}"
+        );
+    }
+    assert_eq!(set.stats().reserved, 0, "nothing was reserved");
+}
+
+#[test]
+fn block_set_rejects_allocations_it_does_not_hold() {
+    let mut one: BlockSet = BlockSet::new(BlockPolicy::default());
+    let mut other: BlockSet = BlockSet::new(BlockPolicy::default());
+    let a = one
+        .allocate::<AllocError>(4096, 256, |_, _| Ok(()), |_| {})
+        .unwrap();
+    let _b = other
+        .allocate::<AllocError>(4096, 256, |_, _| Ok(()), |_| {})
+        .unwrap();
+    // A's block id exists in `other` too, but its handle is not live there.
+    assert!(!other.free(a), "a foreign allocation is refused");
+    assert_eq!(other.stats().allocated, 4096, "and changes nothing");
+    assert_eq!(one.stats().allocated, 4096);
+}
+
+/// One step of the block-set model: allocate `size`, or free the live allocation at
+/// `index` (modulo the live count), or give empty blocks back.
+#[derive(Clone, Debug)]
+enum SetOp {
+    Alloc(u64),
+    Free(usize),
+    Release(u64),
+}
+
+fn set_op() -> impl Strategy<Value = SetOp> {
+    prop_oneof![
+        4 => (1u64..(3 << 20)).prop_map(SetOp::Alloc),
+        1 => (0u64..(u64::MAX - 1)).prop_map(SetOp::Alloc),
+        4 => any::<usize>().prop_map(SetOp::Free),
+        1 => (0u64..(16 << 20)).prop_map(SetOp::Release),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// The block set against a model: live allocations never overlap within a block,
+    /// `allocated` is the sum of live sizes, `reserved` the sum of the blocks reserved
+    /// minus those released, and no block holding a live allocation is ever released.
+    #[test]
+    fn block_set_matches_model(ops in prop::collection::vec(set_op(), 1..150)) {
+        let policy = BlockPolicy {
+            min_block: 1 << 20,
+            max_block: 8 << 20,
+            dedicated_threshold: 2 << 20,
+            dedicated_granularity: 64 << 10,
+            release_empty_before_grow: true,
+        };
+        let mut set: BlockSet = BlockSet::new(policy);
+        let mut live: Vec<vramkit::alloc::BlockAlloc<vramkit::alloc::RangeHandle>> = Vec::new();
+        let mut blocks: std::collections::HashMap<u32, u64> = Default::default();
+        for op in ops {
+            match op {
+                SetOp::Alloc(size) => {
+                    let mut reserved = None;
+                    let mut released = Vec::new();
+                    let r = set.allocate::<AllocError>(
+                        size,
+                        256,
+                        |id, s| { reserved = Some((id.0, s)); Ok(()) },
+                        |id| released.push(id.0),
+                    );
+                    for id in released {
+                        prop_assert!(live.iter().all(|l| l.block.0 != id), "released a live block");
+                        blocks.remove(&id);
+                    }
+                    if let Some((id, s)) = reserved {
+                        blocks.insert(id, s);
+                    }
+                    match r {
+                        Ok(a) => {
+                            prop_assert!(a.offset % 256 == 0);
+                            prop_assert!(a.offset + a.size <= blocks[&a.block.0]);
+                            for l in &live {
+                                if l.block == a.block {
+                                    prop_assert!(a.offset + a.size <= l.offset || l.offset + l.size <= a.offset);
+                                }
+                            }
+                            live.push(a);
+                        }
+                        Err(AllocError::TooLarge { .. }) => prop_assert!(size > vramkit::alloc::MAX_CAPACITY),
+                        Err(AllocError::ZeroSize) => prop_assert_eq!(size, 0),
+                        Err(e) => prop_assert!(false, "unexpected {e:?}"),
+                    }
+                }
+                SetOp::Free(i) => {
+                    if !live.is_empty() {
+                        let a = live.swap_remove(i % live.len());
+                        prop_assert!(set.free(a));
+                    }
+                }
+                SetOp::Release(keep) => {
+                    let mut released = Vec::new();
+                    set.release_empty(keep, |id| released.push(id.0));
+                    for id in released {
+                        prop_assert!(live.iter().all(|l| l.block.0 != id), "released a live block");
+                        blocks.remove(&id);
+                    }
+                }
+            }
+            let s = set.stats();
+            prop_assert_eq!(s.allocated, live.iter().map(|l| l.size).sum::<u64>());
+            prop_assert_eq!(s.reserved, blocks.values().sum::<u64>());
+        }
+    }
+
+    /// Any bytes give the trace parser a typed error or events, never a panic; ids stay
+    /// dense (at most one per allocation), so a replay of them is bounded by its input.
+    #[test]
+    fn trace_parser_takes_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
+        if let Ok(events) = vramkit::alloc::trace::parse_csv(std::io::Cursor::new(bytes)) {
+            let allocs = events.iter().filter(|e| matches!(e, vramkit::alloc::trace::TraceEvent::Alloc { .. })).count();
+            for e in &events {
+                let id = match e {
+                    vramkit::alloc::trace::TraceEvent::Alloc { id, .. } | vramkit::alloc::trace::TraceEvent::Free { id } => *id,
+                };
+                prop_assert!((id as usize) < allocs.max(1));
+            }
+        }
+    }
+
+    /// Hand-made events with ids anywhere in u32 replay in memory bounded by the events.
+    #[test]
+    fn replay_of_sparse_ids_is_bounded(ids in prop::collection::vec(any::<u32>(), 1..100)) {
+        use vramkit::alloc::trace::{replay, TraceEvent};
+        let mut events: Vec<TraceEvent> = ids.iter().map(|&id| TraceEvent::Alloc { id, size: 4096 }).collect();
+        events.extend(ids.iter().map(|&id| TraceEvent::Free { id }));
+        let r = replay::<RangeAllocator>(&events, &BlockPolicy::default(), 256);
+        prop_assert_eq!(r.failures, 0);
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        prop_assert_eq!(r.peak_allocated, 4096 * distinct.len() as u64);
+    }
+}
+
+#[test]
+fn trace_parser_lines() {
+    use vramkit::alloc::trace::{parse_csv, TraceEvent};
+    let text = "seq,action,addr,size\n1,alloc,100,64\n2,alloc,200,0\n3,free_completed,100,64\n4,free,999,8\n5,segment_alloc,1,1\n";
+    let events = parse_csv(std::io::Cursor::new(text)).unwrap();
+    assert_eq!(
+        events,
+        vec![
+            TraceEvent::Alloc { id: 0, size: 64 },
+            TraceEvent::Free { id: 0 }
+        ]
+    );
+    let err = parse_csv(std::io::Cursor::new("1,alloc,x,4\n")).unwrap_err();
+    assert!(err.to_string().contains("line 1: bad addr"), "{err}");
+    let err = parse_csv(std::io::Cursor::new("1,alloc\n")).unwrap_err();
+    assert!(err.to_string().contains("expected 4 fields"), "{err}");
 }

@@ -18,14 +18,21 @@ impl SubAllocator for OffsetAlloc {
         // The crate's default node capacity (128 Ki allocations per block).
         OffsetAlloc(offset_allocator::Allocator::new(units))
     }
+    fn min_capacity(size: u64) -> u64 {
+        // The crate's own answer: it rounds requests up to its float size classes.
+        let units = size.div_ceil(OFFSET_UNIT).min(u32::MAX as u64 / 2) as u32;
+        offset_allocator::ext::min_allocator_size(units) as u64 * OFFSET_UNIT
+    }
     fn allocate(&mut self, size: u64, align: u64) -> Option<(u64, Self::Handle)> {
         debug_assert!(align <= OFFSET_UNIT);
         let units = size.div_ceil(OFFSET_UNIT).try_into().ok()?;
         let a = self.0.allocate(units)?;
         Some((a.offset as u64 * OFFSET_UNIT, a))
     }
-    fn free(&mut self, handle: Self::Handle) {
+    fn free(&mut self, handle: Self::Handle) -> bool {
+        // offset-allocator has no stale-handle check; the block set frees each handle once.
         self.0.free(handle);
+        true
     }
 }
 

@@ -15,10 +15,17 @@ pub trait SubAllocator {
     type Handle: Copy;
     /// A sub-allocator over `capacity` bytes.
     fn with_capacity(capacity: u64) -> Self;
+    /// The smallest capacity whose allocator can serve one request of `size` bytes. Exact
+    /// by default; allocators that round requests up a size class say how far, so blocks
+    /// are sized for them instead of retried larger.
+    fn min_capacity(size: u64) -> u64 {
+        size
+    }
     /// Allocates `size` bytes aligned to `align`, or `None` when no range fits.
     fn allocate(&mut self, size: u64, align: u64) -> Option<(u64, Self::Handle)>;
-    /// Frees an allocation.
-    fn free(&mut self, handle: Self::Handle);
+    /// Frees an allocation; false when the handle is not live here (already freed, or
+    /// from another allocator), in which case nothing changed.
+    fn free(&mut self, handle: Self::Handle) -> bool;
 }
 
 impl SubAllocator for RangeAllocator {
@@ -31,9 +38,9 @@ impl SubAllocator for RangeAllocator {
             .ok()
             .map(|r| (r.offset, r.handle))
     }
-    fn free(&mut self, handle: RangeHandle) {
-        // BlockSet only passes handles it received from this allocator, once.
-        let _ = RangeAllocator::free(self, handle);
+    fn free(&mut self, handle: RangeHandle) -> bool {
+        // Stamped handles: a stale or foreign one is rejected, not misread.
+        RangeAllocator::free(self, handle).is_ok()
     }
 }
 
@@ -79,8 +86,11 @@ impl Default for BlockPolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(pub u32);
 
-/// Where an allocation landed.
-#[derive(Clone, Copy, Debug)]
+/// Where an allocation landed. Neither `Copy` nor `Clone`, and (outside this crate) made
+/// only by [`BlockSet::allocate`]: [`BlockSet::free`] takes it by value, so freeing one
+/// twice does not compile.
+#[derive(Debug)]
+#[non_exhaustive]
 pub struct BlockAlloc<H> {
     /// The block.
     pub block: BlockId,
@@ -193,18 +203,36 @@ impl<A: SubAllocator> BlockSet<A> {
         if !align.is_power_of_two() || align > super::MAX_ALIGN {
             return Err(AllocError::BadAlignment { align }.into());
         }
+        // Block sizes are computed from the request: keep that arithmetic in range.
+        if size > super::MAX_CAPACITY {
+            return Err(AllocError::TooLarge {
+                size,
+                capacity: super::MAX_CAPACITY,
+            }
+            .into());
+        }
         let dedicated = size >= self.policy.dedicated_threshold || size > self.policy.max_block;
         // Existing blocks of the right kind, smallest-first for dedicated reuse.
         if let Some(found) = self.try_existing(size, align, dedicated) {
             return Ok(found);
         }
+        let need = A::min_capacity(size).max(size);
         let block_size = if dedicated {
-            size.next_multiple_of(self.policy.dedicated_granularity.max(align))
+            need.next_multiple_of(self.policy.dedicated_granularity.max(align))
         } else {
-            self.next_shared_size(size + align)
+            self.next_shared_size(need + align)
         };
         if self.policy.release_empty_before_grow {
             self.release_empty(0, &mut release);
+        }
+        // A retry below may ask for an eighth more: the totals must stay countable.
+        let headroom = u64::MAX - self.stats.reserved;
+        if block_size.saturating_add(block_size / 8 + align) > headroom {
+            return Err(AllocError::TooLarge {
+                size,
+                capacity: headroom,
+            }
+            .into());
         }
         let id = self.free_slot();
         reserve(id, block_size)?;
@@ -337,12 +365,18 @@ impl<A: SubAllocator> BlockSet<A> {
     }
 
     /// Frees an allocation made by [`allocate`](Self::allocate). Empty blocks stay cached.
-    pub fn free(&mut self, alloc: &BlockAlloc<A::Handle>) {
-        if let Some(Some(b)) = self.blocks.get_mut(alloc.block.0 as usize) {
-            b.allocator.free(alloc.handle);
-            b.live -= 1;
-            self.stats.allocated -= alloc.size;
+    /// Returns false, changing nothing, when `alloc` is not live in this set (made by
+    /// another set, or its block was released).
+    pub fn free(&mut self, alloc: BlockAlloc<A::Handle>) -> bool {
+        let Some(Some(b)) = self.blocks.get_mut(alloc.block.0 as usize) else {
+            return false;
+        };
+        if b.live == 0 || !b.allocator.free(alloc.handle) {
+            return false;
         }
+        b.live -= 1;
+        self.stats.allocated -= alloc.size;
+        true
     }
 
     /// Gives back empty blocks while more than `keep` bytes of empty blocks are cached,

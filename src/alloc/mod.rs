@@ -12,7 +12,7 @@ mod tlsf;
 pub mod trace;
 
 pub use block_set::{BlockAlloc, BlockId, BlockPolicy, BlockSet, BlockSetStats, SubAllocator};
-pub use tlsf::{Placement, Range, RangeAllocator, RangeHandle, MAX_ALIGN, MIN_ALIGN};
+pub use tlsf::{Placement, Range, RangeAllocator, RangeHandle, MAX_ALIGN, MAX_CAPACITY, MIN_ALIGN};
 
 /// Why the allocator core refused a request. The allocator is unchanged by every error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

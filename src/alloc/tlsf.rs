@@ -36,6 +36,9 @@ const DEAD: u32 = u32::MAX - 2;
 pub const MIN_ALIGN: u64 = 4;
 /// Largest alignment accepted.
 pub const MAX_ALIGN: u64 = 64 * 1024;
+/// Largest capacity (and so request) an allocator manages: 2^62 bytes. Larger capacities
+/// are clamped to it, so that offset + size + alignment never overflows a `u64`.
+pub const MAX_CAPACITY: u64 = 1 << 62;
 /// How many nodes best-fit inspects in the boundary bin before falling back to good-fit:
 /// the bound that keeps best-fit O(1).
 const BEST_FIT_SCAN: usize = 16;
@@ -160,14 +163,14 @@ impl Clone for RangeAllocator {
 
 impl RangeAllocator {
     /// An allocator over `[0, capacity)` with the default placement. `capacity` is rounded
-    /// down to a multiple of 4.
+    /// down to a multiple of 4 and clamped to [`MAX_CAPACITY`].
     pub fn new(capacity: u64) -> Self {
         Self::with_placement(capacity, Placement::default())
     }
 
     /// An allocator with an explicit placement policy.
     pub fn with_placement(capacity: u64, placement: Placement) -> Self {
-        let capacity = capacity / MIN_ALIGN * MIN_ALIGN;
+        let capacity = capacity.min(MAX_CAPACITY) / MIN_ALIGN * MIN_ALIGN;
         let mut a = RangeAllocator {
             capacity,
             placement,
