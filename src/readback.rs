@@ -5,46 +5,6 @@
 
 use crate::{Error, Gpu, Result};
 
-/// Maps `size` bytes of a `MAP_READ` buffer at `offset`, copies them out and unmaps.
-pub(crate) fn map_read(
-    gpu: &Gpu,
-    buffer: &wgpu::Buffer,
-    offset: u64,
-    size: u64,
-) -> Result<Vec<u8>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let slice = buffer.slice(offset..offset + size);
-    slice.map_async(wgpu::MapMode::Read, move |r| {
-        // The receiver lives until after the wait below, so the send cannot fail.
-        let _ = tx.send(r);
-    });
-    gpu.wait_idle()?;
-    match rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            return Err(Error::Device {
-                during: "mapping a buffer for reading".into(),
-                message: e.to_string(),
-            })
-        }
-        Err(_) => {
-            return Err(Error::Device {
-                during: "mapping a buffer for reading".into(),
-                message: "the map callback never ran".into(),
-            })
-        }
-    }
-    let data = slice
-        .get_mapped_range()
-        .map_err(|e| Error::Device {
-            during: "reading a mapped buffer".into(),
-            message: e.to_string(),
-        })?
-        .to_vec();
-    buffer.unmap();
-    Ok(data)
-}
-
 /// Copies `size` bytes of `buffer` from `offset` into host memory (blocking).
 ///
 /// `offset` and `size` must be multiples of 4 (wgpu's copy alignment); the buffer needs
@@ -61,18 +21,38 @@ pub fn read_buffer(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, size: u64) -> 
     if size == 0 {
         return Ok(Vec::new());
     }
-    let staging = gpu.device().create_buffer(&wgpu::BufferDescriptor {
-        label: Some("vramkit readback"),
-        size,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    gpu.scoped("copying a buffer range for readback", || {
+    if offset
+        .checked_add(size)
+        .is_none_or(|end| end > buffer.size())
+    {
+        return Err(Error::invalid(
+            format!(
+                "read of {size} bytes at offset {offset} of a {}-byte buffer",
+                buffer.size()
+            ),
+            "keep offset + size within the buffer",
+        ));
+    }
+    let max = gpu.limits().max_buffer_size;
+    if size > max {
+        return Err(Error::invalid(
+            format!("read of {size} bytes in one piece (the device's largest buffer is {max})"),
+            "read in parts, or use stream::Downloader, which streams in chunks",
+        ));
+    }
+    let staging = gpu.scoped("copying a buffer range for readback", || {
+        let staging = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("vramkit readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let mut encoder = gpu.device().create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
-        gpu.queue().submit([encoder.finish()]);
+        gpu.submit([encoder.finish()]);
+        staging
     })?;
-    let data = map_read(gpu, &staging, 0, size);
+    let data = gpu.map_read(&staging, 0, size);
     staging.destroy();
     data
 }
@@ -84,11 +64,14 @@ pub fn read_as<T: bytemuck::Pod>(
     offset: u64,
     count: usize,
 ) -> Result<Vec<T>> {
-    let bytes = read_buffer(
-        gpu,
-        buffer,
-        offset,
-        (count * std::mem::size_of::<T>()) as u64,
-    )?;
+    let size = (count as u64)
+        .checked_mul(std::mem::size_of::<T>() as u64)
+        .ok_or_else(|| {
+            Error::invalid(
+                format!("a read of {count} elements overflows a 64-bit byte count"),
+                "read fewer elements",
+            )
+        })?;
+    let bytes = read_buffer(gpu, buffer, offset, size)?;
     Ok(bytemuck::pod_collect_to_vec(&bytes))
 }

@@ -71,6 +71,21 @@ fn bad_requests_get_typed_errors_and_change_nothing() {
         "{too_big}"
     );
     assert!(too_big.to_string().contains("huge"), "{too_big}");
+    // Sizes whose rounding or guard arithmetic would overflow name the real limit.
+    for size in [u64::MAX, u64::MAX - 10, u64::MAX / 2] {
+        let e = a.alloc(size, "near u64::MAX").unwrap_err();
+        assert!(
+            matches!(&e, Error::OutOfMemory(o) if o.limit == Limit::MaxBufferSize
+                && o.budget == Some(gpu().limits().max_buffer_size)),
+            "{e}"
+        );
+        assert!(e.to_string().contains("max buffer size"), "{e}");
+    }
+    let guarded = arena(ArenaConfig {
+        guard_bytes: 256,
+        ..Default::default()
+    });
+    assert!(guarded.alloc(u64::MAX - 10, "guarded").is_err());
     assert!(a.alloc_typed::<u64>(usize::MAX, "overflow").is_err());
     let after = a.stats();
     assert_eq!(
@@ -377,6 +392,48 @@ fn guard_check_reports_an_overrun_with_its_label() {
         data
     );
     assert!(arena(Default::default()).check_guards().is_err());
+}
+
+/// Blocks larger than the storage-binding limit are checked through windows of it: an
+/// overrun at the far end of a dedicated block past the limit is found, not skipped.
+#[test]
+fn guard_check_covers_blocks_larger_than_a_binding() {
+    let limit = gpu().limits().max_storage_buffer_binding_size;
+    let size = limit + (3 << 20);
+    if size > gpu().limits().max_buffer_size / 2 {
+        // A device whose binding limit is its buffer limit has no such blocks.
+        return;
+    }
+    let a = arena(ArenaConfig {
+        guard_bytes: 256,
+        ..Default::default()
+    });
+    let big = a.alloc(size, "bigger than a binding").unwrap();
+    let small = a.alloc(1000, "small").unwrap();
+    assert!(
+        big.buffer().size() > limit,
+        "a dedicated block past the limit"
+    );
+    assert!(a.check_guards().unwrap().is_empty());
+    gpu()
+        .queue()
+        .write_buffer(big.buffer(), big.offset() + big.size(), &[7u8; 12]);
+    gpu()
+        .queue()
+        .write_buffer(big.buffer(), big.offset() - 8, &[7u8; 4]);
+    let v = a.check_guards().unwrap();
+    let found: Vec<_> = v
+        .iter()
+        .map(|v| (v.label.as_str(), v.side, v.corrupted_words))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("bigger than a binding", Side::Before, 1),
+            ("bigger than a binding", Side::After, 3)
+        ]
+    );
+    drop((big, small));
 }
 
 /// Safe reuse under load. Several threads loop: allocate x and y, upload random data,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use common::{gpu, rng};
 use rand::{Rng, RngCore};
 use vramkit::arena::{BlockMemory, PoolConfig};
-use vramkit::stream::{Uploader, UploaderConfig};
+use vramkit::stream::{Downloader, DownloaderConfig, Uploader, UploaderConfig};
 use vramkit::{readback, Arena, ArenaConfig};
 
 /// Tiny chunks and ring so that chunking, reuse and back-pressure all happen; `host`
@@ -274,6 +274,41 @@ fn bad_uploads_get_typed_errors() {
     let e = up.upload(&s, 0, &[1u8; 8]).unwrap_err().to_string();
     assert!(e.contains("COPY_DST"), "{e}");
     up.upload(&dst, 100, &[]).unwrap();
+
+    // Chunk sizes beyond the device's largest buffer are capped, not a wgpu panic.
+    let huge = UploaderConfig {
+        chunk_size: u64::MAX - 3,
+        max_staging: u64::MAX,
+        ..small_ring(true)
+    };
+    let up = Uploader::new(gpu(), huge);
+    let data: Vec<u8> = (0..100u8).collect();
+    up.upload(&dst, 0, &data).unwrap();
+    let down = Downloader::new(
+        gpu(),
+        DownloaderConfig {
+            chunk_size: u64::MAX,
+            depth: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(down.download(&dst, 0, 100).unwrap(), data);
+
+    // The plain readback path: out of range, too large and overflowing counts are errors.
+    let max = gpu().limits().max_buffer_size;
+    let block = dst.buffer().size();
+    for (offset, size) in [(block, 4), (0, block + 4), (u64::MAX - 3, 8), (0, max + 4)] {
+        let e = vramkit::readback::read_buffer(gpu(), dst.buffer(), offset, size);
+        assert!(
+            matches!(e, Err(vramkit::Error::InvalidArgument { .. })),
+            "{e:?}"
+        );
+    }
+    let e = vramkit::readback::read_as::<u64>(gpu(), dst.buffer(), 0, usize::MAX);
+    assert!(
+        matches!(e, Err(vramkit::Error::InvalidArgument { .. })),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -13,6 +13,19 @@ use super::Shared;
 /// after all GPU work submitted before the drop has finished, so a kernel still reading it
 /// never sees another allocation's data.
 ///
+/// # The rule: drop only what is submitted
+/// Dropping an allocation is a promise that all GPU work on it has been *submitted*: work
+/// recorded but not yet submitted would run after the range may have gone to another
+/// allocation. vramkit's own recorders keep the promise for you: [`kernels::Batch`] and
+/// [`stream::UploadBatch`] borrow every allocation they are given until they submit, so
+/// dropping one earlier does not compile; every other call (uploads, downloads, views,
+/// texture uploads, the pipeline) submits before it returns. Work you record yourself on
+/// [`buffer`](Self::buffer) or [`binding`](Self::binding) must be submitted before the
+/// allocation drops.
+///
+/// [`kernels::Batch`]: crate::kernels::Batch
+/// [`stream::UploadBatch`]: crate::stream::UploadBatch
+///
 /// ```no_run
 /// # let gpu = vramkit::Gpu::headless()?;
 /// let arena = vramkit::Arena::new(&gpu, Default::default())?;
@@ -28,7 +41,8 @@ pub struct Allocation {
     pub(super) slot: u32,
     pub(super) label_index: u32,
     pub(super) pool: usize,
-    pub(super) placed: Placed,
+    /// Taken by `drop` (not `Copy`: the block set frees it by value).
+    pub(super) placed: ManuallyDrop<Placed>,
     pub(super) buffer: ManuallyDrop<Arc<BlockBuffer>>,
     pub(super) offset: u64,
     pub(super) size: u64,
@@ -93,13 +107,13 @@ impl Allocation {
     }
 
     /// Runs `write` on bytes `range` (relative to the allocation) of the block's mapped
-    /// memory, for host-visible blocks ([`super::BlockMemory`]) while no GPU work is in
-    /// flight and no other thread is in the block's mapped memory; `None` otherwise (the
-    /// caller then goes through staging). Queue order is kept: pending
-    /// `Queue::write_buffer` data is submitted (and found complete) before the host write,
-    /// and work submitted after the call sees the bytes (host-coherent memory; a submit
-    /// makes prior host writes visible). `range` must lie inside the allocation (callers
-    /// check it first).
+    /// memory, for host-visible blocks ([`super::BlockMemory`]) while no vramkit GPU work is
+    /// in flight and none can be submitted (`Gpu::exclusive_host_access`); `None`
+    /// otherwise (the caller then goes through staging). Queue order is kept: pending
+    /// `Queue::write_buffer` data is submitted and found complete before the host write,
+    /// and work submitted after the call sees the bytes (a submission makes earlier host
+    /// writes to coherent memory visible to the device). `range` must lie inside the
+    /// allocation (callers check it first).
     pub(crate) fn write_in_place<R>(
         &self,
         range: std::ops::Range<u64>,
@@ -107,49 +121,44 @@ impl Allocation {
     ) -> Option<R> {
         // SAFETY (of the closure): see `in_place`, which guarantees exclusive host access
         // and an idle GPU for the closure's duration.
-        self.in_place(range, |memory, bytes| {
+        self.in_place(range, false, |memory, bytes| {
             write(unsafe { memory.bytes_mut(bytes) })
         })
     }
 
     /// Like [`write_in_place`](Self::write_in_place), reading: the bytes as all GPU work
-    /// submitted so far left them. Only where the block's memory is host-cached: reading
-    /// write-combined memory (some integrated GPUs' device-local types) is far slower than
-    /// the staging path.
+    /// submitted so far left them, made visible to the host by a `HOST_READ` barrier.
+    /// Only where the block's memory is host-cached: reading write-combined memory (some
+    /// integrated GPUs' device-local types) is far slower than the staging path.
     pub(crate) fn read_in_place<R>(
         &self,
         range: std::ops::Range<u64>,
         read: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
-        if !self.buffer.host()?.0.cached() {
+        if !self.buffer.host()?.cached() {
             return None;
         }
         // SAFETY (of the closure): as above.
-        self.in_place(range, |memory, bytes| read(unsafe { memory.bytes(bytes) }))
+        self.in_place(range, true, |memory, bytes| {
+            read(unsafe { memory.bytes(bytes) })
+        })
     }
 
     /// Calls `access` with the block's mapped memory and the byte range of `range` in it,
-    /// holding the block's host-access lock, once the queue is idle.
+    /// under the device's exclusive host access (no vramkit work in flight or submitted
+    /// meanwhile, and no other in-place access anywhere on the device).
     fn in_place<R>(
         &self,
         range: std::ops::Range<u64>,
+        host_reads: bool,
         access: impl FnOnce(&crate::gpu::HostBuffer, std::ops::Range<usize>) -> R,
     ) -> Option<R> {
-        let (memory, host_access) = self.buffer.host()?;
-        // Another thread in the block's memory: it would be a data race on the same bytes
-        // if the ranges overlap, so take staging rather than wait.
-        let _exclusive = host_access.try_lock()?;
-        if !self.shared.gpu.queue_idle() {
-            return None;
-        }
+        let memory = self.buffer.host()?;
         let start = usize::try_from(self.offset + range.start).ok()?;
         let end = usize::try_from(self.offset + range.end.min(self.size)).ok()?;
-        // No submitted GPU work is in flight (checked after the lock was taken, so no other
-        // host access into this block runs either) and the slice `access` builds does not
-        // outlive it. Work another thread submits during the access that touches these
-        // same bytes races with it exactly as it would race with a staging copy; that
-        // ordering is the caller's to choose.
-        Some(access(memory, start..end))
+        self.shared
+            .gpu
+            .exclusive_host_access(host_reads, || access(memory, start..end))
     }
 
     /// Views the range as an array of `T`; fails if the size or offset is not a multiple of
@@ -186,11 +195,12 @@ impl std::fmt::Debug for Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads these fields after it takes them.
-        let (shared, buffer, label) = unsafe {
+        let (shared, buffer, label, placed) = unsafe {
             (
                 ManuallyDrop::take(&mut self.shared),
                 ManuallyDrop::take(&mut self.buffer),
                 ManuallyDrop::take(&mut self.label),
+                ManuallyDrop::take(&mut self.placed),
             )
         };
         Shared::release(
@@ -201,10 +211,7 @@ impl Drop for Allocation {
                 label_index: self.label_index,
                 pending: PendingFree {
                     pool: self.pool,
-                    range: CachedRange {
-                        placed: self.placed,
-                        buffer,
-                    },
+                    range: CachedRange { placed, buffer },
                     class: self.reuse.then_some(self.size),
                 },
             },

@@ -6,8 +6,6 @@
 //! mapped ([`BlockMemory`]); an upload into such a block is then one host `memcpy` (when no
 //! GPU work is in flight) instead of a copy into staging followed by a GPU copy.
 
-use parking_lot::Mutex;
-
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::Gpu;
 
@@ -49,15 +47,10 @@ impl BlockMemory {
 pub(crate) enum BlockBuffer {
     /// An ordinary wgpu buffer.
     Device(wgpu::Buffer),
-    /// Host-visible memory, mapped for the block's life. `host_access` lets one thread at a
-    /// time read or write the block's memory from the host, so two threads uploading into
-    /// overlapping ranges never write the same bytes at once (a data race in Rust's memory
-    /// model); the GPU side is kept apart by touching the memory only while no GPU work is
-    /// in flight.
-    Host {
-        memory: HostBuffer,
-        host_access: Mutex<()>,
-    },
+    /// Host-visible memory, mapped for the block's life. The host touches it only under
+    /// the device's exclusive host access (`Gpu::exclusive_host_access`): one thread at a
+    /// time, with no vramkit GPU work in flight or submitted meanwhile.
+    Host(HostBuffer),
 }
 
 impl BlockBuffer {
@@ -75,10 +68,7 @@ impl BlockBuffer {
             if let Some(memory) =
                 HostBuffer::new(gpu, size, usage, HostPlacement::DeviceLocal, label)
             {
-                return Ok(BlockBuffer::Host {
-                    memory,
-                    host_access: Mutex::new(()),
-                });
+                return Ok(BlockBuffer::Host(memory));
             }
         }
         gpu.scoped("creating an arena block", || {
@@ -96,18 +86,15 @@ impl BlockBuffer {
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         match self {
             BlockBuffer::Device(b) => b,
-            BlockBuffer::Host { memory, .. } => memory.buffer(),
+            BlockBuffer::Host(memory) => memory.buffer(),
         }
     }
 
-    /// The mapped memory and its host-access lock, for host-visible blocks.
-    pub(crate) fn host(&self) -> Option<(&HostBuffer, &Mutex<()>)> {
+    /// The mapped memory, for host-visible blocks.
+    pub(crate) fn host(&self) -> Option<&HostBuffer> {
         match self {
             BlockBuffer::Device(_) => None,
-            BlockBuffer::Host {
-                memory,
-                host_access,
-            } => Some((memory, host_access)),
+            BlockBuffer::Host(memory) => Some(memory),
         }
     }
 

@@ -47,8 +47,11 @@ impl std::fmt::Display for GuardViolation {
     }
 }
 
-/// A block's buffer and its guard regions as `[first word, words, region index, 0]`.
-type BlockRegions = (wgpu::Buffer, Vec<[u32; 4]>);
+/// A window of a block's buffer (offset, size: at most the storage-binding limit) and the
+/// guard regions in it as `[first word within the window, words, region index, 0]`.
+type Window = (wgpu::Buffer, u64, u64, Vec<[u32; 4]>);
+/// A block's buffer and its guard regions as (byte offset, bytes, region index).
+type BlockGuards = (wgpu::Buffer, Vec<(u64, u64, u32)>);
 
 /// Writes the pattern into the guards before and after a new allocation.
 pub(super) fn fill(
@@ -72,7 +75,8 @@ pub(super) fn fill(
 impl Arena {
     /// Checks the guards of every live allocation on the GPU and returns the damaged ones
     /// (empty when all are intact). Needs `ArenaConfig::guard_bytes > 0`. Blocks until the
-    /// check has run. Blocks larger than the device's storage-binding limit are skipped.
+    /// check has run. Blocks larger than the device's storage-binding limit are checked
+    /// through windows of them that fit it.
     pub fn check_guards(&self) -> Result<Vec<GuardViolation>> {
         let shared = self.shared();
         let guard = shared.config.guard_bytes;
@@ -83,7 +87,13 @@ impl Arena {
             ));
         }
         let gpu = &shared.gpu;
-        let mut per_block: BTreeMap<(usize, u32), BlockRegions> = BTreeMap::new();
+        let max_binding = gpu
+            .limits()
+            .max_storage_buffer_binding_size
+            .min(gpu.limits().max_buffer_size);
+        let align = u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4);
+        // Guard regions by block, in address order.
+        let mut per_block: BTreeMap<(usize, u32), BlockGuards> = BTreeMap::new();
         let mut meta: Vec<(u64, String, u64, Side)> = Vec::new();
         {
             let st = shared.state.lock();
@@ -92,9 +102,6 @@ impl Arena {
                 let Some(buffer) = pool.buffer(r.block).map(|b| b.buffer()) else {
                     continue;
                 };
-                if buffer.size() > gpu.limits().max_storage_buffer_binding_size {
-                    continue;
-                }
                 let g = r.offset - r.range_offset;
                 let entry = per_block
                     .entry((r.pool, r.block.0))
@@ -103,10 +110,7 @@ impl Arena {
                     (Side::Before, r.range_offset),
                     (Side::After, r.offset + r.size),
                 ] {
-                    let region = meta.len() as u32;
-                    entry
-                        .1
-                        .push([(start / 4) as u32, (g / 4) as u32, region, 0]);
+                    entry.1.push((start, g, meta.len() as u32));
                     meta.push((
                         *id,
                         st.label_stats[r.label as usize].0.to_string(),
@@ -116,10 +120,35 @@ impl Arena {
                 }
             }
         }
+        // Each block in windows no larger than the binding limit, each window starting
+        // at an aligned offset at or before its first region.
+        let mut windows: Vec<Window> = Vec::new();
+        for (_, (buffer, mut regions)) in per_block {
+            regions.sort_unstable();
+            for (start, len, region) in regions {
+                let fits = windows.last().is_some_and(|(b, at, size, _)| {
+                    b == &buffer && start >= *at && start + len <= at + size
+                });
+                if !fits {
+                    let at = start / align * align;
+                    let size = max_binding.min(buffer.size() - at) / 4 * 4;
+                    if start + len > at + size {
+                        return Err(Error::invalid(
+                            format!("a guard of {len} bytes does not fit one storage binding"),
+                            "use guard_bytes well below the device's storage-binding limit",
+                        ));
+                    }
+                    windows.push((buffer.clone(), at, size, Vec::new()));
+                }
+                if let Some((_, at, _, list)) = windows.last_mut() {
+                    list.push([((start - *at) / 4) as u32, (len / 4) as u32, region, 0]);
+                }
+            }
+        }
         let pipeline = gpu.pipeline(&shaders::GUARD_CHECK, "check")?;
         let mut violations = Vec::new();
-        for ((_, _), (buffer, regions)) in per_block {
-            let counts = self.run_check(&pipeline, &buffer, &regions)?;
+        for (buffer, at, size, regions) in windows {
+            let counts = self.run_check(&pipeline, &buffer, at, size, &regions)?;
             for (region, bad) in regions.iter().zip(counts) {
                 if bad > 0 {
                     let (id, label, size, side) = meta[region[2] as usize].clone();
@@ -141,6 +170,8 @@ impl Arena {
         &self,
         pipeline: &wgpu::ComputePipeline,
         block: &wgpu::Buffer,
+        at: u64,
+        size: u64,
         regions: &[[u32; 4]],
     ) -> Result<Vec<u32>> {
         use wgpu::util::DeviceExt;
@@ -160,11 +191,15 @@ impl Arena {
             "checking arena guards",
             pipeline,
             &[
-                block.as_entire_binding(),
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: block,
+                    offset: at,
+                    size: std::num::NonZeroU64::new(size),
+                }),
                 regions_buf.as_entire_binding(),
                 counts.as_entire_binding(),
             ],
-            crate::kernels::grid(regions.len() as u64, 1, gpu),
+            crate::gpu::grid(regions.len() as u64, 1, gpu),
         )?;
         readback::read_as::<u32>(gpu, &counts, 0, regions.len())
     }

@@ -27,33 +27,31 @@
 //! memory size, which wgpu exposes only on Vulkan (the device-local heap, read through
 //! wgpu-hal); Metal, DX12 and GL report none, and the arena then asks for a byte budget.
 
+mod acquire;
 mod allocation;
 mod block;
 mod config;
 mod guard;
-mod oom;
 mod report;
 mod state;
 mod stats;
 
+pub use crate::error::{Limit, OutOfMemory};
 pub use allocation::{Allocation, Typed};
 pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
-pub use oom::{Limit, OutOfMemory};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats};
 
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::alloc::{AllocError, BlockPolicy, BlockSet};
+use crate::alloc::{BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
 use allocation::Freed;
-use block::BlockBuffer;
-use state::{CachedRange, Completion, LiveRecord, Placed, Pool, State, MAX_SPARES};
+use state::{Completion, Pool, State, MAX_SPARES};
 
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
 const SEAL_BATCH: usize = 64;
@@ -97,21 +95,6 @@ pub(crate) struct Shared {
     completion: Arc<Completion>,
     /// Blocks go to host-visible memory ([`BlockMemory`], resolved for this device).
     host_visible_blocks: bool,
-}
-
-/// Why a block could not be reserved.
-enum Reserve {
-    Alloc(AllocError),
-    /// First pass: try harvesting finished frees before growing.
-    NeedBlock,
-    Over(oom::Limit, Option<u64>),
-    Device(String),
-}
-
-impl From<AllocError> for Reserve {
-    fn from(e: AllocError) -> Self {
-        Reserve::Alloc(e)
-    }
 }
 
 impl Arena {
@@ -253,29 +236,34 @@ impl Arena {
     /// call it from idle loops so freed memory shows up in statistics and `trim`.
     pub fn maintain(&self) -> usize {
         let shared = self.shared();
-        let mut st = shared.state.lock();
-        // Seal first so the poll can complete this epoch too (its callback only marks an
-        // atomic, so polling under the lock cannot deadlock).
-        shared.seal_and_poll(&mut st);
-        st.harvest(shared.completion.get())
+        let st = shared.state.lock();
+        // Sealed first so the poll can complete this epoch too; polled without the lock
+        // (the poll runs wgpu callbacks, which may free or allocate).
+        let before = st.harvested;
+        let st = shared.poll_unlocked(st);
+        let collected = st.harvested - before;
+        shared.unlock(st);
+        collected as usize
     }
 
     /// Waits for all submitted GPU work and returns every pending free, and every range
     /// cached for reuse, to its block.
     pub fn synchronize(&self) -> Result<()> {
         let shared = self.shared();
-        let mut st = shared.state.lock();
-        shared.wait_and_harvest(&mut st)
+        let st = shared.wait_unlocked(shared.state.lock())?;
+        shared.unlock(st);
+        Ok(())
     }
 
     /// Gives completely free blocks back to the device (`Buffer::destroy`), keeping up to
     /// `config.trim_keep` bytes of empty blocks cached. Returns bytes released.
     pub fn trim(&self) -> u64 {
-        self.maintain();
         let shared = self.shared();
-        let mut st = shared.state.lock();
+        let mut st = shared.poll_unlocked(shared.state.lock());
         st.flush_ready();
-        st.release_empty(shared.config.trim_keep)
+        let released = st.release_empty(shared.config.trim_keep);
+        shared.unlock(st);
+        released
     }
 
     /// Resets peak statistics to current values.
@@ -307,352 +295,6 @@ impl Arena {
 }
 
 impl Shared {
-    /// Seals the open frees into an epoch when none is in flight or [`SEAL_BATCH`] frees
-    /// have gathered: a free sealed later still waits for all work submitted before its
-    /// drop, and registering a completion callback on every allocation would cost more
-    /// than the allocation. (With strictly one epoch in flight, the epoch sealed right
-    /// after a poll held a single free and everything dropped after it waited two polls;
-    /// batches let frees complete as the GPU finishes, whoever polls.)
-    fn seal_lazily(&self, st: &mut State) {
-        if st.sealed.is_empty() || st.open.len() >= SEAL_BATCH {
-            self.seal(st);
-        }
-    }
-
-    fn seal(&self, st: &mut State) {
-        if let Some(epoch) = st.seal() {
-            let completion = self.completion.clone();
-            self.gpu
-                .queue()
-                .on_submitted_work_done(move || completion.mark(epoch));
-        }
-    }
-
-    /// Seals, then polls so that finished epochs complete. No submit is needed: wgpu-core
-    /// (30) attaches a completion callback to the last submission still in flight, or runs
-    /// it at the next poll when none is (`LifetimeTracker::add_work_done_closure`), and
-    /// `on_submitted_work_done` first flushes pending `write_buffer` data into a
-    /// submission of its own. (An empty submit here cost ~74 us per poll on lavapipe.)
-    fn seal_and_poll(&self, st: &mut State) {
-        self.seal(st);
-        self.gpu.poll();
-    }
-
-    /// The allocation path's poll: collects finished frees and notes when, for
-    /// [`polled_recently`](Self::polled_recently).
-    fn reclaim(&self, st: &mut State) {
-        self.seal_and_poll(st);
-        st.last_poll_at = st.counters.allocations;
-        st.harvest(self.completion.get());
-    }
-
-    /// Fewer than `config.poll_interval` allocations since the allocation path last polled.
-    fn polled_recently(&self, st: &State) -> bool {
-        st.counters.allocations - st.last_poll_at < self.config.poll_interval
-    }
-
-    /// Like [`seal_and_poll`](Self::seal_and_poll), blocking until all submitted work is
-    /// done (no submit needed either: the wait runs the callbacks the seal registered).
-    fn wait_and_harvest(&self, st: &mut State) -> Result<()> {
-        self.seal(st);
-        self.gpu.wait_idle()?;
-        st.counters.waits += 1;
-        st.harvest(self.completion.get());
-        st.flush_ready();
-        Ok(())
-    }
-
-    fn alloc(self: &Arc<Self>, pool: usize, size: u64, label: &str) -> Result<Allocation> {
-        if size == 0 {
-            return Err(AllocError::ZeroSize.into());
-        }
-        let size = size
-            .checked_next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
-            .ok_or(AllocError::TooLarge {
-                size,
-                capacity: u64::MAX,
-            })?;
-        let mut st = self.state.lock();
-        if pool >= st.pools.len() {
-            return Err(Error::invalid(
-                format!("pool {pool} does not exist"),
-                "use a PoolId from this arena",
-            ));
-        }
-        st.harvest(self.completion.get());
-        self.seal_lazily(&mut st);
-        let (label, label_index) = st.intern(label);
-        let align = st.pools[pool].alignment;
-        let guard = self.config.guard_bytes.next_multiple_of(align);
-        let total = size.checked_add(2 * guard).ok_or(AllocError::TooLarge {
-            size,
-            capacity: u64::MAX,
-        })?;
-        // Ranges are kept by request size for reuse unless guards need refilling or the
-        // request gets a dedicated block (those go back to their block, to be trimmed).
-        let reuse = guard == 0 && total < st.pools[pool].set.policy().dedicated_threshold;
-
-        let mut retries = 0u32;
-        let mut allow_new = false;
-        let mut reclaimed = false;
-        let mut polled_for_cache = false;
-        let range = loop {
-            if reuse {
-                if let Some(range) = st.take_ready(pool, total) {
-                    break range;
-                }
-                // No range of this size is ready but frees are in flight: a poll (cheap
-                // without a submit) at most every `poll_interval` allocations brings them
-                // back, rather than carving new ranges until the block is full.
-                if !polled_for_cache && !st.sealed.is_empty() && !self.polled_recently(&st) {
-                    polled_for_cache = true;
-                    self.reclaim(&mut st);
-                    continue;
-                }
-            }
-            match self.try_place(&mut st, pool, total, align, &label, allow_new) {
-                Ok(placed) => match st.pools[pool].buffer(placed.block).cloned() {
-                    Some(buffer) => break CachedRange { placed, buffer },
-                    None => {
-                        // Unreachable: a placed range always lies in a live block.
-                        st.pools[pool].set.free(&placed);
-                        return Err(Error::Device {
-                            during: "allocating".into(),
-                            message: "block without a buffer".into(),
-                        });
-                    }
-                },
-                Err(Reserve::Alloc(e)) => return Err(e.into()),
-                Err(Reserve::NeedBlock) => {
-                    // Ranges cached for other sizes go back to their blocks before any
-                    // growth: the cache must never be why the arena holds more memory.
-                    if st.counters.cached > 0 {
-                        st.flush_ready();
-                        continue;
-                    }
-                    // Before growing, collect every free the GPU has finished with: seal
-                    // what is open, poll (which runs completion callbacks) and retry once.
-                    // A poll costs far more than an allocation, so within
-                    // `config.poll_interval` allocations of the last one the pool grows instead;
-                    // the working set then settles where a poll returns many ranges.
-                    // The budget still bounds growth (over it, the arena waits and trims).
-                    // Requests for a dedicated block always poll first: a new large buffer
-                    // costs more than the poll.
-                    let dedicated = total >= st.pools[pool].set.policy().dedicated_threshold;
-                    let recently = !dedicated && self.polled_recently(&st);
-                    if reclaimed || recently || (st.open.is_empty() && st.sealed.is_empty()) {
-                        allow_new = true;
-                    }
-                    if !reclaimed && !recently {
-                        self.reclaim(&mut st);
-                    }
-                    reclaimed = true;
-                }
-                Err(Reserve::Over(limit, budget)) => {
-                    retries += 1;
-                    st.counters.retries += 1;
-                    if retries == 1 {
-                        let flushed = st.flush_ready();
-                        if st.release_empty(0) > 0 || flushed > 0 {
-                            continue;
-                        }
-                    }
-                    if retries <= 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
-                        self.wait_and_harvest(&mut st)?;
-                        st.release_empty(0);
-                        continue;
-                    }
-                    st.counters.ooms += 1;
-                    return Err(self.oom(&st, pool, size, &label, limit, budget, retries));
-                }
-                Err(Reserve::Device(message)) => {
-                    retries += 1;
-                    st.counters.retries += 1;
-                    let flushed = st.flush_ready();
-                    if retries <= 2
-                        && (flushed > 0
-                            || st.release_empty(0) > 0
-                            || !st.sealed.is_empty()
-                            || !st.open.is_empty())
-                    {
-                        self.wait_and_harvest(&mut st)?;
-                        st.release_empty(0);
-                        continue;
-                    }
-                    st.counters.ooms += 1;
-                    log::warn!("device refused a block: {message}");
-                    return Err(self.oom(&st, pool, size, &label, Limit::Device, None, retries));
-                }
-            }
-        };
-        let placed = range.placed;
-        let id = st.next_id;
-        st.next_id += 1;
-        let offset = placed.offset + guard;
-        if guard > 0 {
-            guard::fill(
-                &self.gpu,
-                range.buffer.buffer(),
-                placed.offset,
-                guard,
-                offset + size,
-                placed.size - guard - size,
-            );
-        }
-        let slot = st.live.insert(LiveRecord {
-            id,
-            label: label_index,
-            size,
-            pool,
-            block: placed.block,
-            offset,
-            range_offset: placed.offset,
-            created: coarsetime::Instant::now_without_cache_update(),
-            backtrace: self
-                .config
-                .backtraces
-                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
-        });
-        st.note_alloc(label_index, placed.size);
-        // A reference handed back by a dropped allocation, or a new one.
-        let shared = st.stock.pop().unwrap_or_else(|| self.clone());
-        drop(st);
-        Ok(Allocation {
-            shared: ManuallyDrop::new(shared),
-            id,
-            slot,
-            label_index,
-            pool,
-            placed,
-            buffer: ManuallyDrop::new(range.buffer),
-            offset,
-            size,
-            label: ManuallyDrop::new(label),
-            reuse,
-        })
-    }
-
-    /// One placement attempt; creates a block buffer if `allow_new` and limits allow.
-    fn try_place(
-        &self,
-        st: &mut State,
-        pool: usize,
-        total: u64,
-        align: u64,
-        label: &str,
-        allow_new: bool,
-    ) -> std::result::Result<Placed, Reserve> {
-        let reserved_total = st.reserved();
-        let p = &mut st.pools[pool];
-        let pool_reserved = p.set.stats().reserved;
-        let quota = p.config.quota;
-        let usage = p.config.usage;
-        let max_buffer = self.gpu.limits().max_buffer_size;
-        let mut created: Option<BlockBuffer> = None;
-        let mut released = Vec::new();
-        let name = &self.config.name;
-        // Borrowed, not cloned: this runs on every allocation.
-        let pool_name: &str = &p.name;
-        let result = p.set.allocate(
-            total,
-            align,
-            |id, block_size| {
-                if !allow_new {
-                    return Err(Reserve::NeedBlock);
-                }
-                if block_size > max_buffer {
-                    return Err(Reserve::Over(Limit::MaxBufferSize, Some(max_buffer)));
-                }
-                if let Some(b) = self.budget {
-                    if reserved_total + block_size > b {
-                        return Err(Reserve::Over(Limit::Budget, Some(b)));
-                    }
-                }
-                if let Some(q) = quota {
-                    if pool_reserved + block_size > q {
-                        return Err(Reserve::Over(
-                            Limit::PoolQuota(pool_name.to_string()),
-                            Some(q),
-                        ));
-                    }
-                }
-                let buffer = BlockBuffer::create(
-                    &self.gpu,
-                    block_size,
-                    usage,
-                    self.host_visible_blocks,
-                    &format!("{name}/{pool_name}/block{} ({label})", id.0),
-                )
-                .map_err(|e| Reserve::Device(e.to_string()))?;
-                if let Some(old) = created.replace(buffer) {
-                    old.destroy(); // the BlockSet asked again with a larger size
-                }
-                Ok(())
-            },
-            |id| released.push(id),
-        );
-        for id in released {
-            if let Some(b) = p.buffers.get_mut(id.0 as usize).and_then(Option::take) {
-                b.destroy();
-                st.counters.blocks_released += 1;
-            }
-        }
-        let placed = match result {
-            Ok(placed) => placed,
-            Err(e) => {
-                if let Some(b) = created {
-                    b.destroy();
-                }
-                return Err(e);
-            }
-        };
-        if let Some(buffer) = created {
-            let i = placed.block.0 as usize;
-            if p.buffers.len() <= i {
-                p.buffers.resize_with(i + 1, || None);
-            }
-            p.buffers[i] = Some(Arc::new(buffer));
-            st.counters.blocks_created += 1;
-        }
-        Ok(placed)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn oom(
-        &self,
-        st: &State,
-        pool: usize,
-        size: u64,
-        label: &str,
-        limit: Limit,
-        budget: Option<u64>,
-        retries: u32,
-    ) -> Error {
-        let p = &st.pools[pool];
-        let hint = match &limit {
-            Limit::Budget => {
-                "drop allocations you no longer need, call Arena::trim, or raise the budget"
-            }
-            Limit::PoolQuota(_) => "free allocations in this pool or raise its quota",
-            Limit::Device => "the device is full: lower the budget or free memory elsewhere",
-            Limit::MaxBufferSize => {
-                "split the data into several allocations no larger than the max buffer size"
-            }
-        };
-        Error::OutOfMemory(Box::new(OutOfMemory {
-            requested: size,
-            label: label.to_string(),
-            pool: p.name.clone(),
-            limit,
-            allocated: st.counters.allocated,
-            reserved: st.reserved(),
-            budget,
-            largest_free: p.largest_free(),
-            retries,
-            hint: hint.to_string(),
-        }))
-    }
-
     /// Takes back a dropped allocation: its range waits in the open epoch; its references
     /// (arena, block buffer, label) are kept for the next allocation, so a steady
     /// allocate/free loop does no reference counting.

@@ -1,7 +1,8 @@
 //! The arena's shared state: pools of blocks, live allocations, deferred frees, counters.
 //!
-//! Everything here runs under the arena's one mutex; GPU calls made while holding it never
-//! wait on callbacks that take it (the completion callback only touches an atomic).
+//! Everything here runs under the arena's one mutex, and nothing here calls into wgpu in a
+//! way that can run a callback: polls, waits and buffer destroys happen after the lock is
+//! released (see `acquire.rs`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,6 +186,11 @@ pub(crate) struct State {
     /// clearing the stock and setting `closed`.
     pub stock: Vec<Arc<super::Shared>>,
     pub closed: bool,
+    /// Ranges collected by [`harvest`](Self::harvest) so far.
+    pub harvested: u64,
+    /// Blocks given back while the lock was held, destroyed once it is released
+    /// (`Shared::unlock`): destroying a buffer may run a wgpu map callback.
+    pub doomed: Vec<Arc<BlockBuffer>>,
 }
 
 /// At most this many spare labels per label and arena references are kept.
@@ -209,6 +215,8 @@ impl State {
             harvests: 0,
             stock: Vec::new(),
             closed: false,
+            harvested: 0,
+            doomed: Vec::new(),
         }
     }
 
@@ -264,7 +272,7 @@ impl State {
             }
             for r in list.ranges.drain(..) {
                 *cached -= r.placed.size;
-                pools[pool].set.free(&r.placed);
+                pools[pool].set.free(r.placed);
                 n += 1;
             }
             false
@@ -315,7 +323,7 @@ impl State {
                 self.counters.pending -= size;
                 n += 1;
                 let Some(class) = f.class else {
-                    self.pools[f.pool].set.free(&f.range.placed);
+                    self.pools[f.pool].set.free(f.range.placed);
                     continue;
                 };
                 self.counters.cached += size;
@@ -331,6 +339,7 @@ impl State {
         }
         if n > 0 {
             self.harvests += 1;
+            self.harvested += n as u64;
             self.age_ready();
         }
         n
@@ -351,7 +360,7 @@ impl State {
             total += pool.set.release_empty(keep, |id| gone.push(id));
             for id in gone {
                 if let Some(b) = pool.buffers.get_mut(id.0 as usize).and_then(Option::take) {
-                    b.destroy();
+                    self.doomed.push(b);
                     self.counters.blocks_released += 1;
                 }
             }

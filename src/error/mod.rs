@@ -4,6 +4,10 @@
 //! was asked, what was available and what to do about it, so a user can act on the message
 //! without reading the source.
 
+mod oom;
+
+pub use oom::{Limit, OutOfMemory};
+
 use crate::alloc::AllocError;
 
 /// Errors returned by vramkit.
@@ -44,7 +48,7 @@ pub enum Error {
 
     /// A request did not fit under the budget, the pool quota, or the device's memory.
     #[error(transparent)]
-    OutOfMemory(#[from] Box<crate::arena::OutOfMemory>),
+    OutOfMemory(#[from] Box<OutOfMemory>),
 
     /// wgpu reported an error inside an error scope (validation, out of memory, internal).
     #[error("wgpu reported an error during {during}: {message}")]
@@ -105,5 +109,23 @@ impl Error {
             what: what.into(),
             hint: hint.into(),
         }
+    }
+}
+
+/// Runs `f` inside wgpu error scopes (out-of-memory and validation) on `device` and turns
+/// a captured error into [`Error::Wgpu`]. Used wherever user input reaches wgpu, so bad
+/// input never becomes a panic in the uncaptured-error handler.
+pub(crate) fn scoped<T>(device: &wgpu::Device, during: &str, f: impl FnOnce() -> T) -> Result<T> {
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let value = f();
+    let validation = pollster::block_on(validation.pop());
+    let oom = pollster::block_on(oom.pop());
+    match oom.or(validation) {
+        None => Ok(value),
+        Some(e) => Err(Error::Wgpu {
+            during: during.into(),
+            message: e.to_string(),
+        }),
     }
 }

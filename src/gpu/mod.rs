@@ -6,6 +6,7 @@
 
 mod host_buffer;
 mod select;
+mod submit;
 mod timer;
 
 pub use select::{parse_backends, GpuOptions};
@@ -30,9 +31,20 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::SUBGROUP_BARRIER)
     .union(wgpu::Features::TIMESTAMP_QUERY)
-    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
-    .union(wgpu::Features::IMMEDIATES)
-    .union(wgpu::Features::PIPELINE_CACHE);
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+
+/// Splits `units` work items, `per_group` per workgroup, into a 2-D grid that respects
+/// `max_compute_workgroups_per_dimension` (so counts beyond 65535 workgroups work). Shaders
+/// rebuild the linear index as `wg.y * num_workgroups.x + wg.x`.
+pub fn grid(units: u64, per_group: u64, gpu: &Gpu) -> (u32, u32) {
+    let groups = units.div_ceil(per_group.max(1)).max(1);
+    let max = gpu.limits().max_compute_workgroups_per_dimension.max(1) as u64;
+    if groups <= max {
+        (groups as u32, 1)
+    } else {
+        (max as u32, groups.div_ceil(max).min(max) as u32)
+    }
+}
 
 /// A GPU device and queue with the facts vramkit needs about them.
 ///
@@ -58,6 +70,7 @@ struct GpuInner {
     pipelines: PipelineCache,
     timer: timer::TimerState,
     device_memory: Option<u64>,
+    submits: submit::SubmitGate,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -151,6 +164,7 @@ impl Gpu {
                 pipelines: PipelineCache::default(),
                 timer: timer::TimerState::default(),
                 device_memory,
+                submits: submit::SubmitGate::default(),
             }),
         }
     }
@@ -207,7 +221,6 @@ impl Gpu {
             (wgpu::Features::SHADER_F16, "f16"),
             (wgpu::Features::SUBGROUP, "subgroup"),
             (wgpu::Features::TIMESTAMP_QUERY, "timestamps"),
-            (wgpu::Features::IMMEDIATES, "immediates"),
         ] {
             if self.has(flag) {
                 on.push(name);
@@ -256,6 +269,46 @@ impl Gpu {
             })
     }
 
+    /// Maps `size` bytes of a `MAP_READ` buffer at `offset`, copies them out and unmaps.
+    pub(crate) fn map_read(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let slice = buffer.slice(offset..offset + size);
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            // The receiver lives until after the wait below, so the send cannot fail.
+            let _ = tx.send(r);
+        });
+        self.wait_idle()?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(Error::Device {
+                    during: "mapping a buffer for reading".into(),
+                    message: e.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(Error::Device {
+                    during: "mapping a buffer for reading".into(),
+                    message: "the map callback never ran".into(),
+                })
+            }
+        }
+        let data = slice
+            .get_mapped_range()
+            .map_err(|e| Error::Device {
+                during: "reading a mapped buffer".into(),
+                message: e.to_string(),
+            })?
+            .to_vec();
+        buffer.unmap();
+        Ok(data)
+    }
+
     /// Processes finished work and map callbacks without blocking.
     pub fn poll(&self) {
         // A non-blocking poll only fails when the device is lost, which the next blocking
@@ -263,27 +316,11 @@ impl Gpu {
         let _ = self.inner.device.poll(wgpu::PollType::Poll);
     }
 
-    /// True when no submitted GPU work is in flight and no `Queue::write_buffer` data is
-    /// waiting for the next submit. Never waits for submitted work: when the queue is
-    /// busy it answers false at once. When it is empty, an empty submit carries any pending
-    /// writes to the GPU and this waits for that submit alone (a short copy, or nothing).
-    pub(crate) fn queue_idle(&self) -> bool {
-        let empty = |poll: std::result::Result<wgpu::PollStatus, _>| {
-            matches!(poll, Ok(wgpu::PollStatus::QueueEmpty))
-        };
-        if !empty(self.inner.device.poll(wgpu::PollType::Poll)) {
-            return false;
-        }
-        let flush = self.inner.queue.submit([]);
-        empty(self.inner.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(flush),
-            timeout: None,
-        }))
-    }
-
     /// The compute pipeline for `entry` in `shader`, compiled once and cached.
     pub fn pipeline(&self, shader: &Shader, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.inner.pipelines.get(self, shader, entry, None)
+        self.inner
+            .pipelines
+            .get(&self.inner.device, shader, entry, None)
     }
 
     /// Like [`pipeline`](Self::pipeline), with an explicit pipeline layout.
@@ -293,7 +330,9 @@ impl Gpu {
         entry: &str,
         layout: crate::shaders::NamedLayout<'_>,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.inner.pipelines.get(self, shader, entry, Some(layout))
+        self.inner
+            .pipelines
+            .get(&self.inner.device, shader, entry, Some(layout))
     }
 
     /// Records one dispatch of `pipeline` (automatic layout; bind group 0 takes
@@ -328,7 +367,7 @@ impl Gpu {
                 pass.set_bind_group(0, &bind, &[]);
                 pass.dispatch_workgroups(x, y, 1);
             }
-            self.queue().submit([encoder.finish()])
+            self.submit([encoder.finish()])
         })
     }
 
@@ -336,24 +375,7 @@ impl Gpu {
     /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
     /// uncaptured-error handler.
     pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
-        let oom = self
-            .inner
-            .device
-            .push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let validation = self
-            .inner
-            .device
-            .push_error_scope(wgpu::ErrorFilter::Validation);
-        let value = f();
-        let validation = pollster::block_on(validation.pop());
-        let oom = pollster::block_on(oom.pop());
-        match oom.or(validation) {
-            None => Ok(value),
-            Some(e) => Err(Error::Wgpu {
-                during: during.into(),
-                message: e.to_string(),
-            }),
-        }
+        crate::error::scoped(&self.inner.device, during, f)
     }
 }
 

@@ -55,11 +55,13 @@ impl Gpu {
     /// ```
     pub fn time(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<Timing> {
         let device = self.device();
-        let mut encoder = device.create_command_encoder(&Default::default());
+        let encoder = device.create_command_encoder(&Default::default());
         let use_queries = self.has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
-        let mut guard = self.inner.timer.slots.lock();
-        if use_queries && guard.is_none() {
-            *guard = Some(TimerSlots {
+        // Taken out of the lock for the whole timing and put back after: the wait below
+        // runs wgpu callbacks, which may time work themselves (they then make their own).
+        let slots = use_queries.then(|| {
+            let kept = self.inner.timer.slots.lock().take();
+            kept.unwrap_or_else(|| TimerSlots {
                 queries: device.create_query_set(&wgpu::QuerySetDescriptor {
                     label: Some("vramkit timer"),
                     ty: wgpu::QueryType::Timestamp,
@@ -77,9 +79,21 @@ impl Gpu {
                     usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
                 }),
-            });
+            })
+        });
+        let result = self.time_recorded(encoder, slots.as_ref(), record);
+        if let Some(s) = slots {
+            self.inner.timer.slots.lock().get_or_insert(s);
         }
-        let slots = if use_queries { guard.as_ref() } else { None };
+        result
+    }
+
+    fn time_recorded(
+        &self,
+        mut encoder: wgpu::CommandEncoder,
+        slots: Option<&TimerSlots>,
+        record: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Result<Timing> {
         if let Some(s) = slots {
             encoder.write_timestamp(&s.queries, 0);
         }
@@ -90,7 +104,7 @@ impl Gpu {
             encoder.copy_buffer_to_buffer(&s.resolve, 0, &s.readback, 0, 16);
         }
         let start = Instant::now();
-        let index = self.queue().submit([encoder.finish()]);
+        let index = self.submit([encoder.finish()]);
         self.wait_for(index)?;
         let wall_seconds = start.elapsed().as_secs_f64();
         let Some(s) = slots else {
@@ -100,7 +114,7 @@ impl Gpu {
                 wall_seconds,
             });
         };
-        let ticks = crate::readback::map_read(self, &s.readback, 0, 16)?;
+        let ticks = self.map_read(&s.readback, 0, 16)?;
         let t: &[u64] = bytemuck::cast_slice(&ticks);
         let period = self.queue().get_timestamp_period() as f64;
         if t[1] < t[0] || period == 0.0 {

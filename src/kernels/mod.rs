@@ -56,18 +56,7 @@ const BIND_CACHE_LIMIT: usize = 4096;
 /// Bytes of every kernel's parameter block (eight 32-bit words).
 const PARAMS_SIZE: u64 = 32;
 
-/// Splits `units` work items, `per_group` per workgroup, into a 2-D grid that respects
-/// `max_compute_workgroups_per_dimension` (so counts beyond 65535 workgroups work). Shaders
-/// rebuild the linear index as `wg.y * num_workgroups.x + wg.x`.
-pub fn grid(units: u64, per_group: u64, gpu: &Gpu) -> (u32, u32) {
-    let groups = units.div_ceil(per_group.max(1)).max(1);
-    let max = gpu.limits().max_compute_workgroups_per_dimension.max(1) as u64;
-    if groups <= max {
-        (groups as u32, 1)
-    } else {
-        (max as u32, groups.div_ceil(max).min(max) as u32)
-    }
-}
+pub use crate::gpu::grid;
 
 /// A kernel's parameter block: eight 32-bit words, each kernel's `Params` struct in WGSL.
 type Params = [u32; 8];
@@ -370,6 +359,22 @@ impl Kernels {
 
 /// Dispatches recorded into one encoder, submitted together by [`Batch::submit`].
 ///
+/// The batch borrows every allocation it is given until it is submitted (or dropped), so
+/// an allocation cannot be freed, and its range handed out again, while a recorded kernel
+/// still has to run on it. This does not compile:
+///
+/// ```compile_fail,E0505
+/// # let gpu = vramkit::Gpu::headless()?;
+/// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+/// # let kernels = vramkit::kernels::Kernels::new(&arena)?;
+/// let x = arena.alloc(4096, "x")?;
+/// let mut batch = kernels.batch();
+/// batch.fill(1024, 1.0, &x)?;
+/// drop(x); // error: `x` is still borrowed by the batch
+/// batch.submit()?;
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+///
 /// Kernel methods return `&mut Self` so calls chain; each checks its arguments (element
 /// counts against allocation sizes, shapes) and records nothing when it returns an error.
 pub struct Batch<'a> {
@@ -581,7 +586,7 @@ impl<'a> Batch<'a> {
         let gpu = self.kernels.arena.gpu().clone();
         let encoder = self.encoder;
         let index = gpu.scoped("submitting a kernel batch", || {
-            gpu.queue().submit([encoder.finish()])
+            gpu.submit([encoder.finish()])
         })?;
         drop(self.chunks);
         drop(self.scratch);

@@ -2,6 +2,26 @@
 //!
 //! The sources live in the crate's `shaders/` folder. [`ALL`] lists them so one test can
 //! prove each portable to every backend ([`check`]).
+//!
+//! # Bounds checks
+//! wgpu injects a bounds check into every array access unless a shader module is created
+//! "trusted". The hot kernels below are compiled with bounds checks off (only those: loop
+//! bounding and the integer-division guards stay on, so a spin loop or a zero divisor can
+//! never become undefined behaviour), each for a stated reason:
+//! - **matmul** (f32, f16 packed, f16 native): the tiles `As`/`Bs` are indexed by
+//!   `kk * 32 + slot` with `kk < BK` and `slot < 32` fixed by the loop bounds and the
+//!   workgroup size; every load of `a`/`b` is behind `ar < m`, `ak + i < k`, `bk < k`,
+//!   `bc + i < n`, every store of `c` behind `r < m`, `col + j < n`, and the host checks
+//!   that `m x k`, `k x n` and `m x n` elements fit the bound allocations.
+//! - **transpose**: the 32 x 33 tile is indexed by `(lid.y + j) * 33 + lid.x` with
+//!   `lid.x < 32`, `lid.y + j < 32` (at most 1054 of 1056); loads and stores are behind
+//!   `r < rows && c < cols` and the host checks `rows x cols` elements fit.
+//! - **scan** (u32, f32; portable and subgroup): tile elements are read and written behind
+//!   `i < params.n`, which the host checks against both allocations; the look-back state
+//!   is indexed by tile numbers below the tile count the host sized it for; workgroup
+//!   arrays are indexed by local ids and subgroup ranks below the workgroup size.
+//!
+//! The measured cost of the checks is in BENCHMARKS.md (kernel suite, "bounds checks").
 
 pub mod check;
 
@@ -10,7 +30,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::{Error, Gpu, Result};
+use crate::error::scoped;
+use crate::{Error, Result};
 
 /// A WGSL source file from `shaders/` and the wgpu features it needs.
 #[derive(Clone, Copy, Debug)]
@@ -21,10 +42,13 @@ pub struct Shader {
     pub source: &'static str,
     /// Features the device must have to use it.
     pub requires: wgpu::Features,
-    /// Compiled without wgpu's injected bounds checks on workgroup and local arrays
-    /// (`ShaderRuntimeChecks::unchecked`). Only for shaders whose every index is in range
-    /// by construction and whose storage accesses are guarded explicitly; storage buffers
-    /// stay protected by the backend's robust buffer access where it has one.
+    /// Compiled without wgpu's injected bounds checks (`bounds_checks: false`; loop
+    /// bounding and integer-division checks stay on). Only for shaders whose every
+    /// workgroup and local array index is in range by construction and whose every storage
+    /// access is guarded against the sizes the host validated; storage buffers stay
+    /// protected by the backend's robust buffer access where it has one. Which shaders and
+    /// why: see "Bounds checks" in the module docs. `VRAMKIT_SHADER_BOUNDS_CHECKS=1` turns
+    /// the checks back on for every shader (to measure what they cost).
     pub unchecked: bool,
 }
 
@@ -236,7 +260,7 @@ pub struct NamedLayout<'a> {
 impl PipelineCache {
     pub(crate) fn get(
         &self,
-        gpu: &Gpu,
+        device: &wgpu::Device,
         shader: &Shader,
         entry: &str,
         layout: Option<NamedLayout<'_>>,
@@ -249,10 +273,10 @@ impl PipelineCache {
         if let Some(p) = self.pipelines.lock().get(&key) {
             return Ok(p.clone());
         }
-        if !gpu.has(shader.requires) {
+        if !device.features().contains(shader.requires) {
             return Err(Error::MissingFeature {
-                feature: format!("{:?}", shader.requires - gpu.features()),
-                adapter: gpu.info().name.clone(),
+                feature: format!("{:?}", shader.requires - device.features()),
+                adapter: device.adapter_info().name,
                 hint: format!("use a variant of '{}' that does not need it", shader.name),
             });
         }
@@ -261,57 +285,62 @@ impl PipelineCache {
             match modules.get(shader.name) {
                 Some(m) => m.clone(),
                 None => {
-                    let m = gpu
-                        .scoped(&format!("compiling shader '{}'", shader.name), || {
-                            let desc = wgpu::ShaderModuleDescriptor {
-                                label: Some(shader.name),
-                                source: wgpu::ShaderSource::Wgsl(shader.source.into()),
+                    let during = format!("compiling shader '{}'", shader.name);
+                    let m = scoped(device, &during, || {
+                        let desc = wgpu::ShaderModuleDescriptor {
+                            label: Some(shader.name),
+                            source: wgpu::ShaderSource::Wgsl(shader.source.into()),
+                        };
+                        if shader.unchecked && !bounds_checks_forced() {
+                            // SAFETY: only bounds checks are off; these shaders index
+                            // workgroup and local arrays within their sizes by
+                            // construction and guard every storage access against
+                            // host-validated sizes (module docs, per shader); their
+                            // tests run on random shapes.
+                            let checks = wgpu::ShaderRuntimeChecks {
+                                bounds_checks: false,
+                                ..wgpu::ShaderRuntimeChecks::checked()
                             };
-                            if shader.unchecked {
-                                // SAFETY: `unchecked` shaders index workgroup and local
-                                // arrays only within their sizes by construction and guard
-                                // every storage access against the bound lengths (see the
-                                // field's docs); their tests run on random shapes.
-                                unsafe {
-                                    gpu.device().create_shader_module_trusted(
-                                        desc,
-                                        wgpu::ShaderRuntimeChecks::unchecked(),
-                                    )
-                                }
-                            } else {
-                                gpu.device().create_shader_module(desc)
-                            }
-                        })
-                        .map_err(|e| Error::Shader {
-                            shader: shader.name.into(),
-                            message: e.to_string(),
-                        })?;
+                            unsafe { device.create_shader_module_trusted(desc, checks) }
+                        } else {
+                            device.create_shader_module(desc)
+                        }
+                    })
+                    .map_err(|e| Error::Shader {
+                        shader: shader.name.into(),
+                        message: e.to_string(),
+                    })?;
                     modules.insert(shader.name, m.clone());
                     m
                 }
             }
         };
-        let pipeline = gpu
-            .scoped(
-                &format!("creating pipeline {}::{entry}", shader.name),
-                || {
-                    gpu.device()
-                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                            label: Some(entry),
-                            layout: layout.map(|l| l.layout),
-                            module: &module,
-                            entry_point: Some(entry),
-                            compilation_options: Default::default(),
-                            cache: None,
-                        })
-                },
-            )
-            .map_err(|e| Error::Shader {
-                shader: format!("{}::{entry}", shader.name),
-                message: e.to_string(),
-            })?;
+        let pipeline = scoped(
+            device,
+            &format!("creating pipeline {}::{entry}", shader.name),
+            || {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: layout.map(|l| l.layout),
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            },
+        )
+        .map_err(|e| Error::Shader {
+            shader: format!("{}::{entry}", shader.name),
+            message: e.to_string(),
+        })?;
         let pipeline = Arc::new(pipeline);
         self.pipelines.lock().insert(key, pipeline.clone());
         Ok(pipeline)
     }
+}
+
+/// `VRAMKIT_SHADER_BOUNDS_CHECKS=1`: compile every shader with bounds checks.
+fn bounds_checks_forced() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var("VRAMKIT_SHADER_BOUNDS_CHECKS").is_ok_and(|v| v == "1"))
 }

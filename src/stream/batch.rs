@@ -1,5 +1,7 @@
 //! `UploadBatch`: many small uploads through shared staging buffers and one submit.
 
+use std::marker::PhantomData;
+
 use super::staging::{Staging, Writer};
 use super::uploader::Uploader;
 use crate::arena::Allocation;
@@ -46,6 +48,22 @@ impl Open {
 /// holds. [`submit`](Self::submit) submits the rest; dropping an unsubmitted batch submits
 /// it too (and logs an error it cannot return), so no added upload is silently lost.
 ///
+/// The batch borrows every allocation it is given until it is submitted or dropped: the
+/// copies are recorded but not yet submitted, and an allocation dropped meanwhile could be
+/// handed out again before the copy lands in it. This does not compile:
+///
+/// ```compile_fail,E0505
+/// # let gpu = vramkit::Gpu::headless()?;
+/// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+/// # let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+/// let a = arena.alloc(4096, "a")?;
+/// let mut batch = uploader.batch();
+/// batch.add(&a, 0, &[0xaa; 4096])?;
+/// drop(a); // error: `a` is still borrowed by the batch
+/// batch.submit()?;
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+///
 /// ```no_run
 /// # let gpu = vramkit::Gpu::headless()?;
 /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
@@ -60,10 +78,12 @@ impl Open {
 /// batch.submit()?;
 /// # Ok::<(), vramkit::Error>(())
 /// ```
-pub struct UploadBatch<'u> {
-    uploader: &'u Uploader,
+pub struct UploadBatch<'a> {
+    uploader: &'a Uploader,
     open: Option<Open>,
     bytes: u64,
+    /// The allocations added, borrowed until the batch is submitted.
+    _borrows: PhantomData<&'a Allocation>,
 }
 
 impl Uploader {
@@ -73,15 +93,17 @@ impl Uploader {
             uploader: self,
             open: None,
             bytes: 0,
+            _borrows: PhantomData,
         }
     }
 }
 
-impl UploadBatch<'_> {
+impl<'a> UploadBatch<'a> {
     /// Adds an upload of `data` into `dst` at byte `offset`, with the same checks and the
     /// same any-size, any-offset behaviour as [`Uploader::upload`]. On error nothing of
-    /// this upload is recorded; earlier ones stay in the batch.
-    pub fn add(&mut self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<&mut Self> {
+    /// this upload is recorded; earlier ones stay in the batch. `dst` stays borrowed until
+    /// the batch is submitted.
+    pub fn add(&mut self, dst: &'a Allocation, offset: u64, data: &[u8]) -> Result<&mut Self> {
         let len = data.len() as u64;
         super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
         if len == 0 {

@@ -16,7 +16,8 @@ use crate::{Error, Gpu, Result};
 /// Settings of a [`Downloader`].
 #[derive(Clone, Debug)]
 pub struct DownloaderConfig {
-    /// Bytes per staging buffer (and per copy command). Rounded up to 4.
+    /// Bytes per staging buffer (and per copy command). Rounded up to 4 and capped at the
+    /// device's largest buffer.
     pub chunk_size: u64,
     /// Staging buffers in the ring: how many chunk copies may be in flight at once.
     pub depth: usize,
@@ -55,7 +56,11 @@ impl Default for DownloaderConfig {
 pub struct Downloader {
     gpu: Gpu,
     config: DownloaderConfig,
-    ring: Mutex<Vec<Staging>>,
+    /// Idle rings of `depth` staging buffers. A download takes one out for its whole
+    /// length and puts it back after, so no lock of ours is held while it waits for the
+    /// GPU (wgpu runs callbacks inside that wait, and one may download too); concurrent
+    /// downloads each use a ring of their own.
+    rings: Mutex<Vec<Vec<Staging>>>,
     /// Staging buffers of dropped views, kept for the next ones (at most `depth`).
     views: ViewPool,
     /// Drives asynchronous downloads; started on first use.
@@ -76,7 +81,10 @@ impl Downloader {
     /// A ring whose staging buffers are created on first use.
     pub fn new(gpu: &Gpu, config: DownloaderConfig) -> Downloader {
         let config = DownloaderConfig {
-            chunk_size: config.chunk_size.max(4).next_multiple_of(4),
+            chunk_size: config
+                .chunk_size
+                .clamp(4, (gpu.limits().max_buffer_size / 4 * 4).max(4))
+                .next_multiple_of(4),
             depth: config.depth.max(1),
             copy_threads: config.copy_threads.max(1),
             host_staging: config.host_staging,
@@ -84,7 +92,7 @@ impl Downloader {
         Downloader {
             gpu: gpu.clone(),
             config,
-            ring: Mutex::new(Vec::new()),
+            rings: Mutex::new(Vec::new()),
             views: Arc::new(Mutex::new(Vec::new())),
             poller: LazyPoller::default(),
             direct: AtomicU64::new(0),
@@ -158,7 +166,7 @@ impl Downloader {
             ));
         }
         let poller = self.poller.get(&self.gpu)?;
-        let staging = self.view_buffer(bytes);
+        let staging = self.view_buffer(bytes)?;
         let (tx, rx) = oneshot::channel();
         let pending = poller.begin();
         self.copy_into_staging(
@@ -216,16 +224,23 @@ impl Downloader {
             .device()
             .create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(src.buffer(), src.offset() + from, staging.buffer(), 0, len);
-        let submitted = self
-            .gpu
-            .scoped(during, || self.gpu.queue().submit([encoder.finish()]));
+        // Memory vramkit maps itself needs a HOST_READ barrier after the copy (see
+        // `gpu::submit`); wgpu's own MAP_READ buffers are synchronised by wgpu.
+        let barrier = staging
+            .is_host()
+            .then(|| self.gpu.host_read_barrier())
+            .flatten();
+        let submitted = self.gpu.scoped(during, || {
+            self.gpu
+                .submit(std::iter::once(encoder.finish()).chain(barrier))
+        });
         staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, len, done);
         submitted
     }
 
     /// A pooled view buffer of at least `bytes`, the smallest that fits, or a new one
     /// rounded up to a power of two so that views of similar sizes share buffers.
-    fn view_buffer(&self, bytes: u64) -> Staging {
+    fn view_buffer(&self, bytes: u64) -> Result<Staging> {
         let mut pool = self.views.lock();
         let best = pool
             .iter()
@@ -234,7 +249,7 @@ impl Downloader {
             .min_by_key(|(_, b)| b.size())
             .map(|(i, _)| i);
         if let Some(i) = best {
-            return pool.swap_remove(i);
+            return Ok(pool.swap_remove(i));
         }
         drop(pool);
         let size = bytes
@@ -249,9 +264,10 @@ impl Downloader {
         )
     }
 
-    /// Staging buffers created so far (at most `depth`).
+    /// Staging buffers of the idle rings (`depth` per ring; one ring per download that
+    /// ran concurrently with another).
     pub fn staging_buffers(&self) -> usize {
-        self.ring.lock().len()
+        self.rings.lock().iter().map(Vec::len).sum()
     }
 
     /// Reads `len` bytes of `src` from byte `offset` into a new `Vec`. Sees all GPU work
@@ -301,9 +317,7 @@ impl Downloader {
             self.direct.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let start = offset / 4 * 4;
-        let stop = end.next_multiple_of(4);
-        let mut ring = self.ring.lock();
+        let mut ring = self.rings.lock().pop().unwrap_or_default();
         while ring.len() < self.config.depth {
             ring.push(Staging::new(
                 &self.gpu,
@@ -311,8 +325,28 @@ impl Downloader {
                 wgpu::MapMode::Read,
                 self.config.host_staging,
                 "vramkit download staging",
-            ));
+            )?);
         }
+        let result = self.download_chunks(src, offset, out, &ring);
+        // After an error some copies may still be in flight or mapped: that ring is
+        // dropped rather than reused.
+        if result.is_ok() {
+            self.rings.lock().push(ring);
+        }
+        result
+    }
+
+    /// The chunked copy of [`download_into`](Self::download_into) through `ring`.
+    fn download_chunks(
+        &self,
+        src: &Allocation,
+        offset: u64,
+        out: &mut [u8],
+        ring: &[Staging],
+    ) -> Result<()> {
+        let end = offset + out.len() as u64;
+        let start = offset / 4 * 4;
+        let stop = end.next_multiple_of(4);
         let chunks: Vec<(u64, u64)> = (start..stop)
             .step_by(self.config.chunk_size as usize)
             .map(|c| (c, (c + self.config.chunk_size).min(stop)))

@@ -33,18 +33,19 @@ impl Staging {
     /// A new staging buffer of `size` bytes for `mode` (`Write`: uploads, `Read`:
     /// downloads). Host memory when `prefer_host` and the backend allows; otherwise a wgpu
     /// mapped buffer, mapped at creation for uploads (ready to fill) and unmapped for
-    /// downloads (ready to be a copy target).
+    /// downloads (ready to be a copy target). Created inside an error scope: a size the
+    /// device refuses is an error, not a panic in wgpu's uncaptured-error handler.
     pub(crate) fn new(
         gpu: &Gpu,
         size: u64,
         mode: wgpu::MapMode,
         prefer_host: bool,
         label: &str,
-    ) -> Staging {
+    ) -> Result<Staging> {
         if prefer_host {
             let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
             if let Some(host) = HostBuffer::new(gpu, size, usage, HostPlacement::System, label) {
-                return Staging::Host(Arc::new(host));
+                return Ok(Staging::Host(Arc::new(host)));
             }
         }
         let (usage, mapped_at_creation) = match mode {
@@ -57,12 +58,15 @@ impl Staging {
                 false,
             ),
         };
-        Staging::Mapped(gpu.device().create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size,
-            usage,
-            mapped_at_creation,
-        }))
+        gpu.scoped("creating a staging buffer", || {
+            gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation,
+            })
+        })
+        .map(Staging::Mapped)
     }
 
     /// The wgpu buffer, for recording copies.

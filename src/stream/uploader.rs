@@ -17,7 +17,8 @@ use crate::{shaders, Error, Gpu, Result};
 /// Settings of an [`Uploader`].
 #[derive(Clone, Debug)]
 pub struct UploaderConfig {
-    /// Bytes per staging buffer (and per copy command). Rounded up to 4.
+    /// Bytes per staging buffer (and per copy command). Rounded up to 4 and capped at the
+    /// device's largest buffer.
     pub chunk_size: u64,
     /// Most staging bytes held at once; a full ring waits for the GPU (back-pressure).
     pub max_staging: u64,
@@ -122,7 +123,10 @@ impl std::fmt::Debug for Uploader {
 impl Uploader {
     /// A new, empty ring; staging buffers are created on demand up to `max_staging`.
     pub fn new(gpu: &Gpu, config: UploaderConfig) -> Uploader {
-        let chunk_size = config.chunk_size.max(4).next_multiple_of(4);
+        let chunk_size = config
+            .chunk_size
+            .clamp(4, (gpu.limits().max_buffer_size / 4 * 4).max(4))
+            .next_multiple_of(4);
         let config = UploaderConfig {
             chunk_size,
             max_staging: config.max_staging.max(chunk_size),
@@ -339,7 +343,7 @@ impl Uploader {
     ) -> Result<()> {
         staging.to_gpu();
         let submitted = self.gpu.scoped("submitting an upload chunk", || {
-            self.gpu.queue().submit([encoder.finish()])
+            self.gpu.submit([encoder.finish()])
         });
         let tx = self.ready_tx.clone();
         // Even after a failed submit: the buffer must come back to the ring.
@@ -459,7 +463,7 @@ impl Uploader {
                         wgpu::MapMode::Write,
                         self.config.host_staging,
                         "vramkit upload staging",
-                    );
+                    )?;
                     ring.stats.staging_host += u64::from(buffer.is_host());
                     let i = match ring.dead.pop() {
                         Some(i) => {

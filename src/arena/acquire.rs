@@ -1,0 +1,484 @@
+//! The allocation path: a small state machine over the arena's state lock.
+//!
+//! # Lock discipline
+//! wgpu runs callbacks (buffer maps, `on_submitted_work_done`, the user's own) inside
+//! `Device::poll`, `Queue::submit` and `Buffer::destroy`/drop of a buffer with a pending
+//! map, on the calling thread. A callback that drops or allocates an [`Allocation`] takes
+//! the arena's lock; were it held around that call, the thread would wait on itself. So
+//! the lock is never held around any of them:
+//! - each [`Step`] is decided under the lock from the state alone;
+//! - a step that needs the GPU ([`Step::Poll`], [`Step::Wait`]) seals the open frees under
+//!   the lock, releases it, polls or waits, and re-locks to collect; the next step is then
+//!   decided afresh, since other threads may have allocated or freed meanwhile;
+//! - blocks given back are only queued under the lock ([`State::doomed`]) and destroyed by
+//!   [`Shared::unlock`] after it is released.
+//!
+//! # The steps
+//! A request first takes a cached range of its exact size, then places a range in an
+//! existing block, and only then grows; over a budget or quota it gives cached and empty
+//! blocks back, then waits for in-flight frees (twice at most), and only then fails with
+//! [`Error::OutOfMemory`] naming the limit.
+
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+
+use super::block::BlockBuffer;
+use super::state::{CachedRange, LiveRecord, Placed, State};
+use super::{guard, Allocation, Shared};
+use crate::alloc::AllocError;
+use crate::error::{Limit, OutOfMemory};
+use crate::{Error, Result};
+
+/// What the allocation loop does next.
+enum Step {
+    /// A range is placed: done.
+    Placed(CachedRange),
+    /// Decide again under the lock (something was given back to the blocks).
+    Again,
+    /// Seal, release the lock, poll the device without blocking, re-lock and collect.
+    Poll,
+    /// Seal, release the lock, wait for all submitted work, re-lock, collect, and give
+    /// cached ranges and empty blocks back.
+    Wait,
+    /// Give up with this error; the arena is unchanged.
+    Fail(Error),
+}
+
+/// Why a block could not be reserved.
+enum Reserve {
+    Alloc(AllocError),
+    /// Growth not allowed yet: try collecting finished frees first.
+    NeedBlock,
+    Over(Limit, Option<u64>),
+    Device(String),
+}
+
+impl From<AllocError> for Reserve {
+    fn from(e: AllocError) -> Self {
+        Reserve::Alloc(e)
+    }
+}
+
+/// One request and what the loop has tried for it so far.
+struct Request<'a> {
+    pool: usize,
+    /// The user's bytes (a multiple of 4).
+    size: u64,
+    /// The bytes placed: `size` plus both guards.
+    total: u64,
+    align: u64,
+    label: &'a str,
+    /// Ranges of this size may come from the by-size cache.
+    reuse: bool,
+    /// Growth is allowed (after a reclaim, or when there was nothing to reclaim).
+    allow_new: bool,
+    /// The loop has polled to reclaim before growing.
+    reclaimed: bool,
+    /// The loop has polled for a cached range of this size.
+    polled_for_cache: bool,
+    /// Times a limit was hit.
+    retries: u32,
+}
+
+impl Shared {
+    /// Releases the state lock, then destroys the blocks given back while it was held
+    /// (destroying a buffer may run a wgpu map callback, which must not find us locked).
+    pub(super) fn unlock(&self, mut st: MutexGuard<'_, State>) {
+        let doomed = std::mem::take(&mut st.doomed);
+        drop(st);
+        for block in doomed {
+            block.destroy();
+        }
+    }
+
+    /// Seals the open frees into an epoch when none is in flight or [`super::SEAL_BATCH`]
+    /// frees have gathered: a free sealed later still waits for all work submitted before
+    /// its drop, and registering a completion callback on every allocation would cost
+    /// more than the allocation. (With strictly one epoch in flight, the epoch sealed
+    /// right after a poll held a single free and everything dropped after it waited two
+    /// polls; batches let frees complete as the GPU finishes, whoever polls.)
+    pub(super) fn seal_lazily(&self, st: &mut State) {
+        if st.sealed.is_empty() || st.open.len() >= super::SEAL_BATCH {
+            self.seal(st);
+        }
+    }
+
+    /// Seals the open frees and registers the epoch's completion. Safe under the lock:
+    /// `on_submitted_work_done` only flushes queued writes and files the callback, and the
+    /// callback only marks an atomic.
+    pub(super) fn seal(&self, st: &mut State) {
+        if let Some(epoch) = st.seal() {
+            let completion = self.completion.clone();
+            self.gpu
+                .queue()
+                .on_submitted_work_done(move || completion.mark(epoch));
+        }
+    }
+
+    /// Seals, polls without the lock (no submit is needed: wgpu-core 30 attaches a
+    /// completion callback to the last submission still in flight, or runs it at the next
+    /// poll when none is), and returns the re-taken lock with finished frees collected.
+    pub(super) fn poll_unlocked<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+    ) -> MutexGuard<'s, State> {
+        self.seal(&mut st);
+        self.unlock(st);
+        self.gpu.poll();
+        let mut st = self.state.lock();
+        st.harvest(self.completion.get());
+        st
+    }
+
+    /// Seals, waits for all submitted work without the lock, and returns the re-taken
+    /// lock with every finished free collected and the by-size cache given back.
+    pub(super) fn wait_unlocked<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+    ) -> Result<MutexGuard<'s, State>> {
+        self.seal(&mut st);
+        self.unlock(st);
+        self.gpu.wait_idle()?;
+        let mut st = self.state.lock();
+        st.counters.waits += 1;
+        st.harvest(self.completion.get());
+        st.flush_ready();
+        Ok(st)
+    }
+
+    /// Fewer than `config.poll_interval` allocations since the allocation path last polled.
+    fn polled_recently(&self, st: &State) -> bool {
+        st.counters.allocations - st.last_poll_at < self.config.poll_interval
+    }
+
+    pub(super) fn alloc(
+        self: &Arc<Self>,
+        pool: usize,
+        size: u64,
+        label: &str,
+    ) -> Result<Allocation> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize.into());
+        }
+        let max_buffer = self.gpu.limits().max_buffer_size;
+        let mut st = self.state.lock();
+        let Some(p) = st.pools.get(pool) else {
+            return Err(Error::invalid(
+                format!("pool {pool} does not exist"),
+                "use a PoolId from this arena",
+            ));
+        };
+        let align = p.alignment;
+        let dedicated_threshold = p.set.policy().dedicated_threshold;
+        let guard = self.config.guard_bytes.next_multiple_of(align);
+        // Whatever the limits, no buffer can hold more than the device's largest buffer:
+        // say so before any arithmetic on the size can overflow.
+        let total = size
+            .checked_next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+            .and_then(|s| s.checked_add(2 * guard))
+            .filter(|&t| t <= max_buffer);
+        let Some(total) = total else {
+            st.counters.ooms += 1;
+            let limit = Limit::MaxBufferSize;
+            return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
+        };
+        let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        st.harvest(self.completion.get());
+        self.seal_lazily(&mut st);
+        let (label, label_index) = st.intern(label);
+        let mut req = Request {
+            pool,
+            size,
+            total,
+            align,
+            label: &label,
+            // Ranges are kept by request size for reuse unless guards need refilling or
+            // the request gets a dedicated block (those go back to their block).
+            reuse: guard == 0 && total < dedicated_threshold,
+            allow_new: false,
+            reclaimed: false,
+            polled_for_cache: false,
+            retries: 0,
+        };
+        let range = loop {
+            match self.step(&mut st, &mut req) {
+                Step::Placed(range) => break range,
+                Step::Again => {}
+                Step::Poll => {
+                    st = self.poll_unlocked(st);
+                    st.last_poll_at = st.counters.allocations;
+                }
+                Step::Wait => match self.wait_unlocked(st) {
+                    Ok(mut relocked) => {
+                        relocked.release_empty(0);
+                        st = relocked;
+                    }
+                    Err(e) => return Err(e),
+                },
+                Step::Fail(e) => {
+                    self.unlock(st);
+                    return Err(e);
+                }
+            }
+        };
+        let placed = range.placed;
+        let id = st.next_id;
+        st.next_id += 1;
+        let offset = placed.offset + guard;
+        if guard > 0 {
+            // `write_buffer` only queues the bytes: no callback runs.
+            guard::fill(
+                &self.gpu,
+                range.buffer.buffer(),
+                placed.offset,
+                guard,
+                offset + size,
+                placed.size - guard - size,
+            );
+        }
+        let slot = st.live.insert(LiveRecord {
+            id,
+            label: label_index,
+            size,
+            pool,
+            block: placed.block,
+            offset,
+            range_offset: placed.offset,
+            created: coarsetime::Instant::now_without_cache_update(),
+            backtrace: self
+                .config
+                .backtraces
+                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
+        });
+        st.note_alloc(label_index, placed.size);
+        // A reference handed back by a dropped allocation, or a new one.
+        let shared = st.stock.pop().unwrap_or_else(|| self.clone());
+        let reuse = req.reuse;
+        self.unlock(st);
+        Ok(Allocation {
+            shared: ManuallyDrop::new(shared),
+            id,
+            slot,
+            label_index,
+            pool,
+            placed: ManuallyDrop::new(placed),
+            buffer: ManuallyDrop::new(range.buffer),
+            offset,
+            size,
+            label: ManuallyDrop::new(label),
+            reuse,
+        })
+    }
+
+    /// Decides the next step for `req` from the state alone (under the lock).
+    fn step(&self, st: &mut State, req: &mut Request<'_>) -> Step {
+        if req.reuse {
+            if let Some(range) = st.take_ready(req.pool, req.total) {
+                return Step::Placed(range);
+            }
+            // No range of this size is ready but frees are in flight: a poll (cheap
+            // without a submit) at most every `poll_interval` allocations brings them
+            // back, rather than carving new ranges until the block is full.
+            if !req.polled_for_cache && !st.sealed.is_empty() && !self.polled_recently(st) {
+                req.polled_for_cache = true;
+                return Step::Poll;
+            }
+        }
+        let placed = match self.try_place(st, req) {
+            Ok(placed) => placed,
+            Err(Reserve::Alloc(e)) => return Step::Fail(e.into()),
+            Err(Reserve::NeedBlock) => return self.before_growing(st, req),
+            Err(Reserve::Over(limit, bound)) => {
+                return self.over_limit(st, req, limit, bound, None);
+            }
+            Err(Reserve::Device(message)) => {
+                return self.over_limit(st, req, Limit::Device, None, Some(message));
+            }
+        };
+        match st.pools[req.pool].buffer(placed.block).cloned() {
+            Some(buffer) => Step::Placed(CachedRange { placed, buffer }),
+            None => {
+                // Unreachable: a placed range always lies in a live block.
+                st.pools[req.pool].set.free(placed);
+                Step::Fail(Error::Device {
+                    during: "allocating".into(),
+                    message: "block without a buffer".into(),
+                })
+            }
+        }
+    }
+
+    /// No existing block has room. Ranges cached for other sizes go back to their blocks
+    /// first (the cache must never be why the arena holds more memory); then every free
+    /// the GPU has finished with is collected by one poll, unless the allocation path
+    /// polled within `config.poll_interval` allocations: a poll costs far more than an
+    /// allocation, so the working set settles where a poll returns many ranges. Requests
+    /// for a dedicated block always poll first: a new large buffer costs more than the
+    /// poll. The budget still bounds growth.
+    fn before_growing(&self, st: &mut State, req: &mut Request<'_>) -> Step {
+        if st.counters.cached > 0 {
+            st.flush_ready();
+            return Step::Again;
+        }
+        let dedicated = req.total >= st.pools[req.pool].set.policy().dedicated_threshold;
+        let recently = !dedicated && self.polled_recently(st);
+        let nothing_in_flight = st.open.is_empty() && st.sealed.is_empty();
+        if req.reclaimed || recently || nothing_in_flight {
+            req.allow_new = true;
+        }
+        let poll = !req.reclaimed && !recently;
+        req.reclaimed = true;
+        if poll {
+            Step::Poll
+        } else {
+            Step::Again
+        }
+    }
+
+    /// A budget, quota, buffer-size or device limit was hit: give cached ranges and empty
+    /// blocks back, then wait for in-flight frees (twice at most), then fail.
+    fn over_limit(
+        &self,
+        st: &mut State,
+        req: &mut Request<'_>,
+        limit: Limit,
+        bound: Option<u64>,
+        device_message: Option<String>,
+    ) -> Step {
+        req.retries += 1;
+        st.counters.retries += 1;
+        if req.retries == 1 {
+            let flushed = st.flush_ready();
+            if st.release_empty(0) > 0 || flushed > 0 {
+                return Step::Again;
+            }
+        }
+        if req.retries <= 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
+            return Step::Wait;
+        }
+        st.counters.ooms += 1;
+        if let Some(message) = device_message {
+            log::warn!("device refused a block: {message}");
+        }
+        Step::Fail(self.oom(st, req.pool, req.size, req.label, limit, bound, req.retries))
+    }
+
+    /// One placement attempt; creates a block buffer if `req.allow_new` and limits allow.
+    fn try_place(&self, st: &mut State, req: &Request<'_>) -> Result<Placed, Reserve> {
+        let reserved_total = st.reserved();
+        let p = &mut st.pools[req.pool];
+        let pool_reserved = p.set.stats().reserved;
+        let quota = p.config.quota;
+        let usage = p.config.usage;
+        let max_buffer = self.gpu.limits().max_buffer_size;
+        let mut created: Option<BlockBuffer> = None;
+        let mut released = Vec::new();
+        let name = &self.config.name;
+        // Borrowed, not cloned: this runs on every allocation.
+        let pool_name: &str = &p.name;
+        let allow_new = req.allow_new;
+        let label = req.label;
+        let result = p.set.allocate(
+            req.total,
+            req.align,
+            |id, block_size| {
+                if !allow_new {
+                    return Err(Reserve::NeedBlock);
+                }
+                if block_size > max_buffer {
+                    return Err(Reserve::Over(Limit::MaxBufferSize, Some(max_buffer)));
+                }
+                if let Some(b) = self.budget {
+                    if reserved_total.saturating_add(block_size) > b {
+                        return Err(Reserve::Over(Limit::Budget, Some(b)));
+                    }
+                }
+                if let Some(q) = quota {
+                    if pool_reserved.saturating_add(block_size) > q {
+                        return Err(Reserve::Over(
+                            Limit::PoolQuota(pool_name.to_string()),
+                            Some(q),
+                        ));
+                    }
+                }
+                let buffer = BlockBuffer::create(
+                    &self.gpu,
+                    block_size,
+                    usage,
+                    self.host_visible_blocks,
+                    &format!("{name}/{pool_name}/block{} ({label})", id.0),
+                )
+                .map_err(|e| Reserve::Device(e.to_string()))?;
+                if let Some(old) = created.replace(buffer) {
+                    // The BlockSet asked again with a larger size. Nobody else has seen
+                    // this buffer, so no callback of anyone's can be pending on it.
+                    old.destroy();
+                }
+                Ok(())
+            },
+            |id| released.push(id),
+        );
+        for id in released {
+            if let Some(b) = p.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+                st.doomed.push(b);
+                st.counters.blocks_released += 1;
+            }
+        }
+        let placed = match result {
+            Ok(placed) => placed,
+            Err(e) => {
+                if let Some(b) = created {
+                    b.destroy();
+                }
+                return Err(e);
+            }
+        };
+        if let Some(buffer) = created {
+            let i = placed.block.0 as usize;
+            if p.buffers.len() <= i {
+                p.buffers.resize_with(i + 1, || None);
+            }
+            p.buffers[i] = Some(Arc::new(buffer));
+            st.counters.blocks_created += 1;
+        }
+        Ok(placed)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn oom(
+        &self,
+        st: &State,
+        pool: usize,
+        size: u64,
+        label: &str,
+        limit: Limit,
+        budget: Option<u64>,
+        retries: u32,
+    ) -> Error {
+        let p = &st.pools[pool];
+        let hint = match &limit {
+            Limit::Budget => {
+                "drop allocations you no longer need, call Arena::trim, or raise the budget"
+            }
+            Limit::PoolQuota(_) => "free allocations in this pool or raise its quota",
+            Limit::Device => "the device is full: lower the budget or free memory elsewhere",
+            Limit::MaxBufferSize => {
+                "split the data into several allocations no larger than the max buffer size"
+            }
+        };
+        Error::OutOfMemory(Box::new(OutOfMemory {
+            requested: size,
+            label: label.to_string(),
+            pool: p.name.clone(),
+            limit,
+            allocated: st.counters.allocated,
+            reserved: st.reserved(),
+            budget,
+            largest_free: p.largest_free(),
+            retries,
+            hint: hint.to_string(),
+        }))
+    }
+}

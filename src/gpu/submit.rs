@@ -1,0 +1,163 @@
+//! Submissions: every command buffer vramkit submits goes through [`Gpu::submit`], so that
+//! host code touching device-visible memory in place can exclude them for real.
+//!
+//! # Why a gate
+//! On CPU and integrated adapters arena blocks live in host-visible memory, and an upload
+//! may be one `memcpy` into the block instead of a staging copy. That is sound only while
+//! no GPU work touches those bytes. Checking "the queue is idle" and then writing is not
+//! enough: another thread can submit work between the check and the write. So every
+//! vramkit submission first counts itself under a shared (read) lock, and in-place host
+//! access ([`Gpu::exclusive_host_access`]) takes the write lock with `try_write`, then
+//! proves with the counters that nothing was submitted since the queue was found idle.
+//! Submitters hold the read lock only for the counter increment (never across
+//! `Queue::submit`, which runs wgpu callbacks), and the writer never blocks: it falls back
+//! to staging instead. So no thread ever waits on a lock of ours while foreign code runs.
+//!
+//! Work a host application submits through its own `wgpu::Queue` is not counted: a host
+//! app sharing its device must not submit work on vramkit allocations in host-visible
+//! blocks while another thread uploads into or downloads from the same bytes (or choose
+//! `BlockMemory::Device`, which turns the in-place path off).
+//!
+//! # GPU writes and host reads (the Vulkan memory model)
+//! A fence wait makes the *device's* accesses complete, not *available* to the host: a
+//! memory dependency with destination `HOST` / `HOST_READ` is needed before the host may
+//! read what the GPU wrote (Vulkan spec, "Host Access Types" and `vkWaitForFences`: "the
+//! access scope of a memory dependency defined by a fence only includes device access").
+//! wgpu-hal records one only for its own `MAP_READ` buffers. For memory vramkit maps
+//! itself ([`super::HostBuffer`]) [`Gpu::host_read_barrier`] records it in a command
+//! buffer of its own, submitted after the copies (a pipeline barrier's first scope is all
+//! earlier work in submission order, across command buffers). The other direction needs
+//! nothing: a queue submission makes earlier host writes to host-coherent memory visible
+//! to the device ("host write ordering guarantee").
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use super::Gpu;
+
+/// Counts vramkit's submissions and lets in-place host access exclude them.
+#[derive(Default)]
+pub(super) struct SubmitGate {
+    gate: RwLock<()>,
+    /// Submissions begun (counted before `Queue::submit`).
+    started: AtomicU64,
+    /// Submissions that have returned from `Queue::submit`.
+    finished: AtomicU64,
+}
+
+impl Gpu {
+    /// Submits `buffers` on the queue, counted by the gate in the module docs. Every
+    /// vramkit submission goes through here.
+    pub(crate) fn submit<I>(&self, buffers: I) -> wgpu::SubmissionIndex
+    where
+        I: IntoIterator<Item = wgpu::CommandBuffer>,
+    {
+        self.submit_counted(buffers).1
+    }
+
+    /// [`submit`](Self::submit), also returning the count of started submissions
+    /// including this one.
+    fn submit_counted<I>(&self, buffers: I) -> (u64, wgpu::SubmissionIndex)
+    where
+        I: IntoIterator<Item = wgpu::CommandBuffer>,
+    {
+        let gate = &self.inner.submits;
+        let mine = {
+            // `read_recursive`: a wgpu callback running inside a submit of this same
+            // thread may submit again; the lock is held for the increment only.
+            let _shared = gate.gate.read_recursive();
+            gate.started.fetch_add(1, Ordering::SeqCst) + 1
+        };
+        let index = self.inner.queue.submit(buffers);
+        gate.finished.fetch_add(1, Ordering::SeqCst);
+        (mine, index)
+    }
+
+    /// Runs `access` while no vramkit GPU work is in flight and none can be submitted, or
+    /// returns `None` at once when work is in flight or another thread holds the gate (the
+    /// caller then goes through staging). Before `access`, queued `write_buffer` data is
+    /// submitted and found complete, and, when `host_reads`, a `HOST_READ` barrier is the
+    /// last submitted work (see the module docs). Polls the device with no lock held.
+    pub(crate) fn exclusive_host_access<R>(
+        &self,
+        host_reads: bool,
+        access: impl FnOnce() -> R,
+    ) -> Option<R> {
+        let empty = |poll: std::result::Result<wgpu::PollStatus, _>| {
+            matches!(poll, Ok(wgpu::PollStatus::QueueEmpty))
+        };
+        let device = &self.inner.device;
+        if !empty(device.poll(wgpu::PollType::Poll)) {
+            return None;
+        }
+        // The flush carries pending `write_buffer` data (and the barrier) to the GPU.
+        let barrier = if host_reads {
+            self.host_read_barrier()
+        } else {
+            None
+        };
+        let (mine, flush) = self.submit_counted(barrier);
+        let gate = &self.inner.submits;
+        // Everything counted up to `mine` has returned from `Queue::submit` before this
+        // wait, so the wait covers it.
+        if gate.finished.load(Ordering::SeqCst) != mine {
+            return None;
+        }
+        if !empty(device.poll(wgpu::PollType::Wait {
+            submission_index: Some(flush),
+            timeout: None,
+        })) {
+            return None;
+        }
+        let _exclusive = gate.gate.try_write()?;
+        // Nothing was submitted since the flush: the queue is still idle, and any submitter
+        // now waits for the write lock until `access` is done.
+        if gate.started.load(Ordering::SeqCst) != mine {
+            return None;
+        }
+        Some(access())
+    }
+
+    /// A command buffer holding only a pipeline barrier that makes all earlier device
+    /// writes available and visible to host reads, on Vulkan; `None` elsewhere (vramkit
+    /// maps memory itself only on Vulkan; other backends read back through wgpu's own
+    /// mapped buffers, which wgpu synchronises). Submit it after the copies it covers.
+    pub(crate) fn host_read_barrier(&self) -> Option<wgpu::CommandBuffer> {
+        if self.inner.info.backend != wgpu::Backend::Vulkan {
+            return None;
+        }
+        let mut encoder =
+            self.inner
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit host-read barrier"),
+                });
+        // SAFETY: the encoder is used through the raw API only (wgpu-core forbids mixing
+        // the two on one encoder), records one barrier, is not ended here (wgpu ends it
+        // in `finish`) and its handle is not kept. The device handle is used only to
+        // record into that command buffer.
+        let recorded = unsafe {
+            let hal_device = self.inner.device.as_hal::<wgpu::hal::api::Vulkan>();
+            encoder.as_hal_mut::<wgpu::hal::api::Vulkan, _, _>(|raw| {
+                let (Some(raw), Some(hal_device)) = (raw, hal_device.as_ref()) else {
+                    return false;
+                };
+                let barrier = ash::vk::MemoryBarrier::default()
+                    .src_access_mask(ash::vk::AccessFlags::MEMORY_WRITE)
+                    .dst_access_mask(ash::vk::AccessFlags::HOST_READ);
+                hal_device.raw_device().cmd_pipeline_barrier(
+                    raw.raw_handle(),
+                    ash::vk::PipelineStageFlags::ALL_COMMANDS,
+                    ash::vk::PipelineStageFlags::HOST,
+                    ash::vk::DependencyFlags::empty(),
+                    &[barrier],
+                    &[],
+                    &[],
+                );
+                true
+            })
+        };
+        recorded.then(|| encoder.finish())
+    }
+}

@@ -1,0 +1,207 @@
+//! wgpu runs callbacks (`on_submitted_work_done`, `map_async`) inside `Device::poll` and
+//! `Queue::submit`, on the thread that called them. Application code in such a callback
+//! may drop, allocate, upload and read back through vramkit, and no vramkit call that polls
+//! or submits may then wait on a lock of its own. Each scenario runs on a thread with a
+//! deadline: a deadlock fails the test instead of hanging the suite. Every result is read
+//! back and checked against what the host wrote.
+
+mod common;
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{gpu, rng};
+use parking_lot::Mutex;
+use rand::Rng;
+use vramkit::kernels::Kernels;
+use vramkit::stream::{Downloader, Uploader};
+use vramkit::{Allocation, Arena, ArenaConfig};
+
+/// Runs `f` on its own thread and fails if it does not return within `secs` seconds.
+fn within(secs: u64, what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) => {}
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("{what} did not return within {secs} s: a vramkit lock waits on itself")
+        }
+        Err(RecvTimeoutError::Disconnected) => panic!("{what} panicked (see above)"),
+    }
+}
+
+/// An arena whose block memory is ordinary device buffers (so uploads go through staging
+/// and submit, the path that runs callbacks) or host-visible (the in-place path).
+fn arena(host_visible: bool) -> Arena {
+    let block_memory = if host_visible {
+        vramkit::arena::BlockMemory::Auto
+    } else {
+        vramkit::arena::BlockMemory::Device
+    };
+    Arena::new(
+        gpu(),
+        ArenaConfig {
+            block_memory,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// What a callback did, for the main thread to check afterwards.
+#[derive(Default)]
+struct Made {
+    allocations: Vec<(Allocation, Vec<u8>)>,
+    ran: usize,
+}
+
+/// A callback body: drops `victim`, allocates a new range, uploads random bytes into it
+/// and keeps both for the check.
+fn drop_alloc_upload(
+    arena: &Arena,
+    uploader: &Uploader,
+    victim: &Mutex<Option<Allocation>>,
+    made: &Mutex<Made>,
+    seed: u64,
+) {
+    drop(victim.lock().take());
+    let bytes: Vec<u8> = (0..4096u64).map(|i| (i * 31 + seed) as u8).collect();
+    let a = arena.alloc(4096, "from a callback").unwrap();
+    uploader.upload(&a, 0, &bytes).unwrap();
+    arena.maintain();
+    let mut made = made.lock();
+    made.allocations.push((a, bytes));
+    made.ran += 1;
+}
+
+fn check(downloader: &Downloader, made: &Mutex<Made>, expect_runs: usize) {
+    let made = made.lock();
+    assert_eq!(made.ran, expect_runs, "every callback ran");
+    for (a, bytes) in &made.allocations {
+        let got = downloader.download(a, 0, a.size()).unwrap();
+        assert_eq!(&got, bytes, "bytes uploaded from a callback");
+    }
+}
+
+/// The reproduction: a kernel in flight, frees pending, and a work-done callback
+/// that drops an allocation; `synchronize` (and `maintain`, `trim`) must return.
+#[test]
+fn synchronize_returns_when_a_work_done_callback_drops_and_allocates() {
+    for host_visible in [false, true] {
+        within(60, "Arena::synchronize", move || {
+            let arena = arena(host_visible);
+            let kernels = Kernels::new(&arena).unwrap();
+            let uploader = Arc::new(Uploader::new(gpu(), Default::default()));
+            let downloader = Downloader::new(gpu(), Default::default());
+            let made = Arc::new(Mutex::new(Made::default()));
+            let n = 1u64 << 20;
+            let x = arena.alloc(4 * n, "x").unwrap();
+            let mut pending: Vec<Allocation> = (0..8)
+                .map(|_| arena.alloc(1024, "pending").unwrap())
+                .collect();
+            for round in 0..3u64 {
+                let victim = Arc::new(Mutex::new(Some(arena.alloc(2048, "victim").unwrap())));
+                let mut batch = kernels.batch();
+                batch.fill(n, round as f32, &x).unwrap();
+                batch.submit().unwrap();
+                pending.pop(); // a free waiting for the kernel
+                let (arena2, uploader2, made2) = (arena.clone(), uploader.clone(), made.clone());
+                gpu().queue().on_submitted_work_done(move || {
+                    drop_alloc_upload(&arena2, &uploader2, &victim, &made2, round);
+                });
+                match round {
+                    0 => arena.synchronize().unwrap(),
+                    1 => {
+                        arena.maintain();
+                        arena.synchronize().unwrap();
+                    }
+                    _ => {
+                        arena.trim();
+                        arena.synchronize().unwrap();
+                    }
+                }
+            }
+            check(&downloader, &made, 3);
+            let got = downloader.download(&x, 0, 4 * n).unwrap();
+            let floats: &[f32] = bytemuck::cast_slice(&got);
+            assert!(floats.iter().all(|&v| v == 2.0), "the last fill landed");
+        });
+    }
+}
+
+/// A map callback of the application's own buffer frees and allocates while the arena's
+/// allocation path polls to reclaim frees.
+#[test]
+fn the_allocation_path_survives_map_callbacks_that_free_and_allocate() {
+    within(60, "Arena::alloc polling", || {
+        let arena = arena(false);
+        let uploader = Arc::new(Uploader::new(gpu(), Default::default()));
+        let downloader = Downloader::new(gpu(), Default::default());
+        let made = Arc::new(Mutex::new(Made::default()));
+        let mut r = rng();
+        let mut maps = 0;
+        for round in 0..20u64 {
+            let readback = gpu().device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("app readback"),
+                size: 256,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let victim = Arc::new(Mutex::new(Some(arena.alloc(512, "victim").unwrap())));
+            let (arena2, uploader2, made2) = (arena.clone(), uploader.clone(), made.clone());
+            let keep = readback.clone();
+            readback.map_async(wgpu::MapMode::Read, .., move |result| {
+                result.unwrap();
+                drop_alloc_upload(&arena2, &uploader2, &victim, &made2, round);
+                keep.unmap();
+            });
+            maps += 1;
+            // Allocations and frees until the path polls (every `poll_interval`).
+            let live: Vec<Allocation> = (0..r.gen_range(70..140))
+                .map(|_| arena.alloc(r.gen_range(1..64) * 256, "churn").unwrap())
+                .collect();
+            drop(live);
+        }
+        arena.synchronize().unwrap();
+        check(&downloader, &made, maps);
+    });
+}
+
+/// A callback reads back with the downloader while the main thread downloads (the
+/// downloader waits for the GPU inside `download`), and times work with `Gpu::time`
+/// while the main thread does too.
+#[test]
+fn downloads_and_timings_from_callbacks_do_not_wait_on_themselves() {
+    within(60, "Downloader::download and Gpu::time", || {
+        let arena = arena(false);
+        let uploader = Uploader::new(gpu(), Default::default());
+        let downloader = Arc::new(Downloader::new(gpu(), Default::default()));
+        let mut r = rng();
+        let data: Vec<u8> = (0..(3 << 20)).map(|_| r.gen()).collect();
+        let a = Arc::new(arena.alloc(data.len() as u64, "data").unwrap());
+        uploader.upload(&a, 0, &data).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for _ in 0..4 {
+            let (d2, a2, seen2) = (downloader.clone(), a.clone(), seen.clone());
+            gpu().queue().on_submitted_work_done(move || {
+                let got = d2.download(&a2, 1000, 5000).unwrap();
+                let t = gpu().time(|_| {}).unwrap();
+                seen2.lock().push((got, t.seconds >= 0.0));
+            });
+            let got = downloader.download(&a, 0, data.len() as u64).unwrap();
+            assert!(got == data, "main-thread download");
+            gpu().time(|_| {}).unwrap();
+        }
+        gpu().wait_idle().unwrap();
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 4, "every callback ran");
+        for (got, timed) in seen.iter() {
+            assert_eq!(&got[..], &data[1000..6000], "callback download");
+            assert!(timed);
+        }
+    });
+}
