@@ -44,30 +44,59 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let want = alpha * x[i] + y[i];
         worst = worst.max((got[i] - want).abs() / want.abs().max(1.0));
     }
-    let ok = worst < 1e-6;
-    println!(
-        "axpy: {n} elements, alpha {alpha:.4}, max relative error {worst:.2e} -> {}",
-        if ok { "OK" } else { "WRONG" }
+    let mut failures = Vec::new();
+    let mut report = |what: String, ok: bool| {
+        println!("{what} -> {}", if ok { "OK" } else { "WRONG" });
+        if !ok {
+            failures.push(what);
+        }
+    };
+    report(
+        format!("axpy: {n} elements, alpha {alpha:.4}, max relative error {worst:.2e}"),
+        worst < 1e-6,
     );
 
-    // A hot loop: temporaries allocated and dropped every iteration reuse the same blocks.
+    // sum(y) on the GPU against a CPU sum in f64.
+    let total = arena.alloc_typed::<f32>(1, "total")?;
+    let mut batch = kernels.batch();
+    batch.reduce(vramkit::kernels::Reduce::Sum, n as u64, &ya, &total)?;
+    batch.submit()?;
+    let gpu_sum = readback::read_as::<f32>(&gpu, total.buffer(), total.offset(), 1)?[0];
+    let cpu_sum: f64 = got.iter().map(|&v| v as f64).sum();
+    let err = (gpu_sum as f64 - cpu_sum).abs() / cpu_sum.abs().max(1.0);
+    report(
+        format!("sum: GPU {gpu_sum:.3}, CPU {cpu_sum:.3}, relative error {err:.2e}"),
+        err < 1e-4,
+    );
+
+    // A hot loop: temporaries allocated and dropped every iteration reuse the same blocks;
+    // each fills its range with the iteration number, and every tenth is read back.
     let before = arena.stats().blocks_created;
-    for _ in 0..1000 {
+    let mut loop_ok = true;
+    for i in 0..1000 {
         let t = arena.alloc_typed::<f32>(4096, "loop temp")?;
         let mut b = kernels.batch();
-        b.fill(4096, 1.0, &t)?;
+        b.fill(4096, i as f32, &t)?;
         b.submit()?;
+        if i % 10 == 0 {
+            let back = readback::read_as::<f32>(&gpu, t.buffer(), t.offset(), 4096)?;
+            loop_ok &= back.iter().all(|&v| v == i as f32);
+        }
     }
     arena.synchronize()?;
+    report(
+        "hot loop: every checked fill holds its own value".into(),
+        loop_ok,
+    );
     println!(
         "hot loop: 1000 iterations, {} new wgpu buffers",
         arena.stats().blocks_created - before
     );
-    drop((xa, ya));
+    drop((xa, ya, total));
     arena.synchronize()?;
     println!("{}", arena.summary());
-    if !ok {
-        return Err("axpy result does not match the CPU".into());
+    if !failures.is_empty() {
+        return Err(format!("results that do not match the CPU: {failures:?}").into());
     }
     Ok(())
 }

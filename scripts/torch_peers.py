@@ -8,21 +8,29 @@ import time
 import torch
 
 
-def bench(fn, warmup=3, reps=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
+def bench(fn, calls=30, batches=3):
+    """Seconds per call: the same statistic as vramkit's `bench` (examples/support/
+    bench_gpu.rs): one warm-up batch, then the best of `batches` batches of `calls`
+    back-to-back calls, each batch timed from its first launch to its completion.
+    Transfers use calls=1, batches=5 (vramkit's stream suite: best of 5 single calls)."""
+
+    def batch(n):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
         start.record()
-        fn()
+        for _ in range(n):
+            fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+        return start.elapsed_time(end) / 1e3
+
+    batch(calls)
+    return min(batch(calls) for _ in range(batches)) / calls
+
+
+def transfer(fn):
+    return bench(fn, calls=1, batches=5)
 
 
 def main():
@@ -32,17 +40,17 @@ def main():
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     host.random_(0, 255)
     gpu = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    t = bench(lambda: gpu.copy_(host, non_blocking=True))
+    t = transfer(lambda: gpu.copy_(host, non_blocking=True))
     print(f"torch_pinned_h2d_gbps: {nbytes / t / 1e9:.2f}")
-    t = bench(lambda: host.copy_(gpu, non_blocking=True))
+    t = transfer(lambda: host.copy_(gpu, non_blocking=True))
     print(f"torch_pinned_d2h_gbps: {nbytes / t / 1e9:.2f}")
     # Pageable (ordinary) host memory: the CUDA driver stages through pinned buffers of its
     # own, as vramkit's upload(&[u8]) and download_into(&mut [u8]) do.
     pageable = torch.empty(nbytes, dtype=torch.uint8)
     pageable.random_(0, 255)
-    t = bench(lambda: gpu.copy_(pageable))
+    t = transfer(lambda: gpu.copy_(pageable))
     print(f"torch_pageable_h2d_gbps: {nbytes / t / 1e9:.2f}")
-    t = bench(lambda: pageable.copy_(gpu))
+    t = transfer(lambda: pageable.copy_(gpu))
     print(f"torch_pageable_d2h_gbps: {nbytes / t / 1e9:.2f}")
     del pageable
     other = torch.empty_like(gpu)
@@ -84,7 +92,7 @@ def main():
     m = 4096
     a = torch.randn(m, m, device=dev)
     b = torch.randn(m, m, device=dev)
-    t = bench(lambda: a @ b, reps=10)
+    t = bench(lambda: a @ b, calls=10)
     print(f"torch_matmul_fp32_tflops: {2 * m ** 3 / t / 1e12:.1f}")
     del a, b
 

@@ -71,14 +71,16 @@ fn embeds_a_device_the_host_owns() {
     let (device, queue) =
         pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default())).unwrap();
     let host_limits = device.limits();
+    let host_features = device.features();
     let embedded = Gpu::from_wgpu(device, queue);
     assert_eq!(
         embedded.limits().max_storage_buffer_binding_size,
         host_limits.max_storage_buffer_binding_size
     );
+    // Exactly what the host enabled (none of vramkit's optional features were asked for).
+    assert_eq!(embedded.features(), host_features);
     assert!(
-        embedded.features().is_empty()
-            || embedded.features() == wgpu::Features::empty() | embedded.features()
+        !embedded.has(wgpu::Features::SUBGROUP) || host_features.contains(wgpu::Features::SUBGROUP)
     );
     // vramkit works on it: a kernel through an arena on the host's device.
     let arena = Arena::new(&embedded, Default::default()).unwrap();
