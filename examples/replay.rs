@@ -195,6 +195,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  ({} allocations failed)", r.failures);
         }
     }
+    println!("(policy rows' ns/op include building each block's sub-allocator; the one-block rows build it before the clock)");
     println!("events: {}", good.events);
     println!("peak_allocated_bytes: {}", good.peak_allocated);
     println!("peak_reserved_bytes: {}", good.peak_reserved);
@@ -213,10 +214,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "speed_vs_offset_allocator: {:.3}",
         offset_raw.ns_per_op / good_raw.ns_per_op
     );
+    // No policy speed ratio: the policy rows build a sub-allocator for every block inside
+    // the timed loop, and offset-allocator's constructor fills 128 Ki nodes, so such a
+    // ratio would measure constructors. Speed is compared on the one-block rows.
     println!("policy_ns_per_op: {:.2}", good.ns_per_op);
-    println!(
-        "policy_speed_vs_offset_allocator: {:.3}",
-        offset.ns_per_op / good.ns_per_op
-    );
     Ok(())
 }

@@ -78,9 +78,20 @@ fn drop_alloc_upload(
     made.ran += 1;
 }
 
+/// Waits (polling) until `done()`: a callback may be running on another test's thread,
+/// which collected it in its own poll, when this thread's wait returns.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        gpu().poll();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn check(downloader: &Downloader, made: &Mutex<Made>, expect_runs: usize) {
+    eventually("every callback ran", || made.lock().ran == expect_runs);
     let made = made.lock();
-    assert_eq!(made.ran, expect_runs, "every callback ran");
     for (a, bytes) in &made.allocations {
         let got = downloader.download(a, 0, a.size()).unwrap();
         assert_eq!(&got, bytes, "bytes uploaded from a callback");
@@ -197,8 +208,8 @@ fn downloads_and_timings_from_callbacks_do_not_wait_on_themselves() {
             gpu().time(|_| {}).unwrap();
         }
         gpu().wait_idle().unwrap();
+        eventually("every callback ran", || seen.lock().len() == 4);
         let seen = seen.lock();
-        assert_eq!(seen.len(), 4, "every callback ran");
         for (got, timed) in seen.iter() {
             assert_eq!(&got[..], &data[1000..6000], "callback download");
             assert!(timed);

@@ -3,25 +3,33 @@
 //! The sources live in the crate's `shaders/` folder. [`ALL`] lists them so one test can
 //! prove each portable to every backend ([`check`]).
 //!
-//! # Bounds checks
-//! wgpu injects a bounds check into every array access unless a shader module is created
-//! "trusted". The hot kernels below are compiled with bounds checks off (only those: loop
-//! bounding and the integer-division guards stay on, so a spin loop or a zero divisor can
-//! never become undefined behaviour), each for a stated reason:
+//! # Runtime checks
+//! wgpu injects a bounds check into every array access and a counter into every loop (so
+//! that a loop the compiler cannot prove finite cannot become undefined behaviour) unless
+//! a shader module is created "trusted". The hot kernels below are compiled with bounds
+//! checks and loop bounding off; the integer-division guards stay on everywhere. Each is
+//! trusted for a stated reason:
 //! - **matmul** (f32, f16 packed, f16 native): the tiles `As`/`Bs` are indexed by
 //!   `kk * 32 + slot` with `kk < BK` and `slot < 32` fixed by the loop bounds and the
 //!   workgroup size; every load of `a`/`b` is behind `ar < m`, `ak + i < k`, `bk < k`,
 //!   `bc + i < n`, every store of `c` behind `r < m`, `col + j < n`, and the host checks
-//!   that `m x k`, `k x n` and `m x n` elements fit the bound allocations.
+//!   that `m x k`, `k x n` and `m x n` elements fit the bound allocations. Every loop
+//!   counts up to a constant or to `k` by `BK`.
 //! - **transpose**: the 32 x 33 tile is indexed by `(lid.y + j) * 33 + lid.x` with
 //!   `lid.x < 32`, `lid.y + j < 32` (at most 1054 of 1056); loads and stores are behind
-//!   `r < rows && c < cols` and the host checks `rows x cols` elements fit.
+//!   `r < rows && c < cols` and the host checks `rows x cols` elements fit. Its loops run
+//!   four times.
 //! - **scan** (u32, f32; portable and subgroup): tile elements are read and written behind
 //!   `i < params.n`, which the host checks against both allocations; the look-back state
 //!   is indexed by tile numbers below the tile count the host sized it for; workgroup
-//!   arrays are indexed by local ids and subgroup ranks below the workgroup size.
+//!   arrays are indexed by local ids and subgroup ranks below the workgroup size. The
+//!   look-back loop is finite: each round moves `j` down by at least one tile or counts a
+//!   stall, and after `SPINS` stalls the workgroup reduces tile `j` itself and moves down
+//!   one, so it ends by tile 0 after at most `tile x (SPINS + 1)` rounds; the claim loop
+//!   takes at most `CLAIMS` tiles. (Loop bounding cost the scan 40 % on the H100.)
 //!
-//! The measured cost of the checks is in BENCHMARKS.md (kernel suite, "bounds checks").
+//! `VRAMKIT_SHADER_CHECKS=all` (or `bounds`, `loops`) turns those checks back on for every
+//! shader, to measure what they cost; BENCHMARKS.md has the figures.
 
 pub mod check;
 
@@ -42,13 +50,12 @@ pub struct Shader {
     pub source: &'static str,
     /// Features the device must have to use it.
     pub requires: wgpu::Features,
-    /// Compiled without wgpu's injected bounds checks (`bounds_checks: false`; loop
-    /// bounding and integer-division checks stay on). Only for shaders whose every
-    /// workgroup and local array index is in range by construction and whose every storage
-    /// access is guarded against the sizes the host validated; storage buffers stay
-    /// protected by the backend's robust buffer access where it has one. Which shaders and
-    /// why: see "Bounds checks" in the module docs. `VRAMKIT_SHADER_BOUNDS_CHECKS=1` turns
-    /// the checks back on for every shader (to measure what they cost).
+    /// Compiled without wgpu's injected bounds checks and loop bounding (integer-division
+    /// checks stay on). Only for shaders whose every array index is in range by
+    /// construction or guarded against sizes the host validated, and whose every loop is
+    /// finite by construction; storage buffers stay protected by the backend's robust
+    /// buffer access where it has one. Which shaders and why: "Runtime checks" in the
+    /// module docs.
     pub unchecked: bool,
 }
 
@@ -291,14 +298,16 @@ impl PipelineCache {
                             label: Some(shader.name),
                             source: wgpu::ShaderSource::Wgsl(shader.source.into()),
                         };
-                        if shader.unchecked && !bounds_checks_forced() {
-                            // SAFETY: only bounds checks are off; these shaders index
-                            // workgroup and local arrays within their sizes by
-                            // construction and guard every storage access against
-                            // host-validated sizes (module docs, per shader); their
-                            // tests run on random shapes.
+                        if shader.unchecked {
+                            // SAFETY: integer-division checks stay on; these shaders index
+                            // every array within its size by construction or behind
+                            // host-validated sizes, and every loop is finite by
+                            // construction (module docs, per shader); their tests run on
+                            // random shapes.
+                            let (bounds_checks, force_loop_bounding) = forced_checks();
                             let checks = wgpu::ShaderRuntimeChecks {
-                                bounds_checks: false,
+                                bounds_checks,
+                                force_loop_bounding,
                                 ..wgpu::ShaderRuntimeChecks::checked()
                             };
                             unsafe { device.create_shader_module_trusted(desc, checks) }
@@ -339,8 +348,14 @@ impl PipelineCache {
     }
 }
 
-/// `VRAMKIT_SHADER_BOUNDS_CHECKS=1`: compile every shader with bounds checks.
-fn bounds_checks_forced() -> bool {
-    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| std::env::var("VRAMKIT_SHADER_BOUNDS_CHECKS").is_ok_and(|v| v == "1"))
+/// (bounds checks, loop bounding) that `VRAMKIT_SHADER_CHECKS` turns back on for trusted
+/// shaders: `all`, `bounds` or `loops`; neither when unset.
+fn forced_checks() -> (bool, bool) {
+    static FORCED: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var("VRAMKIT_SHADER_CHECKS").as_deref() {
+        Ok("all") => (true, true),
+        Ok("bounds") => (true, false),
+        Ok("loops") => (false, true),
+        _ => (false, false),
+    })
 }
