@@ -4,7 +4,12 @@
 //
 // Like elementwise.wgsl this file has no `Elem`: vramkit compiles it with
 // `alias Elem = vec4<f32>;` (16-byte loads; n, cols and base count vec4s) and with
-// `alias Elem = f32;`, each prefix also defining `widen(v, fill) -> vec4<f32>`. The prefix
+// `alias Elem = f32;`, each prefix also defining `Bits` (the same shape in u32) and
+// `widen(v, fill) -> vec4<f32>`.
+//
+// NaN propagates, as in PyTorch: max and min of anything with a NaN are NaN (WGSL's max
+// and min may return either operand). The test is on the bits, which no compiler may
+// fold away, and the identities are -inf and +inf, so max of -inf values is -inf. The prefix
 // also brings the workgroup combine, `Ids` and `workgroup_combine(op, v, ids)`: from
 // reduce_workgroup.wgsl (a tree in workgroup memory, portable) or reduce_subgroup.wgsl
 // (subgroup operations, where the adapter has them).
@@ -34,24 +39,31 @@ const WG: u32 = 256u;
 
 fn identity(op: u32) -> f32 {
     switch op {
-        case 1u: { return -3.40282347e+38; }
-        case 2u: { return 3.40282347e+38; }
+        case 1u: { return bitcast<f32>(0xff800000u); } // -inf
+        case 2u: { return bitcast<f32>(0x7f800000u); } // +inf
         default: { return 0.0; }
     }
 }
 
 fn combine(op: u32, a: Elem, b: Elem) -> Elem {
+    // Per lane: a or b is a NaN (exponent all ones, mantissa not zero); a + b is then NaN.
+    let nan = ((bitcast<Bits>(a) & Bits(0x7fffffffu)) > Bits(0x7f800000u))
+        | ((bitcast<Bits>(b) & Bits(0x7fffffffu)) > Bits(0x7f800000u));
     switch op {
-        case 1u: { return max(a, b); }
-        case 2u: { return min(a, b); }
+        case 1u: { return select(max(a, b), a + b, nan); }
+        case 2u: { return select(min(a, b), a + b, nan); }
         default: { return a + b; }
     }
 }
 
+fn is_nan1(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
 fn combine1(op: u32, a: f32, b: f32) -> f32 {
     switch op {
-        case 1u: { return max(a, b); }
-        case 2u: { return min(a, b); }
+        case 1u: { return select(max(a, b), a + b, is_nan1(a) || is_nan1(b)); }
+        case 2u: { return select(min(a, b), a + b, is_nan1(a) || is_nan1(b)); }
         default: { return a + b; }
     }
 }

@@ -21,6 +21,10 @@ fn workgroup_combine(op: u32, v: f32, ids: Ids) -> f32 {
         case 2u: { s = subgroupMin(v); }
         default: { s = subgroupAdd(v); }
     }
+    // subgroupMax/Min may drop a NaN lane: NaN propagates as in combine1.
+    if op != 0u && subgroupAny(is_nan1(v)) {
+        s = bitcast<f32>(0x7fc00000u);
+    }
     if ids.lane == 0u {
         partial[ids.subgroup] = s;
     }

@@ -252,6 +252,57 @@ fn whole_array_reductions_match_the_cpu() {
     }
 }
 
+/// NaN propagates through max, min, sum and mean (as in PyTorch), wherever it sits: in a
+/// vec4 body lane, the scalar tail, another workgroup's segment; and max of all -inf is
+/// -inf (the identity is not -FLT_MAX).
+#[test]
+fn reductions_propagate_nan_and_keep_infinities() {
+    use rand::Rng;
+    use vramkit::kernels::Reduce;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    let ops = [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean];
+    for kernels in variants(&arena) {
+        for n in [1usize, 3, 7, 256, 1027, 100_003] {
+            let mut x = random_f32(&mut r, n);
+            let at = r.gen_range(0..n);
+            x[at] = f32::NAN;
+            let xa = upload(&arena, &x, "x");
+            let outs: Vec<_> = (0..4).map(|_| upload(&arena, &[0.0], "out")).collect();
+            let rows_out = upload(&arena, &[0.0], "row out");
+            let mut batch = kernels.batch();
+            for (op, out) in ops.iter().zip(&outs) {
+                batch.reduce(*op, n as u64, &xa, out).unwrap();
+            }
+            batch
+                .reduce_rows(Reduce::Max, 1, n as u64, &xa, &rows_out)
+                .unwrap();
+            batch.submit().unwrap();
+            for (op, out) in ops.iter().zip(outs.iter().chain([&rows_out])) {
+                let got =
+                    readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
+                assert!(
+                    got.is_nan(),
+                    "{op:?} of {n} elements with a NaN at {at} gave {got} ({:?})",
+                    kernels.options()
+                );
+            }
+        }
+        for (value, op, want) in [
+            (f32::NEG_INFINITY, Reduce::Max, f32::NEG_INFINITY),
+            (f32::INFINITY, Reduce::Min, f32::INFINITY),
+        ] {
+            let xa = upload(&arena, &[value; 1000], "infinities");
+            let out = upload(&arena, &[0.0], "out");
+            let mut batch = kernels.batch();
+            batch.reduce(op, 1000, &xa, &out).unwrap();
+            batch.submit().unwrap();
+            let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
+            assert_eq!(got, want, "{op:?} of {value}");
+        }
+    }
+}
+
 #[test]
 fn row_reductions_match_the_cpu() {
     use vramkit::kernels::Reduce;

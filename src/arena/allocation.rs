@@ -77,6 +77,28 @@ impl Allocation {
         self.size
     }
 
+    /// The GPU context of the arena this range belongs to.
+    pub fn gpu(&self) -> &crate::Gpu {
+        &self.shared.gpu
+    }
+
+    /// Fails unless this allocation lives on `gpu`'s device ([`crate::Gpu::same_device`]);
+    /// `what` names the call for the message.
+    pub(crate) fn check_device(&self, gpu: &crate::Gpu, what: &str) -> crate::Result<()> {
+        if self.shared.gpu.same_device(gpu) {
+            return Ok(());
+        }
+        Err(crate::Error::invalid(
+            format!(
+                "{what}: allocation '{}' belongs to another device than this call's ({})",
+                &**self.label,
+                gpu.info().name
+            ),
+            "use allocations of an arena on the same Gpu (clone the Gpu rather than wrapping \
+             one device twice); move data between devices through host memory",
+        ))
+    }
+
     /// The label given at allocation.
     pub fn label(&self) -> &str {
         &self.label

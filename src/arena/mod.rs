@@ -56,9 +56,12 @@ use state::{Completion, Pool, State, MAX_SPARES};
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
 const SEAL_BATCH: usize = 64;
 
-/// Names a pool of an [`Arena`].
+/// Names a pool of one [`Arena`]; another arena refuses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PoolId(usize);
+pub struct PoolId {
+    arena: u64,
+    index: usize,
+}
 
 /// A sub-allocating GPU buffer arena. Cheap to clone (all clones share one arena), `Send`
 /// and `Sync`.
@@ -88,6 +91,8 @@ struct Front {
 
 pub(crate) struct Shared {
     gpu: Gpu,
+    /// Unique per arena: ties its [`PoolId`]s to it.
+    id: u64,
     config: ArenaConfig,
     budget: Option<u64>,
     default_policy: BlockPolicy,
@@ -130,8 +135,10 @@ impl Arena {
             .policy
             .clone()
             .unwrap_or_else(|| BlockPolicy::for_max_binding(max_binding));
+        static NEXT_ARENA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let shared = Arc::new(Shared {
             gpu: gpu.clone(),
+            id: NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             budget,
             default_policy,
             state: Mutex::new(State::new()),
@@ -158,12 +165,20 @@ impl Arena {
 
     /// The default pool.
     pub fn default_pool(&self) -> PoolId {
-        PoolId(0)
+        self.pool_id(0)
+    }
+
+    fn pool_id(&self, index: usize) -> PoolId {
+        PoolId {
+            arena: self.shared().id,
+            index,
+        }
     }
 
     /// Adds a named pool with its own buffers, usage flags and quota.
     pub fn add_pool(&self, name: &str, config: PoolConfig) -> Result<PoolId> {
         let shared = self.shared();
+        check_pool_usage(&shared.gpu, name, config.usage)?;
         let mut st = shared.state.lock();
         if st.pools.iter().any(|p| p.name == name) {
             return Err(Error::invalid(
@@ -191,7 +206,9 @@ impl Arena {
             buffers: Vec::new(),
             alignment,
         });
-        Ok(PoolId(st.pools.len() - 1))
+        let index = st.pools.len() - 1;
+        drop(st);
+        Ok(self.pool_id(index))
     }
 
     /// Looks a pool up by name.
@@ -202,12 +219,12 @@ impl Arena {
             .pools
             .iter()
             .position(|p| p.name == name)
-            .map(PoolId)
+            .map(|i| self.pool_id(i))
     }
 
     /// Allocates `size` bytes in the default pool.
     pub fn alloc(&self, size: u64, label: &str) -> Result<Allocation> {
-        self.alloc_in(PoolId(0), size, label)
+        self.alloc_in(self.default_pool(), size, label)
     }
 
     /// Allocates room for `len` elements of `T` in the default pool.
@@ -227,7 +244,13 @@ impl Arena {
     /// empty blocks, then waits for in-flight frees, and only then returns
     /// [`Error::OutOfMemory`]; the arena stays usable either way.
     pub fn alloc_in(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
-        self.shared().alloc(pool.0, size, label)
+        if pool.arena != self.shared().id {
+            return Err(Error::invalid(
+                format!("pool #{} belongs to another arena", pool.index),
+                "use a PoolId returned by this arena's add_pool, pool or default_pool",
+            ));
+        }
+        self.shared().alloc(pool.index, size, label)
     }
 
     /// Polls the device (without blocking) and makes the frees the GPU has finished with
@@ -292,6 +315,34 @@ impl Arena {
     pub fn budget(&self) -> Option<u64> {
         self.shared().budget
     }
+}
+
+/// WebGPU's rules for buffer usage, checked before any block is created, so that a bad
+/// pool is an error at `add_pool` and not a "device full" at the first allocation.
+fn check_pool_usage(gpu: &Gpu, name: &str, usage: wgpu::BufferUsages) -> Result<()> {
+    use wgpu::BufferUsages as U;
+    if usage.is_empty() {
+        return Err(Error::invalid(
+            format!("pool '{name}' has no buffer usage"),
+            "give it the usages its allocations need, e.g. STORAGE | COPY_DST | COPY_SRC",
+        ));
+    }
+    if !gpu.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
+        for (map, partner) in [(U::MAP_READ, U::COPY_DST), (U::MAP_WRITE, U::COPY_SRC)] {
+            if usage.contains(map) && !(usage - map - partner).is_empty() {
+                return Err(Error::invalid(
+                    format!(
+                        "pool '{name}' asks for {usage:?}: {map:?} combines only with {partner:?}"
+                    ),
+                    format!(
+                        "use a pool of {map:?} | {partner:?} for readback or staging, and another \
+                         for kernels"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Shared {

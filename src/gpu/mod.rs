@@ -71,6 +71,9 @@ struct GpuInner {
     timer: timer::TimerState,
     device_memory: Option<u64>,
     submits: submit::SubmitGate,
+    /// Unique per context built (clones share it): wgpu compares devices and buffers by
+    /// ids that repeat across instances, so two `Gpu`s' buffers can compare equal.
+    id: u64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -165,8 +168,22 @@ impl Gpu {
                 timer: timer::TimerState::default(),
                 device_memory,
                 submits: submit::SubmitGate::default(),
+                id: {
+                    static NEXT: std::sync::atomic::AtomicU64 =
+                        std::sync::atomic::AtomicU64::new(1);
+                    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                },
             }),
         }
+    }
+
+    /// True when `other` is this context or a clone of it. Allocations, pools and views
+    /// are checked with this at every vramkit entry point: wgpu ids repeat across
+    /// instances, so a buffer of another device can name a buffer of this one. Wrap a host
+    /// device once ([`from_wgpu`](Self::from_wgpu)) and clone the `Gpu`: two wrappers of
+    /// the same device count as different devices.
+    pub fn same_device(&self, other: &Gpu) -> bool {
+        self.inner.id == other.inner.id
     }
 
     /// The wgpu device.

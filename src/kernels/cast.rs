@@ -3,7 +3,7 @@
 //! WGSL's `array<f16>` and of `half::f16` slices. The casts convert with
 //! `pack2x16float` / `unpack2x16float` on every adapter (no feature needed).
 
-use super::{check_count, check_len, grid, Batch, Bindings, Bound, Params, WORKGROUP};
+use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, Params, WORKGROUP};
 use crate::arena::Allocation;
 use crate::{shaders, Result};
 
@@ -16,8 +16,15 @@ impl<'a> Batch<'a> {
         f16s: &'a Allocation,
     ) -> Result<()> {
         check_count(n, entry)?;
-        check_len(f32s, n, 4, "f32 array")?;
-        check_len(f16s, n, 2, "f16 array")?;
+        self.check_len(f32s, n, 4, "f32 array")?;
+        self.check_len(f16s, n, 2, "f16 array")?;
+        // Halves and floats have different strides: no cast can run in place.
+        let (input, output) = if entry == "to_f16" {
+            (f32s, f16s)
+        } else {
+            (f16s, f32s)
+        };
+        check_no_overlap(input, output, false, entry)?;
         if n == 0 {
             return Ok(());
         }

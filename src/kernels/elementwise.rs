@@ -4,7 +4,7 @@
 //! Each runs as a vec4 body (16-byte loads and stores) plus a scalar tail for the last
 //! `n % 4` elements, both on the same bind group.
 
-use super::{check_count, check_f32, grid, Batch, Bindings, Bound, Params, WORKGROUP};
+use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, Params, WORKGROUP};
 use crate::arena::Allocation;
 use crate::{shaders, Result};
 
@@ -100,9 +100,12 @@ impl<'a> Batch<'a> {
     fn elementwise(&mut self, n: u64, call: Call<'_>) -> Result<()> {
         check_count(n, call.entry)?;
         for (a, name) in call.inputs.iter().zip(["x", "y"]) {
-            check_f32(a, n, name)?;
+            self.check_f32(a, n, name)?;
         }
-        check_f32(call.out, n, "output")?;
+        self.check_f32(call.out, n, "output")?;
+        for a in call.inputs {
+            check_no_overlap(a, call.out, true, call.entry)?;
+        }
         if n == 0 {
             return Ok(());
         }

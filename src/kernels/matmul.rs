@@ -1,6 +1,6 @@
 //! Matrix products (`shaders/matmul.wgsl`): f32, and f16 inputs with f32 accumulation.
 
-use super::{check_f32, check_len, overlaps, shape, Batch, Bindings, Bound, Params};
+use super::{check_no_overlap, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -49,15 +49,11 @@ impl<'a> Batch<'a> {
             MatmulInput::F32 => 4,
             MatmulInput::F16 => 2,
         };
-        check_len(a, shape(m, k, "matmul input a")?, elem, "a")?;
-        check_len(b, shape(k, n, "matmul input b")?, elem, "b")?;
-        check_f32(c, shape(m, n, "matmul output c")?, "c")?;
-        if overlaps(a, c) || overlaps(b, c) {
-            return Err(Error::invalid(
-                "a matmul whose output overlaps an input",
-                "write c to its own allocation",
-            ));
-        }
+        self.check_len(a, shape(m, k, "matmul input a")?, elem, "a")?;
+        self.check_len(b, shape(k, n, "matmul input b")?, elem, "b")?;
+        self.check_f32(c, shape(m, n, "matmul output c")?, "c")?;
+        check_no_overlap(a, c, false, "matmul")?;
+        check_no_overlap(b, c, false, "matmul")?;
         let (gx, gy) = (n.div_ceil(TILE), m.div_ceil(TILE));
         let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
         if gx > max || gy > max {

@@ -218,6 +218,42 @@ impl Kernels {
             },
             count: None,
         };
+        // Downlevel devices (WebGL2 limits: no storage buffers in compute) refuse this
+        // layout: a typed error, not a panic in wgpu's uncaptured-error handler.
+        let (layout, pipeline_layout) = gpu
+            .scoped("creating the kernels' bind group layout", || {
+                Self::layouts(device, storage)
+            })
+            .map_err(|e| {
+                Error::invalid(
+                    format!("this device cannot run vramkit's kernels: {e}"),
+                    "kernels need compute shaders with 4 storage buffers per stage; use an \
+                     adapter with full WebGPU limits",
+                )
+            })?;
+        let stride = (gpu.limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
+        Ok(Kernels {
+            arena: arena.clone(),
+            params,
+            stride,
+            subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
+            native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
+            shared: Arc::new(Shared {
+                layout,
+                pipeline_layout,
+                cache: Mutex::new(BindCache {
+                    released: 0,
+                    groups: HashMap::new(),
+                }),
+            }),
+        })
+    }
+
+    /// The shared bind group layout (parameters, `x`, `y`, `z`) and its pipeline layout.
+    fn layouts(
+        device: &wgpu::Device,
+        storage: impl Fn(u32) -> wgpu::BindGroupLayoutEntry,
+    ) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("vramkit kernels"),
             entries: &[
@@ -241,22 +277,7 @@ impl Kernels {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let stride = (gpu.limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
-        Ok(Kernels {
-            arena: arena.clone(),
-            params,
-            stride,
-            subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
-            native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
-            shared: Arc::new(Shared {
-                layout,
-                pipeline_layout,
-                cache: Mutex::new(BindCache {
-                    released: 0,
-                    groups: HashMap::new(),
-                }),
-            }),
-        })
+        (layout, pipeline_layout)
     }
 
     /// The arena.
@@ -391,26 +412,6 @@ pub struct Batch<'a> {
     _borrows: PhantomData<&'a Allocation>,
 }
 
-/// Fails unless `a` holds `n` elements of `elem_bytes` each (f16 counts round up to words).
-fn check_len(a: &Allocation, n: u64, elem_bytes: u64, name: &str) -> Result<()> {
-    let need = (n * elem_bytes).next_multiple_of(4);
-    if need > a.size() {
-        return Err(Error::invalid(
-            format!(
-                "{name} ('{}') holds {} elements of {elem_bytes} bytes, the kernel needs {n}",
-                a.label(),
-                a.size() / elem_bytes
-            ),
-            format!("allocate at least {need} bytes"),
-        ));
-    }
-    Ok(())
-}
-
-fn check_f32(a: &Allocation, n: u64, name: &str) -> Result<()> {
-    check_len(a, n, 4, name)
-}
-
 /// Fails when `n` elements cannot be indexed with 32-bit invocation indices.
 fn check_count(n: u64, what: &str) -> Result<()> {
     if n > u32::MAX as u64 {
@@ -448,7 +449,84 @@ fn overlaps(a: &Allocation, b: &Allocation) -> bool {
         && b.offset() < a.offset() + a.size()
 }
 
+/// Fails when output `out` shares bytes with input `x` (`what` names the kernel). With
+/// `in_place`, the very same range is allowed: kernels whose every invocation reads an
+/// element before writing that same element (elementwise maps, row softmax) work in
+/// place; any other overlap would let one invocation overwrite what another still reads.
+fn check_no_overlap(x: &Allocation, out: &Allocation, in_place: bool, what: &str) -> Result<()> {
+    if !overlaps(x, out) || (in_place && x.offset() == out.offset()) {
+        return Ok(());
+    }
+    let allowed = if in_place {
+        "in place (the same allocation as input and output) or into a range of its own"
+    } else {
+        "into an allocation of its own (this kernel cannot run in place)"
+    };
+    Err(Error::invalid(
+        format!(
+            "{what}: output '{}' overlaps input '{}'",
+            out.label(),
+            x.label()
+        ),
+        format!("write the result {allowed}"),
+    ))
+}
+
 impl<'a> Batch<'a> {
+    /// Checks a kernel operand before anything is recorded: that it lives on this batch's
+    /// device (an allocation of another `Gpu` would name a buffer id that means another
+    /// buffer here), in a buffer kernels can bind (`STORAGE`), no larger than one storage
+    /// binding, and holds `n` elements of `elem_bytes` each (f16 counts round up to words).
+    fn check_len(&self, a: &Allocation, n: u64, elem_bytes: u64, name: &str) -> Result<()> {
+        let gpu = self.gpu();
+        a.check_device(gpu, &format!("kernel operand {name}"))?;
+        if !a.buffer().usage().contains(wgpu::BufferUsages::STORAGE) {
+            return Err(Error::invalid(
+                format!(
+                    "{name} ('{}') lives in a buffer without STORAGE usage ({:?})",
+                    a.label(),
+                    a.buffer().usage()
+                ),
+                "allocate kernel operands from a pool whose usage includes STORAGE",
+            ));
+        }
+        let max = gpu.limits().max_storage_buffer_binding_size;
+        if a.size() > max {
+            return Err(Error::invalid(
+                format!(
+                    "{name} ('{}') is {} bytes, more than the device's storage-binding limit \
+                     of {max} bytes that one kernel operand can be",
+                    a.label(),
+                    a.size()
+                ),
+                "split the data into allocations of at most the binding limit (see \
+                 Gpu::limits().max_storage_buffer_binding_size)",
+            ));
+        }
+        let need = n
+            .checked_mul(elem_bytes)
+            .map(|b| b.next_multiple_of(4))
+            .filter(|&b| b <= a.size());
+        if need.is_none() {
+            return Err(Error::invalid(
+                format!(
+                    "{name} ('{}') holds {} elements of {elem_bytes} bytes, the kernel needs {n}",
+                    a.label(),
+                    a.size() / elem_bytes
+                ),
+                format!(
+                    "allocate at least {} bytes",
+                    n.saturating_mul(elem_bytes).next_multiple_of(4)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_f32(&self, a: &Allocation, n: u64, name: &str) -> Result<()> {
+        self.check_len(a, n, 4, name)
+    }
+
     /// Number of kernel calls recorded so far.
     pub fn len(&self) -> usize {
         self.dispatches

@@ -3,7 +3,7 @@
 //! where the device has them ([`KernelOptions::subgroups`](super::KernelOptions)) and with
 //! a tree in workgroup memory where not.
 
-use super::{check_f32, grid, Batch, Bindings, Bound, Params};
+use super::{check_no_overlap, grid, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -96,8 +96,9 @@ impl<'a> Batch<'a> {
                     "split the rows",
                 )
             })?;
-        check_f32(x, n, "x")?;
-        check_f32(y, rows, "y")?;
+        self.check_f32(x, n, "x")?;
+        self.check_f32(y, rows, "y")?;
+        check_no_overlap(x, y, false, "reduce_rows")?;
         let scale = if op == Reduce::Mean {
             1.0 / cols as f32
         } else {
@@ -133,8 +134,9 @@ impl<'a> Batch<'a> {
                 "pass 1 to 2^32 - 1 elements",
             ));
         }
-        check_f32(x, n, "x")?;
-        check_f32(out, 1, "out")?;
+        self.check_f32(x, n, "x")?;
+        self.check_f32(out, 1, "out")?;
+        check_no_overlap(x, out, false, "reduce")?;
         let scale = if op == Reduce::Mean {
             1.0 / n as f32
         } else {

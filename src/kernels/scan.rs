@@ -2,7 +2,7 @@
 //! length, in one pass over memory (decoupled look-back; see the shader for how it works
 //! and what it assumes of the GPU).
 
-use super::{check_count, check_len, grid, overlaps, Batch, Bindings, Bound, Params};
+use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -63,18 +63,9 @@ impl<'a> Batch<'a> {
                 "pass at least one element",
             ));
         }
-        check_len(x, n, 4, "x")?;
-        check_len(y, n, 4, "y")?;
-        if overlaps(x, y) {
-            return Err(Error::invalid(
-                format!(
-                    "a scan from '{}' into the overlapping '{}'",
-                    x.label(),
-                    y.label()
-                ),
-                "scan into a second allocation",
-            ));
-        }
+        self.check_len(x, n, 4, "x")?;
+        self.check_len(y, n, 4, "y")?;
+        check_no_overlap(x, y, false, "scan")?;
         let subgroups = self.kernels.subgroups;
         // Elements per tile, tiles per workgroup.
         let (tile, claims) = if subgroups {

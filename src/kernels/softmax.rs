@@ -1,6 +1,6 @@
 //! Row-wise softmax (`shaders/softmax.wgsl`).
 
-use super::{check_f32, grid, shape, Batch, Bindings, Bound, Params};
+use super::{check_no_overlap, grid, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Result};
 
@@ -16,8 +16,9 @@ impl<'a> Batch<'a> {
         y: &'a Allocation,
     ) -> Result<&mut Self> {
         let n = shape(rows, cols, "softmax")?;
-        check_f32(x, n, "x")?;
-        check_f32(y, n, "y")?;
+        self.check_f32(x, n, "x")?;
+        self.check_f32(y, n, "y")?;
+        check_no_overlap(x, y, true, "softmax_rows")?;
         let params: Params = [rows as u32, cols as u32, 0, 0, 0, 0, 0, 0];
         let groups = grid(rows, 1, self.gpu());
         self.record(

@@ -1,8 +1,8 @@
 //! Tiled transpose (`shaders/transpose.wgsl`).
 
-use super::{check_f32, grid, overlaps, shape, Batch, Bindings, Bound, Params};
+use super::{check_no_overlap, grid, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
-use crate::{shaders, Error, Result};
+use crate::{shaders, Result};
 
 impl<'a> Batch<'a> {
     /// `y[c * rows + r] = x[r * cols + c]`: `y` (cols x rows) is the transpose of `x`
@@ -15,14 +15,9 @@ impl<'a> Batch<'a> {
         y: &'a Allocation,
     ) -> Result<&mut Self> {
         let n = shape(rows, cols, "transpose")?;
-        check_f32(x, n, "x")?;
-        check_f32(y, n, "y")?;
-        if overlaps(x, y) {
-            return Err(Error::invalid(
-                "an in-place transpose",
-                "transpose into a second allocation",
-            ));
-        }
+        self.check_f32(x, n, "x")?;
+        self.check_f32(y, n, "y")?;
+        check_no_overlap(x, y, false, "transpose")?;
         let tiles_x = cols.div_ceil(32);
         let tiles = tiles_x * rows.div_ceil(32);
         let params: Params = [

@@ -122,21 +122,21 @@ shader!(
     /// Sum, max and min over rows of a 2-D view (and, in passes, over whole arrays), f32
     /// loads, combined in workgroup memory.
     REDUCE = "reduce.wgsl (f32)",
-    ["alias Elem = f32;\n", "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
+    ["alias Elem = f32;\nalias Bits = u32;\n", "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
      file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
     NONE
 );
 shader!(
     /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
     REDUCE_VEC4 = "reduce.wgsl (vec4)",
-    ["alias Elem = vec4<f32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
+    ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
      file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
     NONE
 );
 shader!(
     /// [`REDUCE`] combining each workgroup with subgroup operations.
     REDUCE_SUBGROUP = "reduce.wgsl (f32, subgroup)",
-    ["alias Elem = f32;\n",
+    ["alias Elem = f32;\nalias Bits = u32;\n",
      "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
      file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
     wgpu::Features::SUBGROUP
@@ -144,7 +144,7 @@ shader!(
 shader!(
     /// [`REDUCE_VEC4`] combining each workgroup with subgroup operations.
     REDUCE_VEC4_SUBGROUP = "reduce.wgsl (vec4, subgroup)",
-    ["alias Elem = vec4<f32>;\n",
+    ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
      file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
     wgpu::Features::SUBGROUP

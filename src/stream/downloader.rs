@@ -148,7 +148,14 @@ impl Downloader {
         offset: u64,
         len: u64,
     ) -> Result<impl Future<Output = Result<DownloadView>> + Send + 'static> {
-        let end = super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
+        let end = super::check_range(
+            &self.gpu,
+            src,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_SRC,
+            "download",
+        )?;
         let pool = self.views.clone();
         let keep = self.config.depth;
         if len == 0 {
@@ -274,7 +281,14 @@ impl Downloader {
     /// submitted before the call. Any offset and length work (the covering whole words
     /// are copied; the allocation's size is a multiple of 4, so they lie inside it).
     pub fn download(&self, src: &Allocation, offset: u64, len: u64) -> Result<Vec<u8>> {
-        super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
+        super::check_range(
+            &self.gpu,
+            src,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_SRC,
+            "download",
+        )?;
         let len = usize::try_from(len).map_err(|_| {
             Error::invalid(
                 format!("a download of {len} bytes (more than this host can address)"),
@@ -305,7 +319,14 @@ impl Downloader {
     /// ```
     pub fn download_into(&self, src: &Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
-        let end = super::check_range(src, offset, len, wgpu::BufferUsages::COPY_SRC, "download")?;
+        let end = super::check_range(
+            &self.gpu,
+            src,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_SRC,
+            "download",
+        )?;
         if len == 0 {
             return Ok(());
         }

@@ -39,15 +39,17 @@ pub use view::DownloadView;
 use crate::arena::Allocation;
 use crate::{Error, Result};
 
-/// Checks that `[offset, offset + len)` lies inside `a` and that `a`'s buffer has `usage`
-/// (the copy direction); returns the end of the range.
+/// Checks that `a` lives on `gpu`'s device, that `[offset, offset + len)` lies inside it
+/// and that its buffer has `usage` (the copy direction); returns the end of the range.
 fn check_range(
+    gpu: &crate::Gpu,
     a: &Allocation,
     offset: u64,
     len: u64,
     usage: wgpu::BufferUsages,
     what: &str,
 ) -> Result<u64> {
+    a.check_device(gpu, what)?;
     let end = offset
         .checked_add(len)
         .filter(|&e| e <= a.size())

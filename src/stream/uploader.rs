@@ -174,7 +174,14 @@ impl Uploader {
     /// (and, for unaligned edges, `STORAGE`).
     pub fn upload(&self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
-        let end = super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
+        let end = super::check_range(
+            &self.gpu,
+            dst,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_DST,
+            "upload",
+        )?;
         if len == 0 {
             return Ok(());
         }
@@ -273,7 +280,14 @@ impl Uploader {
         len: u64,
         mut fill: impl FnMut(u64, wgpu::WriteOnly<'_, [u8]>) -> Result<()>,
     ) -> Result<()> {
-        super::check_range(dst, offset, len, wgpu::BufferUsages::COPY_DST, "upload")?;
+        super::check_range(
+            &self.gpu,
+            dst,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_DST,
+            "upload",
+        )?;
         if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
             return Err(Error::invalid(
                 format!("an in-place upload of {len} bytes at offset {offset} (not whole words)"),

@@ -1,0 +1,217 @@
+//! What a new user gets wrong, and gets a typed error for instead of a wrong result, a
+//! silent no-op or a panic: allocations and pools of another device or arena, kernels
+//! that would overlap their output with an input, operands kernels cannot bind, devices
+//! with downlevel limits. After every error the data already on the GPU is unchanged
+//! (read back and compared).
+
+mod common;
+
+use common::{assert_close, gpu, random_f32, rng};
+use vramkit::arena::PoolConfig;
+use vramkit::kernels::{Kernels, Reduce, ScanKind, ScanType, Unary};
+use vramkit::stream::{Downloader, Uploader};
+use vramkit::{readback, Allocation, Arena, Error, Gpu};
+
+fn upload(arena: &Arena, data: &[f32], label: &str) -> Allocation {
+    let a = arena.alloc(4 * data.len() as u64, label).unwrap();
+    arena
+        .gpu()
+        .queue()
+        .write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(data));
+    a
+}
+
+fn read(a: &Allocation, n: usize) -> Vec<f32> {
+    readback::read_as::<f32>(a.gpu(), a.buffer(), a.offset(), n).unwrap()
+}
+
+fn invalid<T: std::fmt::Debug>(r: vramkit::Result<T>, needle: &str) {
+    match r {
+        Err(e @ Error::InvalidArgument { .. }) => {
+            assert!(e.to_string().contains(needle), "'{needle}' not in: {e}")
+        }
+        other => panic!("expected InvalidArgument ({needle}), got {other:?}"),
+    }
+}
+
+/// A second context on the same adapter: its buffer ids repeat the first one's, so an
+/// unchecked call would read or write an unrelated allocation of the first.
+#[test]
+fn allocations_and_pools_of_another_device_or_arena_are_refused() {
+    let gpu2 = Gpu::headless().unwrap();
+    assert!(!gpu().same_device(&gpu2) && gpu().same_device(&gpu().clone()));
+    let arena1 = Arena::new(gpu(), Default::default()).unwrap();
+    let arena2 = Arena::new(&gpu2, Default::default()).unwrap();
+    let kernels1 = Kernels::new(&arena1).unwrap();
+    let mut r = rng();
+    let (x, y) = (random_f32(&mut r, 1024), random_f32(&mut r, 1024));
+    let y1 = upload(&arena1, &y, "y on gpu1");
+    let canary = upload(&arena1, &[42.0; 1024], "canary on gpu1");
+    let x2 = upload(&arena2, &x, "x on gpu2");
+    gpu2.wait_idle().unwrap();
+
+    let mut batch = kernels1.batch();
+    invalid(
+        batch.axpy(1024, 3.0, &x2, &y1).map(|_| ()),
+        "another device",
+    );
+    invalid(batch.fill(1024, 1.0, &x2).map(|_| ()), "another device");
+    assert!(batch.is_empty(), "nothing was recorded");
+    batch.submit().unwrap();
+
+    let up1 = Uploader::new(gpu(), Default::default());
+    let down1 = Downloader::new(gpu(), Default::default());
+    invalid(up1.upload(&x2, 0, &[0u8; 64]), "another device");
+    invalid(down1.download(&x2, 0, 64), "another device");
+    let mut ub = up1.batch();
+    invalid(ub.add(&x2, 0, &[0u8; 64]).map(|_| ()), "another device");
+    ub.submit().unwrap();
+
+    let pool2 = arena2.default_pool();
+    invalid(arena1.alloc_in(pool2, 64, "foreign pool"), "another arena");
+    let other_arena_same_gpu = Arena::new(gpu(), Default::default()).unwrap();
+    let pool = other_arena_same_gpu
+        .add_pool(
+            "mine",
+            PoolConfig {
+                quota: None,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            },
+        )
+        .unwrap();
+    invalid(arena1.alloc_in(pool, 64, "foreign pool"), "another arena");
+
+    // Nothing was touched on either device.
+    assert_eq!(read(&y1, 1024), y);
+    assert_eq!(read(&canary, 1024), vec![42.0; 1024]);
+    assert_eq!(read(&x2, 1024), x);
+}
+
+/// Every kernel with an output refuses an output that overlaps an input, except the
+/// elementwise maps and row softmax on the very same range, which are correct in place
+/// (checked against the CPU).
+#[test]
+fn overlapping_outputs_are_refused_and_in_place_maps_are_correct() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    let n = 4096usize;
+    let data = random_f32(&mut r, 2 * n);
+    let a = upload(&arena, &data[..n], "a");
+    let b = upload(&arena, &data[n..], "b");
+    let mut batch = kernels.batch();
+    invalid(batch.to_f16(n as u64, &a, &a).map(|_| ()), "overlaps");
+    invalid(batch.to_f32(n as u64, &a, &a).map(|_| ()), "overlaps");
+    invalid(
+        batch.reduce(Reduce::Sum, n as u64, &a, &a).map(|_| ()),
+        "overlaps",
+    );
+    invalid(
+        batch
+            .reduce_rows(Reduce::Max, 4, (n / 4) as u64, &a, &a)
+            .map(|_| ()),
+        "overlaps",
+    );
+    invalid(
+        batch
+            .scan(ScanType::F32, ScanKind::Inclusive, n as u64, &a, &a)
+            .map(|_| ()),
+        "overlaps",
+    );
+    invalid(batch.transpose(64, 64, &a, &a).map(|_| ()), "overlaps");
+    invalid(
+        batch
+            .matmul(vramkit::kernels::MatmulInput::F32, 64, 64, 64, &a, &b, &a)
+            .map(|_| ()),
+        "overlaps",
+    );
+    assert!(batch.is_empty());
+    // In place and correct: y = relu(y); y = 2y + y; softmax rows of y in place.
+    batch.map(Unary::Relu, n as u64, &a, &a).unwrap();
+    batch.axpy(n as u64, 2.0, &a, &a).unwrap();
+    batch.softmax_rows(16, (n / 16) as u64, &b, &b).unwrap();
+    batch.submit().unwrap();
+    let want_a: Vec<f32> = data[..n].iter().map(|&v| 3.0 * v.max(0.0)).collect();
+    assert_close(&read(&a, n), &want_a, 1e-6, "relu then axpy in place");
+    let mut want_b = data[n..].to_vec();
+    for row in want_b.chunks_mut(n / 16) {
+        let m = row.iter().cloned().fold(f32::MIN, f32::max);
+        let s: f32 = row.iter().map(|v| (v - m).exp()).sum();
+        row.iter_mut().for_each(|v| *v = (*v - m).exp() / s);
+    }
+    assert_close(&read(&b, n), &want_b, 1e-5, "softmax in place");
+}
+
+/// Operands a kernel cannot bind are typed errors: larger than the storage-binding
+/// limit, in a pool without STORAGE; the same for pools with invalid usage at add_pool.
+#[test]
+fn operands_kernels_cannot_bind_are_typed_errors() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let limit = gpu().limits().max_storage_buffer_binding_size;
+    let huge = (limit + (8 << 20) <= gpu().limits().max_buffer_size / 2).then(|| {
+        arena
+            .alloc(limit + (8 << 20), "past the binding limit")
+            .unwrap()
+    });
+    let mut batch = kernels.batch();
+    if let Some(huge) = &huge {
+        invalid(
+            batch.fill(1024, 1.0, huge).map(|_| ()),
+            "storage-binding limit",
+        );
+    }
+    let copy_only = arena
+        .add_pool(
+            "copy only",
+            PoolConfig {
+                quota: None,
+                usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            },
+        )
+        .unwrap();
+    let no_storage = arena.alloc_in(copy_only, 4096, "no storage").unwrap();
+    invalid(
+        batch.fill(1024, 1.0, &no_storage).map(|_| ()),
+        "without STORAGE",
+    );
+    assert!(batch.is_empty());
+    batch.submit().unwrap();
+    for usage in [
+        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+        wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_DST,
+        wgpu::BufferUsages::empty(),
+    ] {
+        if usage.contains(wgpu::BufferUsages::MAP_READ)
+            && gpu().has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        {
+            continue;
+        }
+        invalid(
+            arena.add_pool(&format!("bad {usage:?}"), PoolConfig { quota: None, usage }),
+            "pool",
+        );
+    }
+}
+
+/// A host app's device with downlevel (WebGL2) limits: the arena works, the kernel
+/// library says it cannot run there instead of panicking in wgpu.
+#[test]
+fn kernels_on_a_downlevel_device_are_a_typed_error() {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let adapter = adapters
+        .into_iter()
+        .find(|a| a.get_info().name == gpu().info().name)
+        .expect("adapter");
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        required_limits: wgpu::Limits::downlevel_webgl2_defaults(),
+        ..Default::default()
+    }))
+    .unwrap();
+    let low = Gpu::from_wgpu(device, queue);
+    let arena = Arena::new(&low, Default::default()).unwrap();
+    let a = arena.alloc(256, "works").unwrap();
+    assert_eq!(a.size(), 256);
+    invalid(Kernels::new(&arena), "cannot run vramkit's kernels");
+}
