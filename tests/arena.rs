@@ -557,3 +557,169 @@ fn freed_ranges_are_not_reused_while_the_gpu_may_read_them() {
     assert_eq!(s.allocated, 0);
     assert_eq!(s.allocations, s.frees);
 }
+
+/// Budgets and quotas hold what they say: filled with requests of one size until the
+/// arena refuses, live data reaches at least 95 % of the limit (new blocks are sized to
+/// what the limit has left instead of doubling past it), and the refusal names the limit
+/// that was hit and the block it needed. Then the arena is still usable.
+#[test]
+fn budgets_and_quotas_fill_to_at_least_95_percent() {
+    let mib = 1u64 << 20;
+    let fill = |arena: &Arena, pool: vramkit::arena::PoolId, request: u64| {
+        let mut live = Vec::new();
+        let err = loop {
+            match arena.alloc_in(pool, request, "fill") {
+                Ok(a) => live.push(a),
+                Err(e) => break e,
+            }
+        };
+        (live, err)
+    };
+    let max = gpu().limits().max_buffer_size;
+    for limit in [
+        4 * mib,
+        6 * mib,
+        8 * mib,
+        10 * mib,
+        16 * mib,
+        48 * mib,
+        100 * mib,
+        1 << 30,
+        4 << 30,
+    ] {
+        for request in [mib, 3 * mib / 2 + 256, 64 << 10] {
+            if limit > 1 << 30 && request < mib {
+                continue; // 65 536 allocations: covered by the smaller limits
+            }
+            // The budget.
+            let a = arena(ArenaConfig {
+                budget: Budget::Bytes(limit),
+                ..Default::default()
+            });
+            let (live, err) = fill(&a, a.default_pool(), request);
+            let held = live.len() as u64 * request;
+            assert!(
+                held as f64 >= 0.95 * limit as f64 || limit - held < request + 4096,
+                "budget {limit}: {request}-byte requests held {held} ({:.1} %): {err}",
+                100.0 * held as f64 / limit as f64
+            );
+            assert!(
+                matches!(&err, Error::OutOfMemory(o) if o.limit == Limit::Budget),
+                "{err}"
+            );
+            assert!(a.stats().reserved <= limit);
+            drop(live);
+            a.synchronize().unwrap();
+            a.alloc(request, "after").unwrap();
+            if limit > max {
+                continue;
+            }
+            // The same limit as a pool quota (no budget).
+            let a = arena(Default::default());
+            let pool = a
+                .add_pool(
+                    "quota",
+                    PoolConfig {
+                        quota: Some(limit),
+                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    },
+                )
+                .unwrap();
+            let (live, err) = fill(&a, pool, request);
+            let held = live.len() as u64 * request;
+            assert!(
+                held as f64 >= 0.95 * limit as f64 || limit - held < request + 4096,
+                "quota {limit}: {request}-byte requests held {held}: {err}"
+            );
+            assert!(
+                matches!(&err, Error::OutOfMemory(o) if o.limit == Limit::PoolQuota("quota".into())),
+                "a quota failure names the quota: {err}"
+            );
+        }
+    }
+}
+
+/// Frees with no GPU work submitted since come back on `maintain` and `trim`, without a
+/// `synchronize`; a loop that allocates and frees without ever submitting stays small.
+#[test]
+fn frees_come_back_without_submissions_or_synchronize() {
+    let a = arena(Default::default());
+    let live: Vec<_> = (0..10)
+        .map(|i| a.alloc(4096 + i, "idle").unwrap())
+        .collect();
+    drop(live);
+    for _ in 0..3 {
+        a.maintain();
+    }
+    assert_eq!(a.stats().pending_frees, 0, "maintain returned the frees");
+    let live: Vec<_> = (0..10).map(|_| a.alloc(1 << 20, "idle").unwrap()).collect();
+    drop(live);
+    a.trim();
+    assert_eq!(a.stats().pending_frees, 0, "trim returned the frees");
+    assert_eq!(a.stats().reserved, 0, "and gave the empty blocks back");
+    // At most 4 MiB live, never a submit: reserved stays near the live peak.
+    let mut r = rng();
+    let mut live = std::collections::VecDeque::new();
+    for _ in 0..3000 {
+        live.push_back(a.alloc(r.gen_range(1..=4) * (256 << 10), "loop").unwrap());
+        while live
+            .iter()
+            .map(|x: &vramkit::Allocation| x.size())
+            .sum::<u64>()
+            > 4 << 20
+        {
+            live.pop_front();
+        }
+    }
+    let reserved = a.stats().peak_reserved;
+    assert!(
+        reserved <= 16 << 20,
+        "peak reserved {reserved} for 4 MiB live"
+    );
+}
+
+/// The summary stays readable: empty blocks are not "fragmented", pool names of any
+/// length keep the columns, and a pool of many blocks is one row of totals.
+#[test]
+fn summary_counts_empty_blocks_as_unfragmented_and_folds_big_pools() {
+    let a = arena(Default::default());
+    let kernels = Kernels::new(&a).unwrap();
+    let held: Vec<_> = (0..3)
+        .map(|i| a.alloc((5 + i) << 20, "big").unwrap())
+        .collect();
+    drop(held);
+    a.synchronize().unwrap();
+    let s = a.stats();
+    assert!(s.blocks >= 2 && s.allocated == 0);
+    assert_eq!(s.fragmentation, 0.0, "all free space is in empty blocks");
+    // A long batch fills many parameter blocks.
+    let x = a.alloc(4096, "x").unwrap();
+    let mut batch = kernels.batch();
+    for _ in 0..20_000 {
+        batch.fill(1024, 1.0, &x).unwrap();
+    }
+    batch.submit().unwrap();
+    a.synchronize().unwrap();
+    let summary = a.summary();
+    let param_lines = summary
+        .lines()
+        .filter(|l| l.contains("kernel-params"))
+        .count();
+    assert_eq!(param_lines, 1, "{summary}");
+    let header = summary
+        .lines()
+        .find(|l| l.contains("largest free"))
+        .unwrap();
+    let row = summary
+        .lines()
+        .find(|l| l.contains("kernel-params"))
+        .unwrap();
+    // Columns line up: the "size" column ends where the header's does.
+    let end = |line: &str, col: &str| line.find(col).map(|i| i + col.len());
+    assert!(end(header, "size").is_some() && row.len() >= end(header, "size").unwrap());
+    assert_eq!(
+        row.split_whitespace().next(),
+        Some("kernel-params"),
+        "{row}"
+    );
+}

@@ -191,6 +191,26 @@ impl<A: SubAllocator> BlockSet<A> {
         &mut self,
         size: u64,
         align: u64,
+        reserve: impl FnMut(BlockId, u64) -> Result<(), E>,
+        release: impl FnMut(BlockId),
+    ) -> Result<BlockAlloc<A::Handle>, E>
+    where
+        E: From<AllocError>,
+    {
+        self.allocate_within(size, align, u64::MAX, reserve, release)
+    }
+
+    /// [`allocate`](Self::allocate) under a limit: a new shared block is no larger than
+    /// `room` bytes (what a budget or quota has left), though never smaller than the
+    /// request and its alignment. Geometric growth alone would stop a limit at about half
+    /// of what it allows (the next doubled block no longer fits); sized to the room, live
+    /// data can reach the limit minus one request's alignment and bin slack. `reserve`
+    /// still decides whether a block that does not fit the room is refused.
+    pub fn allocate_within<E>(
+        &mut self,
+        size: u64,
+        align: u64,
+        room: u64,
         mut reserve: impl FnMut(BlockId, u64) -> Result<(), E>,
         mut release: impl FnMut(BlockId),
     ) -> Result<BlockAlloc<A::Handle>, E>
@@ -220,7 +240,7 @@ impl<A: SubAllocator> BlockSet<A> {
         let block_size = if dedicated {
             need.next_multiple_of(self.policy.dedicated_granularity.max(align))
         } else {
-            self.next_shared_size(need + align)
+            self.shared_block_size(need, align, room)
         };
         if self.policy.release_empty_before_grow {
             self.release_empty(0, &mut release);
@@ -336,6 +356,23 @@ impl<A: SubAllocator> BlockSet<A> {
             size,
             handle,
         })
+    }
+
+    /// A new shared block for a request of `need` bytes: the geometric schedule's size,
+    /// made a whole number of such requests (each takes `need` rounded up to `align`), so
+    /// a steady stream of one size leaves no tail in any block; within `room` when the
+    /// schedule would cross it (a budget or quota then fills to its last request), and
+    /// within `max_block`; never less than one request (then `reserve` decides).
+    fn shared_block_size(&self, need: u64, align: u64, room: u64) -> u64 {
+        let unit = need.next_multiple_of(align);
+        let grown = self.next_shared_size(unit);
+        let cap = self.policy.max_block.max(unit).min(room.max(unit));
+        let whole = grown.div_ceil(unit).saturating_mul(unit);
+        if whole <= cap {
+            whole
+        } else {
+            (cap / unit * unit).max(unit)
+        }
     }
 
     fn next_shared_size(&self, need: u64) -> u64 {

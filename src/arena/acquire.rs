@@ -51,7 +51,8 @@ enum Reserve {
     Alloc(AllocError),
     /// Growth not allowed yet: try collecting finished frees first.
     NeedBlock,
-    Over(Limit, Option<u64>),
+    /// The limit, its bound in bytes, and the block that would have crossed it.
+    Over(Limit, Option<u64>, u64),
     Device(String),
 }
 
@@ -109,7 +110,7 @@ impl Shared {
     /// `on_submitted_work_done` only flushes queued writes and files the callback, and the
     /// callback only marks an atomic.
     pub(super) fn seal(&self, st: &mut State) {
-        if let Some(epoch) = st.seal() {
+        if let Some(epoch) = st.seal(self.gpu.submissions()) {
             let completion = self.completion.clone();
             self.gpu
                 .queue()
@@ -117,9 +118,15 @@ impl Shared {
         }
     }
 
-    /// Seals, polls without the lock (no submit is needed: wgpu-core 30 attaches a
-    /// completion callback to the last submission still in flight, or runs it at the next
-    /// poll when none is), and returns the re-taken lock with finished frees collected.
+    /// Seals, polls without the lock, and returns the re-taken lock with finished frees
+    /// collected. wgpu-core 30 attaches a completion callback to the last submission still
+    /// in flight; with none in flight it defers the callback to the next *submission*, and
+    /// a non-blocking poll does not run it (frees of a program that stopped submitting
+    /// would wait forever). So when the oldest sealed epoch is still pending and vramkit
+    /// has submitted nothing since it was sealed, an empty submit runs the callbacks
+    /// (tens of microseconds; only then, so a busy GPU is not charged for it). Either way
+    /// a free comes back only through its callback: the shortcut is about when, never
+    /// whether, the GPU is done.
     pub(super) fn poll_unlocked<'s>(
         &'s self,
         mut st: MutexGuard<'s, State>,
@@ -129,6 +136,12 @@ impl Shared {
         self.gpu.poll();
         let mut st = self.state.lock();
         st.harvest(self.completion.get());
+        if self.stuck(&st) {
+            self.unlock(st);
+            self.gpu.submit([]);
+            st = self.state.lock();
+            st.harvest(self.completion.get());
+        }
         st
     }
 
@@ -146,6 +159,14 @@ impl Shared {
         st.harvest(self.completion.get());
         st.flush_ready();
         Ok(st)
+    }
+
+    /// The oldest sealed epoch waits, and vramkit has submitted nothing since it was
+    /// sealed (see [`poll_unlocked`](Self::poll_unlocked)).
+    fn stuck(&self, st: &State) -> bool {
+        st.sealed
+            .front()
+            .is_some_and(|&(_, submits, _)| submits == self.gpu.submissions())
     }
 
     /// Fewer than `config.poll_interval` allocations since the allocation path last polled.
@@ -290,11 +311,11 @@ impl Shared {
             Ok(placed) => placed,
             Err(Reserve::Alloc(e)) => return Step::Fail(e.into()),
             Err(Reserve::NeedBlock) => return self.before_growing(st, req),
-            Err(Reserve::Over(limit, bound)) => {
-                return self.over_limit(st, req, limit, bound, None);
+            Err(Reserve::Over(limit, bound, block)) => {
+                return self.over_limit(st, req, limit, bound, Some(block), None);
             }
             Err(Reserve::Device(message)) => {
-                return self.over_limit(st, req, Limit::Device, None, Some(message));
+                return self.over_limit(st, req, Limit::Device, None, None, Some(message));
             }
         };
         match st.pools[req.pool].buffer(placed.block).cloned() {
@@ -323,7 +344,9 @@ impl Shared {
             return Step::Again;
         }
         let dedicated = req.total >= st.pools[req.pool].set.policy().dedicated_threshold;
-        let recently = !dedicated && self.polled_recently(st);
+        // Frees sealed with nothing submitted since are waiting only for a callback wgpu
+        // runs at the next submission: growing for them would hold memory for nothing.
+        let recently = !dedicated && self.polled_recently(st) && !self.stuck(st);
         let nothing_in_flight = st.open.is_empty() && st.sealed.is_empty();
         if req.reclaimed || recently || nothing_in_flight {
             req.allow_new = true;
@@ -345,6 +368,7 @@ impl Shared {
         req: &mut Request<'_>,
         limit: Limit,
         bound: Option<u64>,
+        block: Option<u64>,
         device_message: Option<String>,
     ) -> Step {
         req.retries += 1;
@@ -362,7 +386,11 @@ impl Shared {
         if let Some(message) = device_message {
             log::warn!("device refused a block: {message}");
         }
-        Step::Fail(self.oom(st, req.pool, req.size, req.label, limit, bound, req.retries))
+        let mut oom = self.oom(st, req.pool, req.size, req.label, limit, bound, req.retries);
+        if let Error::OutOfMemory(o) = &mut oom {
+            o.new_block = block;
+        }
+        Step::Fail(oom)
     }
 
     /// One placement attempt; creates a block buffer if `req.allow_new` and limits allow.
@@ -371,6 +399,11 @@ impl Shared {
         let p = &mut st.pools[req.pool];
         let pool_reserved = p.set.stats().reserved;
         let quota = p.config.quota;
+        // What the budget and the quota leave: new blocks are sized to fit it, and the
+        // tighter of the two is the one a refusal names.
+        let budget = st.budget;
+        let budget_room = budget.map_or(u64::MAX, |b| b.saturating_sub(reserved_total));
+        let quota_room = quota.map_or(u64::MAX, |q| q.saturating_sub(pool_reserved));
         let usage = p.config.usage;
         let max_buffer = self.gpu.limits().max_buffer_size;
         let mut created: Option<BlockBuffer> = None;
@@ -380,28 +413,32 @@ impl Shared {
         let pool_name: &str = &p.name;
         let allow_new = req.allow_new;
         let label = req.label;
-        let result = p.set.allocate(
+        let result = p.set.allocate_within(
             req.total,
             req.align,
+            budget_room.min(quota_room).min(max_buffer),
             |id, block_size| {
                 if !allow_new {
                     return Err(Reserve::NeedBlock);
                 }
                 if block_size > max_buffer {
-                    return Err(Reserve::Over(Limit::MaxBufferSize, Some(max_buffer)));
+                    return Err(Reserve::Over(
+                        Limit::MaxBufferSize,
+                        Some(max_buffer),
+                        block_size,
+                    ));
                 }
-                if let Some(b) = self.budget {
-                    if reserved_total.saturating_add(block_size) > b {
-                        return Err(Reserve::Over(Limit::Budget, Some(b)));
-                    }
+                let over_quota = block_size > quota_room;
+                let over_budget = block_size > budget_room;
+                if over_quota && (quota_room <= budget_room || !over_budget) {
+                    return Err(Reserve::Over(
+                        Limit::PoolQuota(pool_name.to_string()),
+                        quota,
+                        block_size,
+                    ));
                 }
-                if let Some(q) = quota {
-                    if pool_reserved.saturating_add(block_size) > q {
-                        return Err(Reserve::Over(
-                            Limit::PoolQuota(pool_name.to_string()),
-                            Some(q),
-                        ));
-                    }
+                if over_budget {
+                    return Err(Reserve::Over(Limit::Budget, budget, block_size));
                 }
                 let buffer = BlockBuffer::create(
                     &self.gpu,
@@ -477,6 +514,7 @@ impl Shared {
             reserved: st.reserved(),
             budget,
             largest_free: p.largest_free(),
+            new_block: None,
             retries,
             hint: hint.to_string(),
         }))

@@ -94,7 +94,6 @@ pub(crate) struct Shared {
     /// Unique per arena: ties its [`PoolId`]s to it.
     id: u64,
     config: ArenaConfig,
-    budget: Option<u64>,
     default_policy: BlockPolicy,
     state: Mutex<State>,
     completion: Arc<Completion>,
@@ -105,28 +104,7 @@ pub(crate) struct Shared {
 impl Arena {
     /// Creates an arena with a default pool using `config.usage`.
     pub fn new(gpu: &Gpu, config: ArenaConfig) -> Result<Arena> {
-        let budget = match config.budget {
-            Budget::Unlimited => None,
-            Budget::Bytes(b) => Some(b),
-            Budget::FractionOfDevice(f) => {
-                if !(0.0..=1.0).contains(&f) {
-                    return Err(Error::invalid(
-                        format!("budget fraction {f} is outside 0..=1"),
-                        "pass e.g. Budget::FractionOfDevice(0.8)",
-                    ));
-                }
-                let total = gpu.device_memory().ok_or_else(|| {
-                    Error::invalid(
-                        format!(
-                            "{:?} does not report the device's memory size",
-                            gpu.info().backend
-                        ),
-                        "use Budget::Bytes(n) on this backend",
-                    )
-                })?;
-                Some((total as f64 * f) as u64)
-            }
-        };
+        let budget = resolve_budget(gpu, config.budget)?;
         let limits = gpu.limits();
         let max_binding = limits
             .max_storage_buffer_binding_size
@@ -139,9 +117,8 @@ impl Arena {
         let shared = Arc::new(Shared {
             gpu: gpu.clone(),
             id: NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            budget,
             default_policy,
-            state: Mutex::new(State::new()),
+            state: Mutex::new(State::new(budget)),
             completion: Arc::new(Completion::default()),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             config,
@@ -313,8 +290,62 @@ impl Arena {
 
     /// The budget in bytes, if any.
     pub fn budget(&self) -> Option<u64> {
-        self.shared().budget
+        self.shared().state.lock().budget
     }
+
+    /// Changes the budget at once, like PyTorch's `set_per_process_memory_fraction`. A
+    /// lower budget gives cached ranges and empty blocks back to the device right away
+    /// while the arena holds more than it allows; live allocations are kept, so reserved
+    /// memory may stay above the new budget until they are dropped (allocations that would
+    /// grow it fail meanwhile). Returns the budget in bytes now in force.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// use vramkit::arena::Budget;
+    /// arena.set_budget(Budget::Bytes(512 << 20))?;
+    /// arena.set_budget(Budget::Unlimited)?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn set_budget(&self, budget: Budget) -> Result<Option<u64>> {
+        let shared = self.shared();
+        let bytes = resolve_budget(&shared.gpu, budget)?;
+        let mut st = shared.state.lock();
+        st.budget = bytes;
+        if bytes.is_some_and(|b| st.reserved() > b) {
+            st.flush_ready();
+            st.release_empty(0);
+        }
+        shared.unlock(st);
+        Ok(bytes)
+    }
+}
+
+/// A budget in bytes (`None`: unlimited), or an error for a fraction outside 0..=1 or one
+/// of a device whose memory size the backend does not report.
+fn resolve_budget(gpu: &Gpu, budget: Budget) -> Result<Option<u64>> {
+    Ok(match budget {
+        Budget::Unlimited => None,
+        Budget::Bytes(b) => Some(b),
+        Budget::FractionOfDevice(f) => {
+            if !(0.0..=1.0).contains(&f) {
+                return Err(Error::invalid(
+                    format!("budget fraction {f} is outside 0..=1"),
+                    "pass e.g. Budget::FractionOfDevice(0.8)",
+                ));
+            }
+            let total = gpu.device_memory().ok_or_else(|| {
+                Error::invalid(
+                    format!(
+                        "{:?} does not report the device's memory size",
+                        gpu.info().backend
+                    ),
+                    "use Budget::Bytes(n) on this backend",
+                )
+            })?;
+            Some((total as f64 * f) as u64)
+        }
+    })
 }
 
 /// WebGPU's rules for buffer usage, checked before any block is created, so that a bad

@@ -159,9 +159,12 @@ impl LiveSlab {
 }
 
 pub(crate) struct State {
+    /// The budget in bytes (`None`: unlimited); `Arena::set_budget` changes it.
+    pub budget: Option<u64>,
     pub pools: Vec<Pool>,
     pub open: Vec<PendingFree>,
-    pub sealed: VecDeque<(u64, Vec<PendingFree>)>,
+    /// Sealed epochs: (epoch, vramkit submissions started when it was sealed, frees).
+    pub sealed: VecDeque<(u64, u64, Vec<PendingFree>)>,
     pub next_epoch: u64,
     pub live: LiveSlab,
     pub next_id: u64,
@@ -197,8 +200,9 @@ pub(crate) struct State {
 pub(crate) const MAX_SPARES: usize = 1024;
 
 impl State {
-    pub fn new() -> Self {
+    pub fn new(budget: Option<u64>) -> Self {
         State {
+            budget,
             pools: Vec::new(),
             open: Vec::new(),
             sealed: VecDeque::new(),
@@ -297,8 +301,9 @@ impl State {
     }
 
     /// Moves the open frees into a new epoch that completes once all work submitted so far
-    /// has finished. Returns the epoch to register the completion callback for.
-    pub fn seal(&mut self) -> Option<u64> {
+    /// has finished (`submits`: vramkit submissions started so far). Returns the epoch to
+    /// register the completion callback for.
+    pub fn seal(&mut self, submits: u64) -> Option<u64> {
         if self.open.is_empty() {
             return None;
         }
@@ -306,15 +311,15 @@ impl State {
         self.next_epoch += 1;
         self.counters.seals += 1;
         let frees = std::mem::take(&mut self.open);
-        self.sealed.push_back((epoch, frees));
+        self.sealed.push_back((epoch, submits, frees));
         Some(epoch)
     }
 
     /// Returns the ranges of every epoch up to `completed` to their blocks.
     pub fn harvest(&mut self, completed: u64) -> usize {
         let mut n = 0;
-        while self.sealed.front().is_some_and(|(e, _)| *e <= completed) {
-            let Some((_, frees)) = self.sealed.pop_front() else {
+        while self.sealed.front().is_some_and(|(e, ..)| *e <= completed) {
+            let Some((_, _, frees)) = self.sealed.pop_front() else {
                 break;
             };
             let used_at = self.harvests;

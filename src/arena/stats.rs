@@ -68,13 +68,17 @@ pub struct ArenaStats {
     pub live_allocations: usize,
     /// Dropped ranges waiting for the GPU.
     pub pending_frees: usize,
-    /// Overall fragmentation: `1 - largest free range / free bytes` over all blocks.
+    /// Overall fragmentation: `1 - largest free range / free bytes` over the blocks that
+    /// hold live data (a wholly free block is not fragmented); 0 when all are empty.
     pub fragmentation: f64,
     /// Per block.
     pub per_block: Vec<BlockStats>,
     /// Per label, sorted by live bytes (largest first).
     pub per_label: Vec<(String, LabelStats)>,
 }
+
+/// Pools with more blocks than this get one summary row of totals.
+const SUMMARY_BLOCKS_PER_POOL: usize = 8;
 
 impl Arena {
     /// A snapshot of all statistics.
@@ -89,8 +93,11 @@ impl Arena {
                 let Some(a) = pool.set.block(id) else {
                     continue;
                 };
-                free_total += a.free_bytes();
-                largest = largest.max(a.largest_free());
+                // Free space of empty blocks is not fragmented: a whole block is free.
+                if a.used_bytes() > 0 {
+                    free_total += a.free_bytes();
+                    largest = largest.max(a.largest_free());
+                }
                 per_block.push(BlockStats {
                     pool: pool.name.clone(),
                     block: id.0,
@@ -118,7 +125,7 @@ impl Arena {
             peak_allocated: c.peak_allocated,
             peak_active: c.peak_active,
             peak_reserved: c.peak_reserved,
-            budget: shared.budget,
+            budget: st.budget,
             allocations: c.allocations,
             frees: c.frees,
             retries: c.retries,
@@ -128,7 +135,7 @@ impl Arena {
             blocks_created: c.blocks_created,
             blocks_released: c.blocks_released,
             live_allocations: st.live.len(),
-            pending_frees: st.open.len() + st.sealed.iter().map(|(_, v)| v.len()).sum::<usize>(),
+            pending_frees: st.open.len() + st.sealed.iter().map(|(.., v)| v.len()).sum::<usize>(),
             fragmentation: if free_total == 0 {
                 0.0
             } else {
@@ -191,24 +198,60 @@ impl Arena {
         );
         if !s.per_block.is_empty() {
             let _ = writeln!(out, "{}", "-".repeat(76));
+            let width = s
+                .per_block
+                .iter()
+                .map(|b| b.pool.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
             let _ = writeln!(
                 out,
-                " {:<12} {:>5} {:>12} {:>12} {:>12} {:>6} {:>7}",
+                " {:<width$} {:>6} {:>12} {:>12} {:>12} {:>6} {:>7}",
                 "pool", "block", "size", "used", "largest free", "holes", "frag %"
             );
-            for b in &s.per_block {
-                let _ = writeln!(
-                    out,
-                    " {:<12} {:>5} {:>12} {:>12} {:>12} {:>6} {:>7.1}{}",
-                    b.pool,
-                    b.block,
-                    fmt_bytes(b.size),
-                    fmt_bytes(b.used),
-                    fmt_bytes(b.largest_free),
-                    b.free_ranges,
-                    b.fragmentation * 100.0,
-                    if b.dedicated { "  dedicated" } else { "" }
-                );
+            // Pools of many blocks (a kernel parameter ring after a long batch, say) get one
+            // row of totals instead of a row per block.
+            let mut pools: Vec<&str> = s.per_block.iter().map(|b| b.pool.as_str()).collect();
+            pools.dedup();
+            for pool in pools {
+                let blocks: Vec<&BlockStats> =
+                    s.per_block.iter().filter(|b| b.pool == pool).collect();
+                if blocks.len() > SUMMARY_BLOCKS_PER_POOL {
+                    let (size, used) = blocks
+                        .iter()
+                        .fold((0, 0), |(s, u), b| (s + b.size, u + b.used));
+                    let largest = blocks.iter().map(|b| b.largest_free).max().unwrap_or(0);
+                    let holes: usize = blocks.iter().map(|b| b.free_ranges).sum();
+                    let empty = blocks.iter().filter(|b| b.used == 0).count();
+                    let _ = writeln!(
+                        out,
+                        " {:<width$} {:>6} {:>12} {:>12} {:>12} {:>6}   ({} blocks, {} empty)",
+                        pool,
+                        "all",
+                        fmt_bytes(size),
+                        fmt_bytes(used),
+                        fmt_bytes(largest),
+                        holes,
+                        blocks.len(),
+                        empty
+                    );
+                    continue;
+                }
+                for b in blocks {
+                    let _ = writeln!(
+                        out,
+                        " {:<width$} {:>6} {:>12} {:>12} {:>12} {:>6} {:>7.1}{}",
+                        b.pool,
+                        b.block,
+                        fmt_bytes(b.size),
+                        fmt_bytes(b.used),
+                        fmt_bytes(b.largest_free),
+                        b.free_ranges,
+                        b.fragmentation * 100.0,
+                        if b.dedicated { "  dedicated" } else { "" }
+                    );
+                }
             }
         }
         if !s.per_label.is_empty() {

@@ -34,6 +34,8 @@ pub struct OutOfMemory {
     pub budget: Option<u64>,
     /// Largest free range in any block of the pool.
     pub largest_free: u64,
+    /// The new block the request needed, when one would have crossed the limit.
+    pub new_block: Option<u64>,
     /// Empty-block releases tried before giving up.
     pub retries: u32,
     /// What to do about it.
@@ -50,11 +52,15 @@ impl std::fmt::Display for OutOfMemory {
         };
         write!(
             f,
-            "out of GPU memory: '{}' asked for {} in pool '{}', which would exceed {}{}; \
+            "out of GPU memory: '{}' asked for {} in pool '{}'{}, which would exceed {}{}; \
              allocated {}, reserved {}, largest free range {}, after {} retries. {}",
             self.label,
             fmt_bytes(self.requested),
             self.pool,
+            self.new_block.map_or(String::new(), |b| format!(
+                " (a new block of {})",
+                fmt_bytes(b)
+            )),
             limit,
             self.budget
                 .map_or(String::new(), |b| format!(" ({})", fmt_bytes(b))),
