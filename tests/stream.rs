@@ -18,6 +18,8 @@ fn small_ring(host: bool) -> UploaderConfig {
         max_staging: 3 * 4096,
         copy_threads: 3,
         host_staging: host,
+        // The ring itself is under test: no upload takes the write_buffer shortcut.
+        small_upload: 0,
         ..Default::default()
     }
 }
@@ -150,6 +152,7 @@ fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
             chunk_size: 1024,
             max_staging: 1024,
             copy_threads: 1,
+            small_upload: 0,
             ..Default::default()
         },
     );
@@ -1071,4 +1074,43 @@ fn texture_uploads(host: bool) {
         read_texture(&large_texture, 0, origin0, large, 4) == texels,
         "host staging {host}: rows laid out by several threads"
     );
+}
+
+/// Small uploads go through `Queue::write_buffer` (no staging at all) and keep queue
+/// order with the kernels around them; larger ones hold staging sized to what they move,
+/// not a 32 MiB chunk.
+#[test]
+fn small_uploads_skip_staging_and_staging_scales_with_what_is_moved() {
+    let arena = staged_arena();
+    let kernels = vramkit::kernels::Kernels::new(&arena).unwrap();
+    let up = Uploader::new(gpu(), Default::default());
+    let mut r = rng();
+    let x = arena.alloc(256, "x").unwrap();
+    // Upload, double it on the GPU, upload again, double again: each step must see the
+    // one before it in queue order.
+    let first: Vec<f32> = (0..64).map(|_| r.gen_range(-1.0..1.0)).collect();
+    up.upload(&x, 0, bytemuck::cast_slice(&first)).unwrap();
+    let mut batch = kernels.batch();
+    batch.scale(64, 2.0, 0.0, &x, &x).unwrap();
+    batch.submit().unwrap();
+    let got = readback::read_as::<f32>(gpu(), x.buffer(), x.offset(), 64).unwrap();
+    assert_eq!(got, first.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    let second: Vec<f32> = (0..64).map(|_| r.gen_range(-1.0..1.0)).collect();
+    up.upload(&x, 0, bytemuck::cast_slice(&second)).unwrap();
+    let mut batch = kernels.batch();
+    batch.scale(64, 2.0, 0.0, &x, &x).unwrap();
+    batch.submit().unwrap();
+    let got = readback::read_as::<f32>(gpu(), x.buffer(), x.offset(), 64).unwrap();
+    assert_eq!(got, second.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    let s = up.stats();
+    assert_eq!((s.small, s.staging_bytes), (2, 0), "{s:?}");
+
+    // 100 KiB through staging (device blocks): one buffer of 1 MiB, not 32 MiB.
+    let big = arena.alloc(100 << 10, "big").unwrap();
+    let data: Vec<u8> = (0..100 << 10).map(|_| r.gen()).collect();
+    up.upload(&big, 0, &data).unwrap();
+    let s = up.stats();
+    assert!(s.staging_bytes <= 1 << 20, "{s:?}");
+    let got = readback::read_buffer(gpu(), big.buffer(), big.offset(), data.len() as u64).unwrap();
+    assert!(got == data);
 }

@@ -122,13 +122,20 @@ impl<'a> UploadBatch<'a> {
             self.uploader.upload(dst, offset, data)?;
             return Ok(self);
         }
-        if self.open.as_ref().is_some_and(|o| o.used + len > chunk) {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.used + len > o.staging.size())
+        {
             self.flush()?;
         }
         let mut open = match self.open.take() {
             Some(open) => open,
             None => {
-                let (index, staging) = self.uploader.acquire()?;
+                // Room for this upload and the next ones: gathering is the point.
+                let (index, staging) = self
+                    .uploader
+                    .acquire(len.max(super::uploader::MIN_STAGING))?;
                 // SAFETY: an acquired slot is owned by the CPU until it is submitted.
                 let writer = match unsafe { staging.writer(0..staging.size()) } {
                     Ok(writer) => writer,

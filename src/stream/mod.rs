@@ -33,7 +33,7 @@ mod view;
 pub use batch::UploadBatch;
 pub use downloader::{Downloader, DownloaderConfig};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineReport, Source};
-pub use uploader::{Uploader, UploaderConfig, UploaderStats};
+pub use uploader::{Uploader, UploaderConfig, UploaderStats, SMALL_UPLOAD};
 pub use view::DownloadView;
 
 use crate::arena::Allocation;

@@ -66,7 +66,7 @@ impl Uploader {
                 let n = rows_per_chunk.min(rows - row0);
                 let first = (layer * layer_bytes + row0 * row_bytes) as usize;
                 let band = &data[first..first + (n * row_bytes) as usize];
-                let (index, staging) = self.acquire()?;
+                let (index, staging) = self.acquire(n * pitch)?;
                 // SAFETY: an acquired slot is owned by the CPU until it is submitted.
                 let written = unsafe { staging.writer(0..n * pitch) }.map(|mut writer| {
                     let (row, pitch) = (row_bytes as usize, pitch as usize);

@@ -14,6 +14,14 @@ use super::staging::{copy_parallel, Staging};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
 
+/// Smallest staging buffer the ring creates: smaller uploads share it.
+pub(super) const MIN_STAGING: u64 = 1 << 20;
+
+/// Word-aligned uploads up to this size go through `Queue::write_buffer`: wgpu gathers
+/// them into the next submission, which costs a few microseconds where a staging chunk
+/// of our own costs a command buffer and a submit each (59-78 us for 256 B on lavapipe).
+pub const SMALL_UPLOAD: u64 = 64 << 10;
+
 /// Settings of an [`Uploader`].
 #[derive(Clone, Debug)]
 pub struct UploaderConfig {
@@ -33,6 +41,9 @@ pub struct UploaderConfig {
     /// live in device memory the CPU writes across the bus where the GPU offers it. Falls
     /// back to wgpu buffers on other backends. See BENCHMARKS.md for the difference.
     pub host_staging: bool,
+    /// Word-aligned uploads of at most this many bytes go through `Queue::write_buffer`
+    /// ([`SMALL_UPLOAD`] by default; 0 sends everything through the staging ring).
+    pub small_upload: u64,
 }
 
 impl Default for UploaderConfig {
@@ -46,6 +57,7 @@ impl Default for UploaderConfig {
             copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
             idle_release: Some(Duration::from_secs(10)),
             host_staging: true,
+            small_upload: SMALL_UPLOAD,
         }
     }
 }
@@ -73,6 +85,8 @@ pub struct UploaderStats {
     pub waits: u64,
     /// Uploads whose unaligned edges needed the patch kernel.
     pub patches: u64,
+    /// Small uploads handed to `Queue::write_buffer` ([`SMALL_UPLOAD`]).
+    pub small: u64,
 }
 
 struct Ring {
@@ -133,6 +147,7 @@ impl Uploader {
             copy_threads: config.copy_threads.max(1),
             idle_release: config.idle_release,
             host_staging: config.host_staging,
+            small_upload: config.small_upload,
         };
         let (ready_tx, ready_rx) = mpsc::channel();
         Uploader {
@@ -158,12 +173,16 @@ impl Uploader {
     }
 
     /// Copies `data` into `dst` at byte `offset`. Returns once every byte is in staging
-    /// memory and its copy is submitted: GPU work submitted afterwards sees the data
-    /// (queue order); the call does not wait for the copy to finish.
+    /// memory with its copy submitted, or queued by `Queue::write_buffer` (small uploads):
+    /// GPU work submitted afterwards sees the data (queue order); the call does not wait
+    /// for the copy to finish.
     ///
-    /// Where `dst` lives in a host-visible block (CPU and integrated adapters, see
-    /// [`BlockMemory`](crate::arena::BlockMemory)) and no GPU work is in flight, the bytes
-    /// are written straight into the block instead: one host copy, no staging, same
+    /// Small word-aligned uploads (up to `config.small_upload`, [`SMALL_UPLOAD`] by
+    /// default) are handed to
+    /// `Queue::write_buffer`, which gathers them into the next submission. Where `dst`
+    /// lives in a host-visible block (CPU and integrated adapters, see
+    /// [`BlockMemory`](crate::arena::BlockMemory)) and no GPU work is in flight, larger
+    /// bytes are written straight into the block instead: one host copy, no staging, same
     /// ordering (queued `Queue::write_buffer` data is submitted first).
     ///
     /// Any size and offset work: whole words go through staging buffers; the 1 to 3 bytes
@@ -183,6 +202,16 @@ impl Uploader {
             "upload",
         )?;
         if len == 0 {
+            return Ok(());
+        }
+        if len <= self.config.small_upload && offset.is_multiple_of(4) && len.is_multiple_of(4) {
+            // Queue order holds: the bytes land before the next submission's commands.
+            self.gpu
+                .queue()
+                .write_buffer(dst.buffer(), dst.offset() + offset, data);
+            let mut ring = self.ring.lock();
+            ring.stats.bytes += len;
+            ring.stats.small += 1;
             return Ok(());
         }
         let threads = self.config.copy_threads;
@@ -331,7 +360,7 @@ impl Uploader {
         n: u64,
         write: impl FnOnce(&Staging) -> Result<()>,
     ) -> Result<()> {
-        let (index, staging) = self.acquire()?;
+        let (index, staging) = self.acquire(n)?;
         if let Err(e) = write(&staging) {
             self.return_unsubmitted(index);
             return Err(e);
@@ -423,7 +452,6 @@ impl Uploader {
 
     fn release_idle_locked(&self, ring: &mut Ring, older_than: Duration) -> u64 {
         let now = Instant::now();
-        let chunk = self.config.chunk_size;
         let Ring {
             buffers,
             last_used,
@@ -438,9 +466,9 @@ impl Uploader {
                 return true;
             }
             if let Some(buffer) = buffers[i].take() {
+                stats.staging_bytes -= buffer.size();
                 buffer.destroy();
                 dead.push(i);
-                stats.staging_bytes -= chunk;
                 stats.staging_released += 1;
             }
             false
@@ -448,9 +476,14 @@ impl Uploader {
         before - stats.staging_bytes
     }
 
-    /// A mapped staging buffer (slot and handle): a free one, a new one while under
-    /// `max_staging`, or (when the ring is full) the next one the GPU releases.
-    pub(super) fn acquire(&self) -> Result<(usize, Staging)> {
+    /// A mapped staging buffer of at least `need` bytes (`need` <= `chunk_size`): the
+    /// smallest free one that fits; else a new one while under `max_staging`, sized to
+    /// what is moved (`need` rounded up to a power of two, at least [`MIN_STAGING`], at
+    /// most `chunk_size`), so small uploads do not hold chunk-sized buffers; else, making
+    /// room, a free buffer too small is given back and a fitting one created; else (the
+    /// ring is full) the next one the GPU releases.
+    pub(super) fn acquire(&self, need: u64) -> Result<(usize, Staging)> {
+        let need = need.clamp(4, self.config.chunk_size);
         loop {
             let oldest = {
                 let rx = self.ready_rx.lock();
@@ -462,7 +495,16 @@ impl Uploader {
                     self.release_idle_locked(&mut ring, idle);
                 }
                 let now = Instant::now();
-                if let Some(i) = ring.free.pop() {
+                let fitting = ring
+                    .free
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, &i)| Some((k, ring.buffers[i].as_ref()?.size())))
+                    .filter(|&(_, size)| size >= need)
+                    .min_by_key(|&(_, size)| size)
+                    .map(|(k, _)| k);
+                if let Some(k) = fitting {
+                    let i = ring.free.swap_remove(k);
                     if let Some(buffer) = ring.buffers[i].clone() {
                         ring.last_used[i] = now;
                         return Ok((i, buffer));
@@ -470,10 +512,33 @@ impl Uploader {
                     // Unreachable: released slots leave the free list. Skip it.
                     continue;
                 }
-                if ring.stats.staging_bytes + self.config.chunk_size <= self.config.max_staging {
+                let size = need.next_power_of_two().clamp(
+                    MIN_STAGING.min(self.config.chunk_size),
+                    self.config.chunk_size,
+                );
+                // No room: give back free buffers that are too small, smallest first.
+                while ring.stats.staging_bytes + size > self.config.max_staging {
+                    let Some(k) = ring
+                        .free
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|&(_, &i)| ring.buffers[i].as_ref().map_or(0, Staging::size))
+                        .map(|(k, _)| k)
+                    else {
+                        break;
+                    };
+                    let i = ring.free.swap_remove(k);
+                    if let Some(buffer) = ring.buffers[i].take() {
+                        ring.stats.staging_bytes -= buffer.size();
+                        ring.stats.staging_released += 1;
+                        ring.dead.push(i);
+                        buffer.destroy();
+                    }
+                }
+                if ring.stats.staging_bytes + size <= self.config.max_staging {
                     let buffer = Staging::new(
                         &self.gpu,
-                        self.config.chunk_size,
+                        size,
                         wgpu::MapMode::Write,
                         self.config.host_staging,
                         "vramkit upload staging",
@@ -492,7 +557,7 @@ impl Uploader {
                         }
                     };
                     ring.stats.staging_created += 1;
-                    ring.stats.staging_bytes += self.config.chunk_size;
+                    ring.stats.staging_bytes += size;
                     return Ok((i, buffer));
                 }
                 ring.stats.waits += 1;
