@@ -2,14 +2,26 @@
 //! coloured by label, free ranges grey, ranges still in use by the GPU orange).
 //!
 //! ```text
-//! cargo run --release --example arena_dump [OUT_DIR]
+//! cargo run --release --example arena_dump [OUT_DIR]     # default: $TMPDIR/vramkit-arena-dump
 //! ```
 
 use rand::Rng;
 use vramkit::{Arena, ArenaConfig, Gpu};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));
+fn main() {
+    // Errors are printed with Display: each says what was asked and what to do.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    // Outside the working tree unless asked: a demo should not leave files in a checkout.
+    let out = std::env::args()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("vramkit-arena-dump"));
     let gpu = Gpu::headless()?;
     let arena = Arena::new(
         &gpu,

@@ -27,8 +27,13 @@ impl Figures {
 }
 
 fn trace_path() -> String {
-    std::env::var("VRAMKIT_TRACE")
-        .unwrap_or_else(|_| "../shared/traces/trace_resnet50_train.csv.gz".into())
+    std::env::var("VRAMKIT_TRACE").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/data/trace_resnet50_train.csv.gz"
+        )
+        .into()
+    })
 }
 
 fn suite_alloc(figures: &mut Figures) {

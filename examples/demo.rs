@@ -9,7 +9,15 @@ use rand::Rng;
 use vramkit::kernels::Kernels;
 use vramkit::{readback, Arena, ArenaConfig, Gpu};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // Errors are printed with Display: each says what was asked and what to do.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let gpu = Gpu::headless()?;
     println!("adapter: {}", gpu.describe());

@@ -10,7 +10,15 @@ use std::time::Instant;
 
 use vramkit::{Arena, ArenaConfig, Gpu};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // Errors are printed with Display: each says what was asked and what to do.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let iters: usize = args
         .next()
@@ -100,12 +108,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:<26} {:>14} {:>16} {:>14}",
         "strategy", "us/iteration", "buffers created", "peak reserved"
     );
+    // wgpu reports no memory figure for buffers it keeps until the GPU is done with
+    // them, so the create_buffer row has none (not a guess).
     println!(
         "{:<26} {:>14.2} {:>16} {:>14}",
         "create_buffer + destroy",
         create_s * 1e6,
         iters,
-        vramkit::fmt_bytes(size)
+        "not measured"
     );
     println!(
         "{:<26} {:>14.2} {:>16} {:>14}",
@@ -119,7 +129,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "preallocated by hand",
         pre_s * 1e6,
         1,
-        vramkit::fmt_bytes(size)
+        vramkit::fmt_bytes(pre.size())
     );
     println!();
     println!("create_us_per_iteration: {:.3}", create_s * 1e6);

@@ -3,7 +3,7 @@
 //! reserved-over-allocated with what PyTorch's caching allocator reported for the same run.
 //!
 //! ```text
-//! cargo run --release --example replay [TRACE.csv.gz]           # default: ../shared/traces/trace_resnet50_train.csv.gz
+//! cargo run --release --example replay [TRACE.csv.gz]           # default: examples/data/trace_resnet50_train.csv.gz
 //! cargo run --release --example replay -- [TRACE.csv.gz] --arena  # through a real Arena on the GPU
 //! ```
 
@@ -11,6 +11,12 @@
 mod peers;
 
 use std::io::BufReader;
+
+/// The trace shipped with the repository (34 KB; see examples/data/README.md).
+const DEFAULT_TRACE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/data/trace_resnet50_train.csv.gz"
+);
 
 use vramkit::alloc::trace::{parse_csv, replay, replay_in_one_block, ReplayReport, TraceEvent};
 use vramkit::alloc::{BlockPolicy, Placement, RangeAllocator, SubAllocator};
@@ -121,14 +127,22 @@ fn replay_on_gpu(
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // Errors are printed with Display: each says what was asked and what to do.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let on_gpu = args.iter().any(|a| a == "--arena");
     let path = args
         .iter()
         .find(|a| !a.starts_with("--"))
         .cloned()
-        .unwrap_or_else(|| "../shared/traces/trace_resnet50_train.csv.gz".to_string());
+        .unwrap_or_else(|| DEFAULT_TRACE.to_string());
     let file = std::fs::File::open(&path).map_err(|e| format!("cannot open trace {path}: {e}"))?;
     let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file)))?;
     let json_path = path.replace(".csv.gz", ".json");

@@ -4,6 +4,27 @@
 //! arena with budgets, statistics and leak reports, and WGSL compute kernels dispatched on
 //! its allocations, on every GPU wgpu reaches (Vulkan, Metal, DX12, GL).
 //!
+//! ## Quick start
+//!
+//! ```
+//! # fn main() -> vramkit::Result<()> {
+//! use vramkit::{kernels::Reduce, Runtime};
+//!
+//! let rt = Runtime::headless()?; // the best adapter, an arena, kernels, transfer rings
+//! let x = rt.alloc_from(&[1.0f32, 2.0, 3.0, 4.0], "x")?;
+//! let y = rt.alloc_from(&[0.5f32; 4], "y")?;
+//! let total = rt.alloc::<f32>(1, "total")?;
+//! let mut batch = rt.batch(); // kernels recorded together, submitted once
+//! batch.axpy(2.0, &x, &y)?.reduce(Reduce::Sum, &y, &total)?;
+//! batch.submit()?;
+//! assert_eq!(rt.download(&y)?, vec![2.5, 4.5, 6.5, 8.5]);
+//! assert_eq!(rt.download(&total)?, vec![22.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! [`Runtime`] is the one entry point; the layers under it stay public for programs that
+//! want them one by one.
+//!
 //! Layers, bottom up:
 //! - [`alloc`]: the pure-CPU allocator core (O(1) range allocator, block policy);
 //! - [`Gpu`]: the device context, headless or borrowed from a host app;
@@ -16,12 +37,18 @@
 
 #![warn(missing_docs)]
 
+// The README's example is a doctest, so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod alloc;
 pub mod arena;
 mod error;
 mod gpu;
 pub mod kernels;
 pub mod readback;
+mod runtime;
 pub mod shaders;
 pub mod stream;
 
@@ -30,6 +57,7 @@ pub use error::{Error, Result};
 pub use gpu::{
     parse_backends, Gpu, GpuOptions, Timing, TimingSource, INSTALL_HINT, OPTIONAL_FEATURES,
 };
+pub use runtime::{Runtime, RuntimeConfig};
 
 /// Formats a byte count with a binary unit (`1.50 GiB`).
 pub fn fmt_bytes(bytes: u64) -> String {

@@ -425,7 +425,13 @@ proptest! {
                             }
                             live.push(a);
                         }
-                        Err(AllocError::TooLarge { .. }) => prop_assert!(size > vramkit::alloc::MAX_CAPACITY),
+                        // Past MAX_CAPACITY, or a block whose size would overflow the
+                        // set's reserved total.
+                        Err(AllocError::TooLarge { .. }) => prop_assert!(
+                            size > vramkit::alloc::MAX_CAPACITY
+                                || set.stats().reserved as u128 + size as u128 * 9 / 8 + (1 << 20)
+                                    > u64::MAX as u128
+                        ),
                         Err(AllocError::ZeroSize) => prop_assert_eq!(size, 0),
                         Err(e) => prop_assert!(false, "unexpected {e:?}"),
                     }

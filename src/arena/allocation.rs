@@ -183,21 +183,31 @@ impl Allocation {
             .exclusive_host_access(host_reads, || access(memory, start..end))
     }
 
-    /// Views the range as an array of `T`; fails if the size or offset is not a multiple of
-    /// `T`'s size.
+    /// Views the range as an array of `T`, as many as fit; fails if the offset is not a
+    /// multiple of `T`'s size or not one element fits.
     pub fn typed<T: bytemuck::Pod>(self) -> crate::Result<Typed<T>> {
         let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || !self.size.is_multiple_of(elem) || !self.offset.is_multiple_of(elem) {
+        let len = self.size.checked_div(elem).unwrap_or(0);
+        self.typed_len(len)
+    }
+
+    /// Views the first `len` elements of the range as `T` (the arena rounds sizes up to
+    /// 4 bytes, so an odd number of 2-byte elements leaves a spare half word).
+    pub(crate) fn typed_len<T: bytemuck::Pod>(self, len: u64) -> crate::Result<Typed<T>> {
+        let elem = std::mem::size_of::<T>() as u64;
+        let fits = len.checked_mul(elem).is_some_and(|b| b <= self.size);
+        if elem == 0 || len == 0 || !fits || !self.offset.is_multiple_of(elem) {
             return Err(crate::Error::invalid(
                 format!(
-                    "allocation '{}' of {} bytes at offset {} cannot hold whole {}-byte elements",
-                    &**self.label, self.size, self.offset, elem
+                    "allocation '{}' of {} bytes at offset {} cannot hold {len} whole {elem}-byte elements",
+                    &**self.label, self.size, self.offset
                 ),
                 "allocate with Arena::alloc_typed, which sizes the range in elements",
             ));
         }
         Ok(Typed {
             inner: self,
+            len: len as usize,
             _element: PhantomData,
         })
     }
@@ -241,16 +251,29 @@ impl Drop for Allocation {
     }
 }
 
-/// An [`Allocation`] viewed as `len()` elements of `T`.
+/// An [`Allocation`] viewed as `len()` elements of `T`. Kernels and transfers of the
+/// typed API ([`crate::kernels::TypedBatch`], [`crate::Runtime`]) take it directly, check
+/// the element type at compile time and take the element count from it.
 pub struct Typed<T: bytemuck::Pod> {
     inner: Allocation,
+    len: usize,
     _element: PhantomData<fn() -> T>,
 }
 
 impl<T: bytemuck::Pod> Typed<T> {
     /// Number of `T` elements.
     pub fn len(&self) -> usize {
-        (self.inner.size / std::mem::size_of::<T>() as u64) as usize
+        self.len
+    }
+
+    /// The first `n` elements, for a typed kernel or transfer on part of the allocation;
+    /// `None` when `n` is 0 or more than [`len`](Self::len).
+    pub fn first(&self, n: usize) -> Option<Elements<'_, T>> {
+        (n > 0 && n <= self.len).then_some(Elements {
+            allocation: &self.inner,
+            len: n,
+            _element: PhantomData,
+        })
     }
 
     /// True when it holds no element.
@@ -273,5 +296,48 @@ impl<T: bytemuck::Pod> std::ops::Deref for Typed<T> {
     type Target = Allocation;
     fn deref(&self) -> &Allocation {
         &self.inner
+    }
+}
+
+/// The first `len` elements of a [`Typed`] allocation (see [`Typed::first`]); a whole
+/// `&Typed<T>` converts into one too.
+pub struct Elements<'a, T: bytemuck::Pod> {
+    allocation: &'a Allocation,
+    len: usize,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T: bytemuck::Pod> Clone for Elements<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: bytemuck::Pod> Copy for Elements<'_, T> {}
+
+impl<'a, T: bytemuck::Pod> Elements<'a, T> {
+    /// The allocation the elements live in.
+    pub fn allocation(&self) -> &'a Allocation {
+        self.allocation
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a view has at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<'a, T: bytemuck::Pod> From<&'a Typed<T>> for Elements<'a, T> {
+    fn from(t: &'a Typed<T>) -> Self {
+        Elements {
+            allocation: &t.inner,
+            len: t.len,
+            _element: PhantomData,
+        }
     }
 }

@@ -37,7 +37,7 @@ mod state;
 mod stats;
 
 pub use crate::error::{Limit, OutOfMemory};
-pub use allocation::{Allocation, Typed};
+pub use allocation::{Allocation, Elements, Typed};
 pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
@@ -214,7 +214,7 @@ impl Arena {
                     "allocate fewer elements",
                 )
             })?;
-        self.alloc(bytes, label)?.typed()
+        self.alloc(bytes, label)?.typed_len(len as u64)
     }
 
     /// Allocates `size` bytes in `pool`. Over the budget or quota it first gives back cached
@@ -427,7 +427,12 @@ impl Drop for Front {
         drop(st);
         drop(stock);
         if let Some(report) = report {
-            log::warn!("{report}");
+            // A leak must reach the user even when no logger is installed.
+            if log::log_enabled!(log::Level::Warn) {
+                log::warn!("{report}");
+            } else {
+                eprintln!("vramkit: {report}");
+            }
         }
     }
 }

@@ -10,8 +10,10 @@ pub use oom::{Limit, OutOfMemory};
 
 use crate::alloc::AllocError;
 
-/// Errors returned by vramkit.
+/// Errors returned by vramkit. Print them with `Display` (`{e}`): each says what was
+/// asked, what was available and what to do. New variants may come in minor releases.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// No adapter matched the selection (or none exists at all).
     #[error("no GPU adapter found ({selection}); adapters seen: [{seen}]. {hint}")]

@@ -96,12 +96,16 @@ impl Gpu {
     }
 
     async fn open(options: &GpuOptions) -> Result<Gpu> {
-        let backends = options.backends.unwrap_or_else(wgpu::Backends::all);
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = backends;
-        let instance = wgpu::Instance::new(desc);
-        let adapters = instance.enumerate_adapters(backends).await;
-        let adapter = select::choose(adapters, options)?;
+        let (instance, adapter) = match options.backends {
+            Some(backends) => Self::pick(backends, options).await?,
+            // The native APIs first; GL only when they offer nothing: probing GL opens
+            // EGL and DRI, which print errors on headless machines even where a Vulkan
+            // adapter exists.
+            None => match Self::pick(wgpu::Backends::PRIMARY, options).await {
+                Ok(found) => found,
+                Err(_) => Self::pick(wgpu::Backends::all(), options).await?,
+            },
+        };
         let info = adapter.get_info();
         let offered = adapter.features();
         let missing = options.required_features - offered;
@@ -131,6 +135,19 @@ impl Gpu {
                 source,
             })?;
         Ok(Self::build(Some(instance), device, queue, info))
+    }
+
+    /// An instance on `backends` and the best adapter on it that passes the filters.
+    async fn pick(
+        backends: wgpu::Backends,
+        options: &GpuOptions,
+    ) -> Result<(wgpu::Instance, wgpu::Adapter)> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapters = instance.enumerate_adapters(backends).await;
+        let adapter = select::choose(adapters, options)?;
+        Ok((instance, adapter))
     }
 
     /// Wraps a device and queue that a host application already owns (a renderer sharing

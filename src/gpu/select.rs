@@ -117,10 +117,24 @@ pub(crate) fn choose(adapters: Vec<wgpu::Adapter>, options: &GpuOptions) -> Resu
             None => true,
         })
         .min_by_key(|a| rank(&a.get_info()));
+    // Name the real cause: a name filter that matched nothing, a backend filter that
+    // left no adapter, or no adapter at all (then a driver is missing).
+    let hint = match (&wanted, seen.is_empty(), options.backends) {
+        (Some(n), false, _) => format!(
+            "no adapter's name contains '{n}' (VRAMKIT_ADAPTER): pick one of the adapters \
+             seen, or unset it"
+        ),
+        (_, true, Some(b)) if b != wgpu::Backends::all() => format!(
+            "no adapter on the backends {b:?} (VRAMKIT_BACKEND): try another backend or \
+             unset it. {}",
+            crate::gpu::INSTALL_HINT
+        ),
+        _ => crate::gpu::INSTALL_HINT.to_string(),
+    };
     best.ok_or_else(|| Error::NoAdapter {
         selection: options.describe(),
         seen: seen.join(", "),
-        hint: crate::gpu::INSTALL_HINT.to_string(),
+        hint,
     })
 }
 

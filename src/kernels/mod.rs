@@ -30,11 +30,13 @@ pub mod reduce;
 pub mod scan;
 pub mod softmax;
 pub mod transpose;
+mod typed;
 
 pub use elementwise::{Binary, Unary};
 pub use matmul::MatmulInput;
 pub use reduce::Reduce;
 pub use scan::{ScanKind, ScanType};
+pub use typed::{MatmulElement, ScanElement, TypedBatch};
 
 use std::collections::HashMap;
 use std::marker::PhantomData;

@@ -300,6 +300,27 @@ impl Downloader {
         Ok(out)
     }
 
+    /// Reads typed elements (a whole [`Typed`](crate::arena::Typed) or its first elements)
+    /// into a new `Vec<T>`.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// # let x = arena.alloc_typed::<f32>(3, "x")?;
+    /// let downloader = vramkit::stream::Downloader::new(&gpu, Default::default());
+    /// let values: Vec<f32> = downloader.download_typed(&x)?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn download_typed<'a, T: bytemuck::Pod>(
+        &self,
+        src: impl Into<crate::arena::Elements<'a, T>>,
+    ) -> Result<Vec<T>> {
+        let src = src.into();
+        let mut out = vec![T::zeroed(); src.len()];
+        self.download_into(src.allocation(), 0, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+
     /// Reads `out.len()` bytes of `src` from byte `offset` into `out`, the way
     /// [`download`](Self::download) does, into memory the caller keeps: a buffer reused
     /// across downloads is written at memory speed, where a fresh `Vec` first pays a page

@@ -235,6 +235,38 @@ impl Uploader {
         Ok(())
     }
 
+    /// Uploads `data` into typed elements (a whole [`Typed`](crate::arena::Typed) or its
+    /// first elements): exactly as many elements as the destination holds.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+    /// let x = arena.alloc_typed::<f32>(3, "x")?;
+    /// uploader.upload_typed(&x, &[1.0, 2.0, 3.0])?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn upload_typed<'a, T: bytemuck::Pod>(
+        &self,
+        dst: impl Into<crate::arena::Elements<'a, T>>,
+        data: &[T],
+    ) -> Result<()> {
+        let dst = dst.into();
+        if data.len() != dst.len() {
+            return Err(Error::invalid(
+                format!(
+                    "an upload of {} elements into '{}', which holds {}",
+                    data.len(),
+                    dst.allocation().label(),
+                    dst.len()
+                ),
+                "upload exactly as many elements as the destination holds (Typed::first(n) \
+                 takes the first n)",
+            ));
+        }
+        self.upload(dst.allocation(), 0, bytemuck::cast_slice(data))
+    }
+
     /// [`upload`](Self::upload), then a future that resolves once the GPU has finished the
     /// copies, for code that must know when the bytes have landed (to hand the buffer to
     /// another queue or API, to account for transfer time) without blocking a thread. The
