@@ -723,3 +723,34 @@ fn summary_counts_empty_blocks_as_unfragmented_and_folds_big_pools() {
         "{row}"
     );
 }
+
+/// The budget can change at any time: lowered, it gives cached blocks back at once and
+/// refuses growth past it (live data is kept); raised, the arena grows again.
+#[test]
+fn set_budget_takes_effect_at_once() {
+    let a = arena(Default::default());
+    let live: Vec<_> = (0..8).map(|_| a.alloc(1 << 20, "live").unwrap()).collect();
+    let dropped: Vec<_> = (0..24).map(|_| a.alloc(1 << 20, "dropped").unwrap()).collect();
+    drop(dropped);
+    a.synchronize().unwrap();
+    assert!(a.stats().reserved >= 24 << 20);
+    assert_eq!(a.set_budget(Budget::Bytes(12 << 20)).unwrap(), Some(12 << 20));
+    assert_eq!(a.budget(), Some(12 << 20));
+    let s = a.stats();
+    assert!(s.reserved <= 16 << 20, "cached blocks went back: {}", s.reserved);
+    assert_eq!(s.allocated, 8 << 20, "live data kept");
+    let mut more = Vec::new();
+    let e = loop {
+        match a.alloc(1 << 20, "more") {
+            Ok(x) => more.push(x),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(&e, Error::OutOfMemory(o) if o.limit == Limit::Budget), "{e}");
+    assert!(a.stats().reserved <= 12 << 20 || more.is_empty());
+    a.set_budget(Budget::Unlimited).unwrap();
+    assert_eq!(a.budget(), None);
+    a.alloc(64 << 20, "raised").unwrap();
+    assert!(a.set_budget(Budget::FractionOfDevice(1.5)).is_err());
+    drop(live);
+}
