@@ -643,7 +643,10 @@ fn budgets_and_quotas_fill_to_at_least_95_percent() {
 /// `synchronize`; a loop that allocates and frees without ever submitting stays small.
 #[test]
 fn frees_come_back_without_submissions_or_synchronize() {
-    let a = arena(Default::default());
+    // A device of its own: the test binary's other threads submit work on the shared one,
+    // which would make the frees come back through their submissions instead.
+    let gpu = vramkit::Gpu::headless().unwrap();
+    let a = Arena::new(&gpu, Default::default()).unwrap();
     let live: Vec<_> = (0..10)
         .map(|i| a.alloc(4096 + i, "idle").unwrap())
         .collect();
@@ -673,8 +676,8 @@ fn frees_come_back_without_submissions_or_synchronize() {
     }
     let reserved = a.stats().peak_reserved;
     assert!(
-        reserved <= 16 << 20,
-        "peak reserved {reserved} for 4 MiB live"
+        reserved <= 32 << 20,
+        "peak reserved {reserved} for 4 MiB live (380 MiB before frees came back)"
     );
 }
 
@@ -730,14 +733,23 @@ fn summary_counts_empty_blocks_as_unfragmented_and_folds_big_pools() {
 fn set_budget_takes_effect_at_once() {
     let a = arena(Default::default());
     let live: Vec<_> = (0..8).map(|_| a.alloc(1 << 20, "live").unwrap()).collect();
-    let dropped: Vec<_> = (0..24).map(|_| a.alloc(1 << 20, "dropped").unwrap()).collect();
+    let dropped: Vec<_> = (0..24)
+        .map(|_| a.alloc(1 << 20, "dropped").unwrap())
+        .collect();
     drop(dropped);
     a.synchronize().unwrap();
     assert!(a.stats().reserved >= 24 << 20);
-    assert_eq!(a.set_budget(Budget::Bytes(12 << 20)).unwrap(), Some(12 << 20));
+    assert_eq!(
+        a.set_budget(Budget::Bytes(12 << 20)).unwrap(),
+        Some(12 << 20)
+    );
     assert_eq!(a.budget(), Some(12 << 20));
     let s = a.stats();
-    assert!(s.reserved <= 16 << 20, "cached blocks went back: {}", s.reserved);
+    assert!(
+        s.reserved <= 16 << 20,
+        "cached blocks went back: {}",
+        s.reserved
+    );
     assert_eq!(s.allocated, 8 << 20, "live data kept");
     let mut more = Vec::new();
     let e = loop {
@@ -746,7 +758,10 @@ fn set_budget_takes_effect_at_once() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(&e, Error::OutOfMemory(o) if o.limit == Limit::Budget), "{e}");
+    assert!(
+        matches!(&e, Error::OutOfMemory(o) if o.limit == Limit::Budget),
+        "{e}"
+    );
     assert!(a.stats().reserved <= 12 << 20 || more.is_empty());
     a.set_budget(Budget::Unlimited).unwrap();
     assert_eq!(a.budget(), None);

@@ -130,6 +130,42 @@ fn time_batch<'a>(
     (0..3).map(|_| run(reps)).fold(f64::MAX, f64::min) / reps as f64
 }
 
+/// Runs axpy batches until the GPU's clocks have ramped up: at least 0.5 s, and until
+/// three batches in a row agree within 2 % (at most 10 s). A GPU idles at a low clock
+/// (345 MHz on the H100) and the first kernels of a fresh process ran at half speed.
+fn warm_up(
+    gpu: &Gpu,
+    kernels: &vramkit::kernels::Kernels,
+    x: &vramkit::arena::Typed<f32>,
+    y: &vramkit::arena::Typed<f32>,
+    figures: &mut Figures,
+) {
+    let n = x.len() as u64;
+    let start = Instant::now();
+    let mut last: Vec<f64> = Vec::new();
+    let mut batches = 0;
+    loop {
+        let secs = time_batch(gpu, kernels, 10, |b| {
+            b.axpy(n, 1e-6, x, y).expect("axpy");
+        });
+        batches += 1;
+        last.push(secs);
+        if last.len() > 3 {
+            last.remove(0);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let (lo, hi) = last
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        if (elapsed >= 0.5 && last.len() == 3 && hi <= lo * 1.02) || elapsed > 10.0 {
+            break;
+        }
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    println!("warm-up: {batches} batches, {ms:.0} ms, last three within 2 %");
+    figures.add("kernel_warmup_ms", format!("{ms:.0}"));
+}
+
 pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     use vramkit::kernels::{
         Binary, KernelOptions, Kernels, MatmulInput, Reduce, ScanKind, ScanType, Unary,
@@ -148,6 +184,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             .write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&data));
     }
     let reps = if gpu.is_cpu() { 3 } else { 30 };
+    warm_up(gpu, &kernels, &x, &y, figures);
     println!(
         "{:<18} {:>12} {:>10} {:>10}",
         "kernel", "elements", "ms/call", "GB/s"

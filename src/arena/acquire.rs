@@ -37,8 +37,9 @@ enum Step {
     Placed(CachedRange),
     /// Decide again under the lock (something was given back to the blocks).
     Again,
-    /// Seal, release the lock, poll the device without blocking, re-lock and collect.
-    Poll,
+    /// Seal, release the lock, poll the device without blocking, re-lock and collect;
+    /// with `flush`, also run callbacks wgpu deferred (see `Shared::poll_unlocked`).
+    Poll { flush: bool },
     /// Seal, release the lock, wait for all submitted work, re-lock, collect, and give
     /// cached ranges and empty blocks back.
     Wait,
@@ -124,19 +125,22 @@ impl Shared {
     /// a non-blocking poll does not run it (frees of a program that stopped submitting
     /// would wait forever). So when the oldest sealed epoch is still pending and vramkit
     /// has submitted nothing since it was sealed, an empty submit runs the callbacks
-    /// (tens of microseconds; only then, so a busy GPU is not charged for it). Either way
+    /// (tens of microseconds; only then, so a busy GPU is not charged for it, and only
+    /// with `flush`: in `maintain`, `trim` and before the arena would grow, not in the
+    /// allocation path's routine poll for a cached range). Either way
     /// a free comes back only through its callback: the shortcut is about when, never
     /// whether, the GPU is done.
     pub(super) fn poll_unlocked<'s>(
         &'s self,
         mut st: MutexGuard<'s, State>,
+        flush: bool,
     ) -> MutexGuard<'s, State> {
         self.seal(&mut st);
         self.unlock(st);
         self.gpu.poll();
         let mut st = self.state.lock();
         st.harvest(self.completion.get());
-        if self.stuck(&st) {
+        if flush && self.stuck(&st) {
             self.unlock(st);
             self.gpu.submit([]);
             st = self.state.lock();
@@ -227,8 +231,8 @@ impl Shared {
             match self.step(&mut st, &mut req) {
                 Step::Placed(range) => break range,
                 Step::Again => {}
-                Step::Poll => {
-                    st = self.poll_unlocked(st);
+                Step::Poll { flush } => {
+                    st = self.poll_unlocked(st, flush);
                     st.last_poll_at = st.counters.allocations;
                 }
                 Step::Wait => match self.wait_unlocked(st) {
@@ -304,7 +308,7 @@ impl Shared {
             // back, rather than carving new ranges until the block is full.
             if !req.polled_for_cache && !st.sealed.is_empty() && !self.polled_recently(st) {
                 req.polled_for_cache = true;
-                return Step::Poll;
+                return Step::Poll { flush: false };
             }
         }
         let placed = match self.try_place(st, req) {
@@ -354,7 +358,7 @@ impl Shared {
         let poll = !req.reclaimed && !recently;
         req.reclaimed = true;
         if poll {
-            Step::Poll
+            Step::Poll { flush: true }
         } else {
             Step::Again
         }

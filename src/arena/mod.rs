@@ -240,7 +240,7 @@ impl Arena {
         // Sealed first so the poll can complete this epoch too; polled without the lock
         // (the poll runs wgpu callbacks, which may free or allocate).
         let before = st.harvested;
-        let st = shared.poll_unlocked(st);
+        let st = shared.poll_unlocked(st, true);
         let collected = st.harvested - before;
         shared.unlock(st);
         collected as usize
@@ -259,7 +259,7 @@ impl Arena {
     /// `config.trim_keep` bytes of empty blocks cached. Returns bytes released.
     pub fn trim(&self) -> u64 {
         let shared = self.shared();
-        let mut st = shared.poll_unlocked(shared.state.lock());
+        let mut st = shared.poll_unlocked(shared.state.lock(), true);
         st.flush_ready();
         let released = st.release_empty(shared.config.trim_keep);
         shared.unlock(st);
