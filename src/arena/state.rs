@@ -163,8 +163,7 @@ pub(crate) struct State {
     pub budget: Option<u64>,
     pub pools: Vec<Pool>,
     pub open: Vec<PendingFree>,
-    /// Sealed epochs: (epoch, vramkit submissions started when it was sealed, frees).
-    pub sealed: VecDeque<(u64, u64, Vec<PendingFree>)>,
+    pub sealed: VecDeque<(u64, Vec<PendingFree>)>,
     pub next_epoch: u64,
     pub live: LiveSlab,
     pub next_id: u64,
@@ -301,9 +300,8 @@ impl State {
     }
 
     /// Moves the open frees into a new epoch that completes once all work submitted so far
-    /// has finished (`submits`: vramkit submissions started so far). Returns the epoch to
-    /// register the completion callback for.
-    pub fn seal(&mut self, submits: u64) -> Option<u64> {
+    /// has finished. Returns the epoch to register the completion callback for.
+    pub fn seal(&mut self) -> Option<u64> {
         if self.open.is_empty() {
             return None;
         }
@@ -311,15 +309,15 @@ impl State {
         self.next_epoch += 1;
         self.counters.seals += 1;
         let frees = std::mem::take(&mut self.open);
-        self.sealed.push_back((epoch, submits, frees));
+        self.sealed.push_back((epoch, frees));
         Some(epoch)
     }
 
     /// Returns the ranges of every epoch up to `completed` to their blocks.
     pub fn harvest(&mut self, completed: u64) -> usize {
         let mut n = 0;
-        while self.sealed.front().is_some_and(|(e, ..)| *e <= completed) {
-            let Some((_, _, frees)) = self.sealed.pop_front() else {
+        while self.sealed.front().is_some_and(|(e, _)| *e <= completed) {
+            let Some((_, frees)) = self.sealed.pop_front() else {
                 break;
             };
             let used_at = self.harvests;

@@ -135,7 +135,7 @@ impl Arena {
             blocks_created: c.blocks_created,
             blocks_released: c.blocks_released,
             live_allocations: st.live.len(),
-            pending_frees: st.open.len() + st.sealed.iter().map(|(.., v)| v.len()).sum::<usize>(),
+            pending_frees: st.open.len() + st.sealed.iter().map(|(_, v)| v.len()).sum::<usize>(),
             fragmentation: if free_total == 0 {
                 0.0
             } else {

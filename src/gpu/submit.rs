@@ -56,11 +56,6 @@ impl Gpu {
         self.submit_counted(buffers).1
     }
 
-    /// How many submissions vramkit has started on this device so far.
-    pub(crate) fn submissions(&self) -> u64 {
-        self.inner.submits.started.load(Ordering::SeqCst)
-    }
-
     /// [`submit`](Self::submit), also returning the count of started submissions
     /// including this one.
     fn submit_counted<I>(&self, buffers: I) -> (u64, wgpu::SubmissionIndex)
