@@ -124,7 +124,7 @@ impl Gpu {
     /// maps memory itself only on Vulkan; other backends read back through wgpu's own
     /// mapped buffers, which wgpu synchronises). Submit it after the copies it covers.
     pub(crate) fn host_read_barrier(&self) -> Option<wgpu::CommandBuffer> {
-        if self.inner.info.backend != wgpu::Backend::Vulkan {
+        if self.inner.info.backend != wgpu::Backend::Vulkan || barrier_disabled() {
             return None;
         }
         let mut encoder =
@@ -160,4 +160,11 @@ impl Gpu {
         };
         recorded.then(|| encoder.finish())
     }
+}
+
+/// `VRAMKIT_HOST_READ_BARRIER=0` leaves the barrier out, to measure what it costs (the
+/// benchmark's A/B); without it host reads of device writes are not ordered by the spec.
+fn barrier_disabled() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var("VRAMKIT_HOST_READ_BARRIER").is_ok_and(|v| v == "0"))
 }
