@@ -141,7 +141,11 @@ impl Shared {
         st.harvest(self.completion.get());
         if flush && !st.sealed.is_empty() {
             self.unlock(st);
-            self.gpu.submit([]);
+            // The callbacks move to this submission (lavapipe runs them in the submit,
+            // the NVIDIA driver when it completes): wait for it, a millisecond at most.
+            let index = self.gpu.submit([]);
+            self.gpu
+                .wait_at_most(index, std::time::Duration::from_millis(1));
             st = self.state.lock();
             st.harvest(self.completion.get());
         }

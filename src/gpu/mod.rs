@@ -289,6 +289,15 @@ impl Gpu {
         self.poll_wait(Some(index), "waiting for a submission")
     }
 
+    /// Waits for submission `index` for at most `timeout` (running the callbacks that are
+    /// due); gives up silently: the caller only wants what is ready by then.
+    pub(crate) fn wait_at_most(&self, index: wgpu::SubmissionIndex, timeout: std::time::Duration) {
+        let _ = self.inner.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: Some(timeout),
+        });
+    }
+
     fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {
         self.inner
             .device
