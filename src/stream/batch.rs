@@ -105,14 +105,7 @@ impl<'a> UploadBatch<'a> {
     /// the batch is submitted.
     pub fn add(&mut self, dst: &'a Allocation, offset: u64, data: &[u8]) -> Result<&mut Self> {
         let len = data.len() as u64;
-        super::check_range(
-            self.uploader.gpu(),
-            dst,
-            offset,
-            len,
-            wgpu::BufferUsages::COPY_DST,
-            "upload",
-        )?;
+        self.uploader.check_dst(dst, offset, len)?;
         if len == 0 {
             return Ok(self);
         }

@@ -148,14 +148,7 @@ impl Downloader {
         offset: u64,
         len: u64,
     ) -> Result<impl Future<Output = Result<DownloadView>> + Send + 'static> {
-        let end = super::check_range(
-            &self.gpu,
-            src,
-            offset,
-            len,
-            wgpu::BufferUsages::COPY_SRC,
-            "download",
-        )?;
+        let end = self.check_src(src, offset, len)?;
         let pool = self.views.clone();
         let keep = self.config.depth;
         if len == 0 {
@@ -271,6 +264,18 @@ impl Downloader {
         )
     }
 
+    /// [`super::check_range`] for a download from `src`: same device, inside, `COPY_SRC`.
+    fn check_src(&self, src: &Allocation, offset: u64, len: u64) -> Result<u64> {
+        super::check_range(
+            &self.gpu,
+            src,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_SRC,
+            "download",
+        )
+    }
+
     /// Staging buffers of the idle rings (`depth` per ring; one ring per download that
     /// ran concurrently with another).
     pub fn staging_buffers(&self) -> usize {
@@ -281,14 +286,7 @@ impl Downloader {
     /// submitted before the call. Any offset and length work (the covering whole words
     /// are copied; the allocation's size is a multiple of 4, so they lie inside it).
     pub fn download(&self, src: &Allocation, offset: u64, len: u64) -> Result<Vec<u8>> {
-        super::check_range(
-            &self.gpu,
-            src,
-            offset,
-            len,
-            wgpu::BufferUsages::COPY_SRC,
-            "download",
-        )?;
+        self.check_src(src, offset, len)?;
         let len = usize::try_from(len).map_err(|_| {
             Error::invalid(
                 format!("a download of {len} bytes (more than this host can address)"),
@@ -340,14 +338,7 @@ impl Downloader {
     /// ```
     pub fn download_into(&self, src: &Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
-        let end = super::check_range(
-            &self.gpu,
-            src,
-            offset,
-            len,
-            wgpu::BufferUsages::COPY_SRC,
-            "download",
-        )?;
+        let end = self.check_src(src, offset, len)?;
         if len == 0 {
             return Ok(());
         }

@@ -193,14 +193,7 @@ impl Uploader {
     /// (and, for unaligned edges, `STORAGE`).
     pub fn upload(&self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
-        let end = super::check_range(
-            &self.gpu,
-            dst,
-            offset,
-            len,
-            wgpu::BufferUsages::COPY_DST,
-            "upload",
-        )?;
+        let end = self.check_dst(dst, offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -341,14 +334,7 @@ impl Uploader {
         len: u64,
         mut fill: impl FnMut(u64, wgpu::WriteOnly<'_, [u8]>) -> Result<()>,
     ) -> Result<()> {
-        super::check_range(
-            &self.gpu,
-            dst,
-            offset,
-            len,
-            wgpu::BufferUsages::COPY_DST,
-            "upload",
-        )?;
+        self.check_dst(dst, offset, len)?;
         if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
             return Err(Error::invalid(
                 format!("an in-place upload of {len} bytes at offset {offset} (not whole words)"),
@@ -441,6 +427,18 @@ impl Uploader {
     /// Gives an acquired, still mapped staging slot back unsubmitted.
     pub(super) fn return_unsubmitted(&self, index: usize) {
         self.ring.lock().free.push(index);
+    }
+
+    /// [`super::check_range`] for an upload into `dst`: same device, inside, `COPY_DST`.
+    pub(super) fn check_dst(&self, dst: &Allocation, offset: u64, len: u64) -> Result<u64> {
+        super::check_range(
+            &self.gpu,
+            dst,
+            offset,
+            len,
+            wgpu::BufferUsages::COPY_DST,
+            "upload",
+        )
     }
 
     /// Counts bytes uploaded by a batch.
