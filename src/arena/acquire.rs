@@ -182,6 +182,7 @@ impl Shared {
         if size == 0 {
             return Err(AllocError::ZeroSize.into());
         }
+        self.gpu.check_alive()?;
         let max_buffer = self.gpu.limits().max_buffer_size;
         let mut st = self.state.lock();
         let Some(p) = st.pools.get(pool) else {

@@ -292,6 +292,16 @@ impl<T: bytemuck::Pod> Typed<T> {
     }
 }
 
+impl<T: bytemuck::Pod> std::fmt::Debug for Typed<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Typed")
+            .field("element", &std::any::type_name::<T>())
+            .field("len", &self.len)
+            .field("allocation", &self.inner)
+            .finish()
+    }
+}
+
 impl<T: bytemuck::Pod> std::ops::Deref for Typed<T> {
     type Target = Allocation;
     fn deref(&self) -> &Allocation {

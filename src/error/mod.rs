@@ -61,6 +61,17 @@ pub enum Error {
         message: String,
     },
 
+    /// The device is gone (destroyed, driver reset, unplugged): nothing more can run on it.
+    /// Open a new `Gpu` (and arena) to go on; statistics and leak reports of the old arena
+    /// still work.
+    #[error("the GPU device '{adapter}' was lost ({reason}); open a new Gpu to continue")]
+    DeviceLost {
+        /// The adapter's name.
+        adapter: String,
+        /// wgpu's reason and message.
+        reason: String,
+    },
+
     /// Waiting on or mapping GPU work failed (device lost, timeout).
     #[error("GPU work failed during {during}: {message}")]
     Device {

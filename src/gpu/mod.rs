@@ -5,6 +5,7 @@
 //! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
 
 mod host_buffer;
+mod lost;
 mod select;
 mod submit;
 mod timer;
@@ -71,6 +72,8 @@ struct GpuInner {
     timer: timer::TimerState,
     device_memory: Option<u64>,
     submits: submit::SubmitGate,
+    /// Whether and why the device was lost (`lost.rs`).
+    lost: Arc<lost::LostState>,
     /// Unique per context built (clones share it): wgpu compares devices and buffers by
     /// ids that repeat across instances, so two `Gpu`s' buffers can compare equal.
     id: u64,
@@ -134,7 +137,10 @@ impl Gpu {
                 adapter: info.name.clone(),
                 source,
             })?;
-        Ok(Self::build(Some(instance), device, queue, info))
+        let gpu = Self::build(Some(instance), device, queue, info);
+        // vramkit owns this device, so the device-lost callback is ours.
+        lost::LostState::install(&gpu.inner.lost, &gpu.inner.device);
+        Ok(gpu)
     }
 
     /// An instance on `backends` and the best adapter on it that passes the filters.
@@ -185,6 +191,7 @@ impl Gpu {
                 timer: timer::TimerState::default(),
                 device_memory,
                 submits: submit::SubmitGate::default(),
+                lost: Arc::default(),
                 id: {
                     static NEXT: std::sync::atomic::AtomicU64 =
                         std::sync::atomic::AtomicU64::new(1);
@@ -299,6 +306,7 @@ impl Gpu {
     }
 
     fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {
+        self.check_alive()?;
         self.inner
             .device
             .poll(wgpu::PollType::Wait {
@@ -306,9 +314,11 @@ impl Gpu {
                 timeout: None,
             })
             .map(|_| ())
-            .map_err(|e| Error::Device {
-                during: during.into(),
-                message: e.to_string(),
+            .map_err(|e| {
+                self.explain(Error::Device {
+                    during: during.into(),
+                    message: e.to_string(),
+                })
             })
     }
 
@@ -418,7 +428,8 @@ impl Gpu {
     /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
     /// uncaptured-error handler.
     pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
-        crate::error::scoped(&self.inner.device, during, f)
+        self.check_alive()?;
+        crate::error::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))
     }
 }
 

@@ -481,6 +481,7 @@ impl<'a> Batch<'a> {
     /// binding, and holds `n` elements of `elem_bytes` each (f16 counts round up to words).
     fn check_len(&self, a: &Allocation, n: u64, elem_bytes: u64, name: &str) -> Result<()> {
         let gpu = self.gpu();
+        gpu.check_alive()?;
         a.check_device(gpu, &format!("kernel operand {name}"))?;
         if !a.buffer().usage().contains(wgpu::BufferUsages::STORAGE) {
             return Err(Error::invalid(

@@ -49,6 +49,7 @@ fn check_range(
     usage: wgpu::BufferUsages,
     what: &str,
 ) -> Result<u64> {
+    gpu.check_alive()?;
     a.check_device(gpu, what)?;
     let end = offset
         .checked_add(len)
