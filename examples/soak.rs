@@ -1,0 +1,228 @@
+//! Soak test: several threads run random mixes of allocations (two pools, sizes from
+//! 16 B to 4 MiB), uploads, kernels, verified downloads, frees, trims and budget changes
+//! against one runtime for a given time. Every allocation has a CPU shadow copy; every
+//! download is compared with it. At the end it prints `name: value` lines and exits
+//! non-zero on any mismatch, any unexpected error, or memory that crept up.
+//!
+//! ```text
+//! cargo run --release --example soak -- 600     # seconds (default 30)
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
+use vramkit::{Error, Runtime, RuntimeConfig};
+
+/// What every thread counts.
+#[derive(Default)]
+struct Counts {
+    operations: AtomicU64,
+    mismatches: AtomicU64,
+    unexpected: AtomicU64,
+    out_of_memory: AtomicU64,
+}
+
+/// A live allocation and what its bytes must be.
+struct Live {
+    gpu: Typed<f32>,
+    shadow: Vec<f32>,
+}
+
+const BUDGET_HIGH: u64 = 512 << 20;
+const BUDGET_LOW: u64 = 24 << 20;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let seconds: u64 = std::env::args().nth(1).map_or(Ok(30), |s| s.parse())?;
+    let rt = Arc::new(Runtime::new(
+        &vramkit::Gpu::headless()?,
+        RuntimeConfig {
+            arena: vramkit::ArenaConfig {
+                name: "soak".into(),
+                budget: Budget::Bytes(BUDGET_HIGH),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )?);
+    println!("{}", rt.gpu().describe());
+    let aux = rt.arena().add_pool(
+        "aux",
+        PoolConfig {
+            quota: Some(64 << 20),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+        },
+    )?;
+    let counts = Arc::new(Counts::default());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let warm_until = start + Duration::from_secs(seconds / 5);
+    // Reserved memory once warm (everything of the warm-up freed and trimmed), compared
+    // with the same at the end: memory must not creep.
+    let run_phase = |until: Instant, seed: u64| {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (rt, counts) = (rt.clone(), counts.clone());
+                s.spawn(move || worker(&rt, aux, &counts, until, seed * 1000 + t as u64));
+            }
+        });
+    };
+    run_phase(warm_until, 1);
+    rt.arena().set_budget(Budget::Bytes(BUDGET_HIGH))?;
+    rt.synchronize()?;
+    rt.arena().trim();
+    let reserved_warm = rt.arena().stats().reserved;
+    run_phase(deadline, 2);
+    rt.arena().set_budget(Budget::Bytes(BUDGET_HIGH))?;
+    rt.synchronize()?;
+    rt.arena().trim();
+    let reserved_end = rt.arena().stats().reserved;
+    rt.uploader().release_idle(Duration::ZERO);
+    let staging_end = rt.uploader().stats().staging_bytes;
+    let c = &counts;
+    println!("seconds: {}", start.elapsed().as_secs());
+    println!("threads: {threads}");
+    println!("operations: {}", c.operations.load(Ordering::Relaxed));
+    println!("mismatches: {}", c.mismatches.load(Ordering::Relaxed));
+    println!(
+        "errors_unexpected: {}",
+        c.unexpected.load(Ordering::Relaxed)
+    );
+    println!(
+        "out_of_memory_expected: {}",
+        c.out_of_memory.load(Ordering::Relaxed)
+    );
+    println!(
+        "reserved_growth_after_warmup_bytes: {}",
+        reserved_end.saturating_sub(reserved_warm)
+    );
+    println!("staging_bytes_end: {staging_end}");
+    let failed = c.mismatches.load(Ordering::Relaxed) > 0
+        || c.unexpected.load(Ordering::Relaxed) > 0
+        || reserved_end > reserved_warm
+        || staging_end > 0;
+    if failed {
+        return Err("the soak found a problem (see the lines above)".into());
+    }
+    Ok(())
+}
+
+/// One thread's random mix until `until`; its allocations are its own.
+fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64) {
+    let mut r = SmallRng::seed_from_u64(seed);
+    let mut live: Vec<Live> = Vec::new();
+    let fail = |e: Error, what: &str| match e {
+        // Budget and quota pressure is part of the mix.
+        Error::OutOfMemory(_) => {
+            counts.out_of_memory.fetch_add(1, Ordering::Relaxed);
+        }
+        e => {
+            eprintln!("unexpected error during {what}: {e}");
+            counts.unexpected.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    while Instant::now() < until {
+        counts.operations.fetch_add(1, Ordering::Relaxed);
+        match r.gen_range(0..100) {
+            // Allocate (default pool or the quota'd one) and upload random values.
+            0..=29 => {
+                let len = 1usize << r.gen_range(2..20);
+                let len = r.gen_range(len / 2..=len).max(4);
+                let allocated = if r.gen_bool(0.3) {
+                    rt.arena()
+                        .alloc_in(aux, 4 * len as u64, "soak aux")
+                        .and_then(|a| a.typed::<f32>())
+                } else {
+                    rt.alloc::<f32>(len, "soak")
+                };
+                match allocated {
+                    Ok(gpu) => {
+                        let shadow: Vec<f32> =
+                            (0..gpu.len()).map(|_| r.gen_range(-1.0..1.0)).collect();
+                        match rt.upload(&gpu, &shadow) {
+                            Ok(()) => live.push(Live { gpu, shadow }),
+                            Err(e) => fail(e, "upload"),
+                        }
+                    }
+                    Err(e) => fail(e, "alloc"),
+                }
+            }
+            // y += a * x on two live allocations (the shorter length), checked later.
+            30..=54 if live.len() >= 2 => {
+                let (i, j) = (r.gen_range(0..live.len()), r.gen_range(0..live.len()));
+                if i == j {
+                    continue;
+                }
+                let n = live[i].gpu.len().min(live[j].gpu.len());
+                let alpha: f32 = r.gen_range(-1.0..1.0);
+                let mut batch = rt.batch();
+                let recorded = batch
+                    .axpy(
+                        alpha,
+                        live[i].gpu.first(n).expect("n > 0"),
+                        live[j].gpu.first(n).expect("n > 0"),
+                    )
+                    .map(|_| ());
+                match recorded.and_then(|()| batch.submit().map(|_| ())) {
+                    Ok(()) => {
+                        let x = live[i].shadow[..n].to_vec();
+                        for (y, x) in live[j].shadow[..n].iter_mut().zip(x) {
+                            *y = alpha.mul_add(x, *y);
+                        }
+                    }
+                    Err(e) => fail(e, "axpy"),
+                }
+            }
+            // Download and compare with the shadow (fma on the GPU, mul_add on the CPU:
+            // a relative tolerance for the rounding of long axpy chains).
+            55..=74 if !live.is_empty() => {
+                let l = &live[r.gen_range(0..live.len())];
+                match rt.download(&l.gpu) {
+                    Ok(got) => {
+                        let bad = got
+                            .iter()
+                            .zip(&l.shadow)
+                            .any(|(g, w)| !((g - w).abs() <= 1e-4 * w.abs().max(1.0)));
+                        if bad {
+                            eprintln!("mismatch in '{}'", l.gpu.label());
+                            counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => fail(e, "download"),
+                }
+            }
+            // Free.
+            75..=94 if !live.is_empty() => {
+                live.swap_remove(r.gen_range(0..live.len()));
+            }
+            // Trim, or budget pressure (lowered, then raised again by another draw).
+            95..=97 => {
+                rt.arena().trim();
+            }
+            98 => {
+                let _ = rt.arena().set_budget(Budget::Bytes(BUDGET_LOW));
+            }
+            99 => {
+                let _ = rt.arena().set_budget(Budget::Bytes(BUDGET_HIGH));
+            }
+            _ => {}
+        }
+        // Bound each thread's live set so the mix keeps freeing.
+        if live.len() > 48 {
+            live.swap_remove(r.gen_range(0..live.len()));
+        }
+    }
+}
