@@ -192,10 +192,14 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                 let l = &live[r.gen_range(0..live.len())];
                 match rt.download(&l.gpu) {
                     Ok(got) => {
-                        let bad = got
-                            .iter()
-                            .zip(&l.shadow)
-                            .any(|(g, w)| !((g - w).abs() <= 1e-4 * w.abs().max(1.0)));
+                        let bad = got.iter().zip(&l.shadow).any(|(g, w)| {
+                            // Within tolerance, or a mismatch (NaN included).
+                            let tolerance = 1e-4 * w.abs().max(1.0);
+                            !matches!(
+                                (g - w).abs().partial_cmp(&tolerance),
+                                Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+                            )
+                        });
                         if bad {
                             eprintln!("mismatch in '{}'", l.gpu.label());
                             counts.mismatches.fetch_add(1, Ordering::Relaxed);
