@@ -52,6 +52,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 budget: Budget::Bytes(BUDGET_HIGH),
                 ..Default::default()
             },
+            // Knobs for bisecting a failure: SOAK_SMALL_UPLOAD=0 sends every upload through
+            // the staging ring, SOAK_HOST_STAGING=0 uses wgpu's mapped staging buffers.
+            uploader: vramkit::stream::UploaderConfig {
+                small_upload: knob("SOAK_SMALL_UPLOAD").unwrap_or(vramkit::stream::SMALL_UPLOAD),
+                host_staging: knob("SOAK_HOST_STAGING") != Some(0),
+                ..Default::default()
+            },
+            downloader: vramkit::stream::DownloaderConfig {
+                host_staging: knob("SOAK_HOST_STAGING") != Some(0),
+                ..Default::default()
+            },
             ..Default::default()
         },
     )?);
@@ -66,7 +77,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     let counts = Arc::new(Counts::default());
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+    let threads = knob("SOAK_THREADS").map_or_else(
+        || std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
+        |t| t.max(1) as usize,
+    );
     let start = Instant::now();
     let deadline = start + Duration::from_secs(seconds);
     let warm_until = start + Duration::from_secs(seconds / 5);
@@ -120,6 +134,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// A numeric environment knob.
+fn knob(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
 /// One thread's random mix until `until`; its allocations are its own.
 fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64) {
     let mut r = SmallRng::seed_from_u64(seed);
@@ -150,8 +169,9 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                 };
                 match allocated {
                     Ok(gpu) => {
-                        let shadow: Vec<f32> =
-                            (0..gpu.len()).map(|_| r.gen_range(-1.0..1.0)).collect();
+                        let shadow: Vec<f32> = (0..gpu.len())
+                            .map(|_| r.gen_range(-8i32..=8) as f32)
+                            .collect();
                         match rt.upload(&gpu, &shadow) {
                             Ok(()) => live.push(Live { gpu, shadow }),
                             Err(e) => fail(e, "upload"),
@@ -167,7 +187,9 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                     continue;
                 }
                 let n = live[i].gpu.len().min(live[j].gpu.len());
-                let alpha: f32 = r.gen_range(-1.0..1.0);
+                // Integers and alpha = +-1: every result is exact in f32 (fused or not), so a
+                // download must equal its shadow bit for bit.
+                let alpha: f32 = if r.gen_bool(0.5) { 1.0 } else { -1.0 };
                 let mut batch = rt.batch();
                 let recorded = batch
                     .axpy(
@@ -180,28 +202,42 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                     Ok(()) => {
                         let x = live[i].shadow[..n].to_vec();
                         for (y, x) in live[j].shadow[..n].iter_mut().zip(x) {
-                            *y = alpha.mul_add(x, *y);
+                            *y += alpha * x;
+                        }
+                        // Past 2^20 the sums could leave f32's exact integers: refill.
+                        if live[j].shadow.iter().any(|v| v.abs() > (1 << 20) as f32) {
+                            let l = &mut live[j];
+                            l.shadow
+                                .iter_mut()
+                                .for_each(|v| *v = r.gen_range(-8i32..=8) as f32);
+                            if let Err(e) = rt.upload(&l.gpu, &l.shadow) {
+                                fail(e, "refill");
+                                live.swap_remove(j);
+                            }
                         }
                     }
                     Err(e) => fail(e, "axpy"),
                 }
             }
-            // Download and compare with the shadow (fma on the GPU, mul_add on the CPU:
-            // a relative tolerance for the rounding of long axpy chains).
+            // Download and compare with the shadow, exactly.
             55..=74 if !live.is_empty() => {
                 let l = &live[r.gen_range(0..live.len())];
                 match rt.download(&l.gpu) {
                     Ok(got) => {
-                        let bad = got.iter().zip(&l.shadow).any(|(g, w)| {
-                            // Within tolerance, or a mismatch (NaN included).
-                            let tolerance = 1e-4 * w.abs().max(1.0);
-                            !matches!(
-                                (g - w).abs().partial_cmp(&tolerance),
-                                Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
-                            )
-                        });
-                        if bad {
-                            eprintln!("mismatch in '{}'", l.gpu.label());
+                        let bad: Vec<usize> =
+                            (0..got.len()).filter(|&k| got[k] != l.shadow[k]).collect();
+                        if let Some(&k) = bad.first() {
+                            eprintln!(
+                                "mismatch in '{}' ({} elements, offset {} of a {}-byte block): \
+                                 {} wrong, first at {k}: got {} want {}",
+                                l.gpu.label(),
+                                l.gpu.len(),
+                                l.gpu.offset(),
+                                l.gpu.buffer().size(),
+                                bad.len(),
+                                got[k],
+                                l.shadow[k]
+                            );
                             counts.mismatches.fetch_add(1, Ordering::Relaxed);
                         }
                     }
