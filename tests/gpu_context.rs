@@ -48,14 +48,7 @@ fn requests_the_adapters_real_limits() {
 #[test]
 fn embeds_a_device_the_host_owns() {
     // A host renderer creates its own device with default (WebGPU) limits.
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-    let adapter = adapters
-        .into_iter()
-        .find(|a| a.get_info().name == gpu().info().name)
-        .expect("adapter");
-    let (device, queue) =
-        pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default())).unwrap();
+    let (device, queue) = common::host_device(wgpu::Limits::default());
     let host_limits = device.limits();
     let host_features = device.features();
     let embedded = Gpu::from_wgpu(device, queue);

@@ -198,17 +198,7 @@ fn operands_kernels_cannot_bind_are_typed_errors() {
 /// library says it cannot run there instead of panicking in wgpu.
 #[test]
 fn kernels_on_a_downlevel_device_are_a_typed_error() {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-    let adapter = adapters
-        .into_iter()
-        .find(|a| a.get_info().name == gpu().info().name)
-        .expect("adapter");
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        required_limits: wgpu::Limits::downlevel_webgl2_defaults(),
-        ..Default::default()
-    }))
-    .unwrap();
+    let (device, queue) = common::host_device(wgpu::Limits::downlevel_webgl2_defaults());
     let low = Gpu::from_wgpu(device, queue);
     let arena = Arena::new(&low, Default::default()).unwrap();
     let a = arena.alloc(256, "works").unwrap();

@@ -21,6 +21,22 @@ pub fn gpu() -> &'static Gpu {
     })
 }
 
+/// A device a host app would create itself on the test GPU's adapter, with `limits`
+/// and no optional feature (what `Gpu::from_wgpu` receives from a renderer).
+pub fn host_device(limits: wgpu::Limits) -> (wgpu::Device, wgpu::Queue) {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let adapter = adapters
+        .into_iter()
+        .find(|a| a.get_info().name == gpu().info().name)
+        .expect("the test GPU's adapter");
+    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        required_limits: limits,
+        ..Default::default()
+    }))
+    .expect("a device with these limits")
+}
+
 /// A fresh random generator; the seed is printed so a failure can be replayed with
 /// VRAMKIT_TEST_SEED.
 pub fn rng() -> SmallRng {
