@@ -81,10 +81,7 @@ impl Downloader {
     /// A ring whose staging buffers are created on first use.
     pub fn new(gpu: &Gpu, config: DownloaderConfig) -> Downloader {
         let config = DownloaderConfig {
-            chunk_size: config
-                .chunk_size
-                .clamp(4, (gpu.limits().max_buffer_size / 4 * 4).max(4))
-                .next_multiple_of(4),
+            chunk_size: super::chunk_size(gpu, config.chunk_size),
             depth: config.depth.max(1),
             copy_threads: config.copy_threads.max(1),
             host_staging: config.host_staging,

@@ -39,6 +39,14 @@ pub use view::DownloadView;
 use crate::arena::Allocation;
 use crate::{Error, Result};
 
+/// A ring's chunk size: `requested` rounded up to whole words and capped at the device's
+/// largest buffer (a larger staging buffer would fail to create).
+fn chunk_size(gpu: &crate::Gpu, requested: u64) -> u64 {
+    requested
+        .clamp(4, (gpu.limits().max_buffer_size / 4 * 4).max(4))
+        .next_multiple_of(4)
+}
+
 /// Checks that `a` lives on `gpu`'s device, that `[offset, offset + len)` lies inside it
 /// and that its buffer has `usage` (the copy direction); returns the end of the range.
 fn check_range(

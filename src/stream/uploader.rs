@@ -137,10 +137,7 @@ impl std::fmt::Debug for Uploader {
 impl Uploader {
     /// A new, empty ring; staging buffers are created on demand up to `max_staging`.
     pub fn new(gpu: &Gpu, config: UploaderConfig) -> Uploader {
-        let chunk_size = config
-            .chunk_size
-            .clamp(4, (gpu.limits().max_buffer_size / 4 * 4).max(4))
-            .next_multiple_of(4);
+        let chunk_size = super::chunk_size(gpu, config.chunk_size);
         let config = UploaderConfig {
             chunk_size,
             max_staging: config.max_staging.max(chunk_size),
