@@ -7,6 +7,10 @@
 //! ```text
 //! cargo run --release --example soak -- 600     # seconds (default 30)
 //! ```
+//!
+//! Knobs: `SOAK_THREADS`, `SOAK_CHECK=1` (read each axpy back at once and classify a
+//! mismatch), `SOAK_SMALL_UPLOAD=0` and `SOAK_HOST_STAGING=0` (upload paths), and the
+//! library's `VRAMKIT_QUEUE_LOCK=0` (reproduces the wgpu-core race `gpu::submit` guards).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,6 +146,8 @@ fn knob(name: &str) -> Option<u64> {
 /// One thread's random mix until `until`; its allocations are its own.
 fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64) {
     let mut r = SmallRng::seed_from_u64(seed);
+    // SOAK_CHECK=1 reads every axpy's result back at once and says what went wrong.
+    let check_each = knob("SOAK_CHECK") == Some(1);
     let mut live: Vec<Live> = Vec::new();
     let fail = |e: Error, what: &str| match e {
         // Budget and quota pressure is part of the mix.
@@ -201,8 +207,11 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                 match recorded.and_then(|()| batch.submit().map(|_| ())) {
                     Ok(()) => {
                         let x = live[i].shadow[..n].to_vec();
-                        for (y, x) in live[j].shadow[..n].iter_mut().zip(x) {
+                        for (y, x) in live[j].shadow[..n].iter_mut().zip(&x) {
                             *y += alpha * x;
+                        }
+                        if check_each {
+                            check_axpy(rt, &mut live[j], &x, alpha, counts);
                         }
                         // Past 2^20 the sums could leave f32's exact integers: refill.
                         if live[j].shadow.iter().any(|v| v.abs() > (1 << 20) as f32) {
@@ -265,4 +274,40 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
             live.swap_remove(r.gen_range(0..live.len()));
         }
     }
+}
+
+/// Reads `y` back right after `y += alpha * x` and, on a mismatch, says whether the axpy
+/// was lost, applied twice or something else; the shadow then follows the GPU so one fault
+/// is counted once.
+fn check_axpy(rt: &Runtime, y: &mut Live, x: &[f32], alpha: f32, counts: &Counts) {
+    let got = match rt.download(&y.gpu) {
+        Ok(got) => got,
+        Err(e) => {
+            eprintln!("unexpected error during check: {e}");
+            counts.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let bad: Vec<usize> = (0..got.len()).filter(|&k| got[k] != y.shadow[k]).collect();
+    if bad.is_empty() {
+        return;
+    }
+    let all = |f: &dyn Fn(usize) -> bool| bad.iter().all(|&k| f(k));
+    let kind = if all(&|k| k < x.len() && got[k] == y.shadow[k] - alpha * x[k]) {
+        "axpy lost"
+    } else if all(&|k| k < x.len() && got[k] == y.shadow[k] + alpha * x[k]) {
+        "axpy applied twice"
+    } else {
+        "other"
+    };
+    eprintln!(
+        "mismatch right after axpy on '{}' ({} elements, offset {}): {} wrong from {}: {kind}",
+        y.gpu.label(),
+        y.gpu.len(),
+        y.gpu.offset(),
+        bad.len(),
+        bad[0]
+    );
+    counts.mismatches.fetch_add(1, Ordering::Relaxed);
+    y.shadow = got;
 }

@@ -139,13 +139,15 @@ impl Shared {
         self.gpu.poll();
         let mut st = self.state.lock();
         st.harvest(self.completion.get());
-        if flush && !st.sealed.is_empty() {
+        if let Some(&(newest, _)) = st.sealed.back().filter(|_| flush) {
             self.unlock(st);
             // The callbacks move to this submission (lavapipe runs them in the submit,
             // the NVIDIA driver when it completes): wait for it, a millisecond at most.
-            let index = self.gpu.submit([]);
+            self.gpu.submit([]);
             self.gpu
-                .wait_at_most(index, std::time::Duration::from_millis(1));
+                .poll_until(std::time::Duration::from_millis(1), || {
+                    self.completion.get() >= newest
+                });
             st = self.state.lock();
             st.harvest(self.completion.get());
         }

@@ -67,8 +67,7 @@ pub(super) fn fill(
             continue;
         }
         let words = vec![GUARD_PATTERN; (len / 4) as usize];
-        gpu.queue()
-            .write_buffer(buffer, offset, bytemuck::cast_slice(&words));
+        gpu.write_buffer(buffer, offset, bytemuck::cast_slice(&words));
     }
 }
 

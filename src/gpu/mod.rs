@@ -296,13 +296,20 @@ impl Gpu {
         self.poll_wait(Some(index), "waiting for a submission")
     }
 
-    /// Waits for submission `index` for at most `timeout` (running the callbacks that are
-    /// due); gives up silently: the caller only wants what is ready by then.
-    pub(crate) fn wait_at_most(&self, index: wgpu::SubmissionIndex, timeout: std::time::Duration) {
-        let _ = self.inner.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: Some(timeout),
-        });
+    /// Polls (running the callbacks that are due) until `done` holds, the queue is empty or
+    /// `timeout` has passed; gives up silently: the caller only wants what is ready by then.
+    /// Not a `PollType::Wait` with a timeout: in wgpu-core 30 a timed-out wait racing
+    /// another thread's poll trips an assertion in `Device::maintain` (gfx-rs/wgpu#9958).
+    pub(crate) fn poll_until(&self, timeout: std::time::Duration, done: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        loop {
+            let status = self.inner.device.poll(wgpu::PollType::Poll);
+            if done() || !matches!(status, Ok(wgpu::PollStatus::Poll)) || start.elapsed() >= timeout
+            {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {

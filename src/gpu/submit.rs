@@ -18,6 +18,22 @@
 //! blocks while another thread uploads into or downloads from the same bytes (or choose
 //! `BlockMemory::Device`, which turns the in-place path off).
 //!
+//! # One queue writer at a time (a wgpu-core 30 race)
+//! `Queue::submit` computes the barriers of its command buffers from wgpu-core's device
+//! tracker, releases the tracker, and only then takes the queue's pending writes (data
+//! queued by `Queue::write_buffer`), which it executes *before* those command buffers. A
+//! `write_buffer` from another thread that lands in that window updates the tracker to
+//! `COPY_DST` after the barriers were computed: its copy runs ahead of command buffers
+//! that were barriered against the older state, and the tracker forgets their last use. The
+//! next command buffer on that buffer then waits for a transfer instead of, say, the
+//! compute shader that last wrote it, and two kernels on the same bytes overlap: one
+//! result is lost (seen on the H100 as a value exactly one `axpy` term off, under several
+//! threads only). So vramkit serialises its own submits and queued writes behind one
+//! re-entrant lock ([`Gpu::submit`], [`Gpu::write_buffer`]). A host application sharing
+//! its device must do the same for *its* `write_buffer`/`write_texture` calls made while
+//! vramkit works from another thread: call them through [`Gpu::write_buffer`], or not
+//! concurrently. `VRAMKIT_QUEUE_LOCK=0` turns the lock off (to reproduce the race).
+//!
 //! # GPU writes and host reads (the Vulkan memory model)
 //! A fence wait makes the *device's* accesses complete, not *available* to the host: a
 //! memory dependency with destination `HOST` / `HOST_READ` is needed before the host may
@@ -32,7 +48,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{ReentrantMutex, RwLock};
 
 use super::Gpu;
 
@@ -44,16 +60,51 @@ pub(super) struct SubmitGate {
     started: AtomicU64,
     /// Submissions that have returned from `Queue::submit`.
     finished: AtomicU64,
+    /// Held across each submit and queued write (see "One queue writer at a time").
+    /// Re-entrant: wgpu runs callbacks inside `Queue::submit`, and one may write or submit.
+    queue: ReentrantMutex<()>,
 }
 
 impl Gpu {
-    /// Submits `buffers` on the queue, counted by the gate in the module docs. Every
-    /// vramkit submission goes through here.
-    pub(crate) fn submit<I>(&self, buffers: I) -> wgpu::SubmissionIndex
+    /// Submits `buffers` on the queue. Every vramkit submission goes through here: it is
+    /// counted for in-place host access and serialised with queued writes (see the module
+    /// docs of `gpu::submit`). A host app sharing its device and submitting from several
+    /// threads while vramkit works can submit through here too.
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// let encoder = gpu.device().create_command_encoder(&Default::default());
+    /// gpu.submit([encoder.finish()]);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn submit<I>(&self, buffers: I) -> wgpu::SubmissionIndex
     where
         I: IntoIterator<Item = wgpu::CommandBuffer>,
     {
         self.submit_counted(buffers).1
+    }
+
+    /// `Queue::write_buffer`, serialised with vramkit's submits: a write racing another
+    /// thread's `Queue::submit` can lose a barrier in wgpu-core 30 (module docs of
+    /// `gpu::submit`). The bytes land before the next submission's commands, as with wgpu.
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// let a = arena.alloc(16, "a")?;
+    /// gpu.write_buffer(a.buffer(), a.offset(), &[0u8; 16]);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn write_buffer(&self, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+        let _queue = self.queue_lock();
+        self.inner.queue.write_buffer(buffer, offset, data);
+    }
+
+    /// The queue lock, or nothing when `VRAMKIT_QUEUE_LOCK=0`.
+    fn queue_lock(&self) -> Option<parking_lot::ReentrantMutexGuard<'_, ()>> {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off = *OFF.get_or_init(|| std::env::var("VRAMKIT_QUEUE_LOCK").is_ok_and(|v| v == "0"));
+        (!off).then(|| self.inner.submits.queue.lock())
     }
 
     /// [`submit`](Self::submit), also returning the count of started submissions
@@ -69,7 +120,10 @@ impl Gpu {
             let _shared = gate.gate.read_recursive();
             gate.started.fetch_add(1, Ordering::SeqCst) + 1
         };
-        let index = self.inner.queue.submit(buffers);
+        let index = {
+            let _queue = self.queue_lock();
+            self.inner.queue.submit(buffers)
+        };
         gate.finished.fetch_add(1, Ordering::SeqCst);
         (mine, index)
     }

@@ -565,7 +565,6 @@ impl<'a> Batch<'a> {
         let zeros = vec![0u8; chunk.size() as usize];
         k.arena
             .gpu()
-            .queue()
             .write_buffer(chunk.buffer(), chunk.offset(), &zeros);
         self.chunks.push(chunk);
         Ok(())
@@ -574,11 +573,10 @@ impl<'a> Batch<'a> {
     fn flush_params(&mut self) {
         if let Some(chunk) = self.chunks.last() {
             if !self.staged.is_empty() {
-                self.kernels.arena.gpu().queue().write_buffer(
-                    chunk.buffer(),
-                    chunk.offset(),
-                    &self.staged,
-                );
+                self.kernels
+                    .arena
+                    .gpu()
+                    .write_buffer(chunk.buffer(), chunk.offset(), &self.staged);
             }
         }
         self.staged.clear();

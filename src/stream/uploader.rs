@@ -197,7 +197,6 @@ impl Uploader {
         if len <= self.config.small_upload && offset.is_multiple_of(4) && len.is_multiple_of(4) {
             // Queue order holds: the bytes land before the next submission's commands.
             self.gpu
-                .queue()
                 .write_buffer(dst.buffer(), dst.offset() + offset, data);
             let mut ring = self.ring.lock();
             ring.stats.bytes += len;
