@@ -33,6 +33,8 @@
 //! - [`kernels`]: compute kernels on arena allocations;
 //! - [`stream`]: upload and download rings of staging buffers (host memory the GPU copies
 //!   directly on Vulkan), texture uploads, and the streaming pipeline;
+//! - [`vt`]: tiled virtual textures, images far larger than GPU memory streamed by GPU
+//!   feedback and sampled from your own shaders;
 //! - [`readback`]: the plain blocking read path (the reference the rings are checked against).
 
 #![warn(missing_docs)]
@@ -51,6 +53,7 @@ pub mod readback;
 mod runtime;
 pub mod shaders;
 pub mod stream;
+pub mod vt;
 
 pub use arena::{Allocation, Arena, ArenaConfig};
 pub use error::{Error, Result};

@@ -92,6 +92,18 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A virtual-texture tile source gave no usable tile (an I/O error, bytes of the wrong
+    /// size, a corrupt or truncated pack file); nothing was uploaded for it.
+    #[error("virtual texture {place}: {what}. {hint}")]
+    Tile {
+        /// Where: a tile `(level, x, y)` of a source, or a part of a pack file.
+        place: String,
+        /// What was wrong.
+        what: String,
+        /// What to do.
+        hint: String,
+    },
+
     /// A shader failed to parse, validate or translate.
     #[error("shader '{shader}' is not portable: {message}")]
     Shader {

@@ -116,6 +116,130 @@ impl Uploader {
     }
 }
 
+impl Uploader {
+    /// Uploads many regions of `texture` (each `(origin, size, texels)` like one
+    /// [`upload_texture`](Self::upload_texture) into mip level 0 of a 2D texture), packed
+    /// into as few staging buffers as fit and submitted once per buffer: what a tile cache
+    /// needs, where 64 tiles a frame would otherwise cost 64 submits. Regions are checked
+    /// as `upload_texture` checks them, all before anything is copied; one taller than a
+    /// staging buffer goes through `upload_texture` on its own.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+    /// let size = wgpu::Extent3d { width: 256, height: 128, depth_or_array_layers: 1 };
+    /// let texture = gpu.device().create_texture(&wgpu::TextureDescriptor {
+    ///     label: Some("cache"),
+    ///     size,
+    ///     mip_level_count: 1,
+    ///     sample_count: 1,
+    ///     dimension: wgpu::TextureDimension::D2,
+    ///     format: wgpu::TextureFormat::Rgba8Unorm,
+    ///     usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
+    ///     view_formats: &[],
+    /// });
+    /// let tile = wgpu::Extent3d { width: 128, height: 128, depth_or_array_layers: 1 };
+    /// let (a, b) = (vec![10u8; 128 * 128 * 4], vec![20u8; 128 * 128 * 4]);
+    /// uploader.upload_texture_regions(&texture, &[
+    ///     (wgpu::Origin3d { x: 0, y: 0, z: 0 }, tile, &a[..]),
+    ///     (wgpu::Origin3d { x: 128, y: 0, z: 0 }, tile, &b[..]),
+    /// ])?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn upload_texture_regions(
+        &self,
+        texture: &wgpu::Texture,
+        regions: &[(wgpu::Origin3d, wgpu::Extent3d, &[u8])],
+    ) -> Result<()> {
+        let chunk = self.chunk_size();
+        let mut shapes = Vec::with_capacity(regions.len());
+        for &(origin, size, data) in regions {
+            let dst = wgpu::TexelCopyTextureInfo {
+                texture,
+                mip_level: 0,
+                origin,
+                aspect: wgpu::TextureAspect::All,
+            };
+            let shape = TextureRegion::check(&dst, size, data.len() as u64, chunk)?;
+            if shape.layers > 1 {
+                return Err(Error::invalid(
+                    format!("a region of {} layers in a batched texture upload", shape.layers),
+                    "upload regions of several layers with upload_texture",
+                ));
+            }
+            shapes.push(shape);
+        }
+        let mut k = 0;
+        while k < regions.len() {
+            if shapes[k].rows > shapes[k].rows_per_chunk {
+                let (origin, size, data) = regions[k];
+                let dst = wgpu::TexelCopyTextureInfo {
+                    texture,
+                    mip_level: 0,
+                    origin,
+                    aspect: wgpu::TextureAspect::All,
+                };
+                self.upload_texture(dst, size, data)?;
+                k += 1;
+                continue;
+            }
+            // The regions from k that fit one staging buffer, each at a 256-byte offset.
+            let span = |s: &TextureRegion| (s.rows * s.pitch).next_multiple_of(256);
+            let mut end = k;
+            let mut bytes = 0;
+            while end < regions.len()
+                && shapes[end].rows <= shapes[end].rows_per_chunk
+                && bytes + span(&shapes[end]) <= chunk
+            {
+                bytes += span(&shapes[end]);
+                end += 1;
+            }
+            let (index, staging) = self.acquire(bytes)?;
+            let mut encoder =
+                self.gpu()
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit texture regions upload"),
+                    });
+            let mut at = 0;
+            for j in k..end {
+                let (origin, size, data) = regions[j];
+                let s = &shapes[j];
+                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+                let written = unsafe { staging.writer(at..at + s.rows * s.pitch) }.map(|mut w| {
+                    w.copy_rows(0, data, s.row_bytes as usize, s.pitch as usize, 1);
+                });
+                if let Err(e) = written {
+                    self.return_unsubmitted(index);
+                    return Err(e);
+                }
+                encoder.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer: staging.buffer(),
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: at,
+                            bytes_per_row: Some(s.pitch as u32),
+                            rows_per_image: Some(s.rows as u32),
+                        },
+                    },
+                    wgpu::TexelCopyTextureInfo {
+                        texture,
+                        mip_level: 0,
+                        origin,
+                        aspect: wgpu::TextureAspect::All,
+                    },
+                    size,
+                );
+                at += span(s);
+                self.count_bytes(data.len() as u64);
+            }
+            self.submit_staged(index, &staging, encoder)?;
+            k = end;
+        }
+        Ok(())
+    }
+}
+
 /// The staging layout of a texture upload, from checked arguments.
 struct TextureRegion {
     /// Bytes per tightly packed row of blocks.

@@ -1,0 +1,121 @@
+//! Worker threads that read (and decode) tiles from the source, most wanted first.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::layout::{TileId, TILE_BYTES};
+use super::source::TileSource;
+use crate::{Error, Result};
+
+/// A tile read by a worker: its bytes or why not.
+pub(crate) type Loaded = (TileId, Result<Vec<u8>>);
+
+struct Shared {
+    queue: Mutex<VecDeque<TileId>>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+/// The worker pool. Jobs are replaced, not appended, each frame ([`Loader::want`]), so
+/// a tile the camera left behind is never read.
+pub(crate) struct Loader {
+    shared: Arc<Shared>,
+    results: mpsc::Receiver<Loaded>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Loader {
+    pub fn new(source: Arc<dyn TileSource>, threads: usize) -> Result<Loader> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let (tx, results) = mpsc::channel();
+        let mut handles = Vec::new();
+        for i in 0..threads.max(1) {
+            let (shared, source, tx) = (shared.clone(), source.clone(), tx.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("vramkit-vt-load-{i}"))
+                .spawn(move || loop {
+                    let tile = {
+                        let mut q = shared.queue.lock();
+                        loop {
+                            if shared.stop.load(Ordering::Acquire) {
+                                return;
+                            }
+                            if let Some(t) = q.pop_front() {
+                                break t;
+                            }
+                            shared.wake.wait(&mut q);
+                        }
+                    };
+                    let bytes = source.read_tile(tile).and_then(|b| {
+                        if b.len() == TILE_BYTES {
+                            Ok(b)
+                        } else {
+                            Err(Error::Tile {
+                                place: tile.to_string(),
+                                what: format!("the source gave {} bytes, a tile is {TILE_BYTES}", b.len()),
+                                hint: "return TILE x TILE RGBA8 texels, border included".into(),
+                            })
+                        }
+                    });
+                    if tx.send((tile, bytes)).is_err() {
+                        return;
+                    }
+                })
+                .map_err(|e| Error::Io {
+                    during: "starting a virtual-texture loader thread".into(),
+                    source: e,
+                })?;
+            handles.push(handle);
+        }
+        Ok(Loader {
+            shared,
+            results,
+            threads: handles,
+        })
+    }
+
+    /// Replaces the queued jobs with `tiles` (most wanted first).
+    pub fn want(&self, tiles: impl IntoIterator<Item = TileId>) {
+        let mut q = self.shared.queue.lock();
+        q.clear();
+        q.extend(tiles);
+        let n = q.len();
+        drop(q);
+        if n > 0 {
+            self.shared.wake.notify_all();
+        }
+    }
+
+    /// Tiles queued and not yet taken by a worker.
+    pub fn queued(&self) -> Vec<TileId> {
+        self.shared.queue.lock().iter().copied().collect()
+    }
+
+    /// Results that have arrived, without waiting.
+    pub fn finished(&self) -> impl Iterator<Item = Loaded> + '_ {
+        self.results.try_iter()
+    }
+
+    /// Waits for the next result.
+    pub fn next(&self) -> Option<Loaded> {
+        self.results.recv().ok()
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! A CPU reference for `vt_sample_level`: the same page arithmetic and bilinear filter
+//! over a tile source, as if every tile were resident. Tests and the example compare the
+//! GPU's samples with it.
+
+use std::collections::HashMap;
+
+use super::layout::{TileId, INNER, TILE};
+use super::source::TileSource;
+use crate::Result;
+
+/// Samples a [`TileSource`] on the CPU as the shader samples a fully resident cache
+/// (tiles are read once and kept).
+///
+/// ```
+/// use vramkit::vt::{ProceduralSource, ReferenceSampler};
+/// let source = ProceduralSource::new(4096, 4096)?;
+/// let mut reference = ReferenceSampler::new(&source);
+/// let rgba = reference.sample([0.25, 0.5], 0)?;
+/// assert!(rgba.iter().all(|c| (0.0..=1.0).contains(c)));
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub struct ReferenceSampler<'a> {
+    source: &'a dyn TileSource,
+    tiles: HashMap<TileId, Vec<u8>>,
+}
+
+impl<'a> ReferenceSampler<'a> {
+    /// A sampler over `source`.
+    pub fn new(source: &'a dyn TileSource) -> ReferenceSampler<'a> {
+        ReferenceSampler {
+            source,
+            tiles: HashMap::new(),
+        }
+    }
+
+    /// The bilinear sample at `uv` (0..1, clamped) of mip `level` (clamped to the chain),
+    /// RGBA in 0..1.
+    pub fn sample(&mut self, uv: [f32; 2], level: u32) -> Result<[f32; 4]> {
+        let layout = self.source.layout();
+        let level = level.min(layout.levels - 1);
+        let (w, h) = layout.level_size(level);
+        let (px, py) = layout.pages(level);
+        // The shader's arithmetic, in f32 as it does it.
+        let t = [uv[0].clamp(0.0, 1.0) * w as f32, uv[1].clamp(0.0, 1.0) * h as f32];
+        let page = [
+            ((t[0] / INNER as f32) as u32).min(px - 1),
+            ((t[1] / INNER as f32) as u32).min(py - 1),
+        ];
+        let tile = TileId::new(level, page[0], page[1]);
+        if !self.tiles.contains_key(&tile) {
+            let bytes = self.source.read_tile(tile)?;
+            self.tiles.insert(tile, bytes);
+        }
+        let bytes = &self.tiles[&tile];
+        let p = [
+            t[0] - (page[0] * INNER) as f32 + 4.0 - 0.5,
+            t[1] - (page[1] * INNER) as f32 + 4.0 - 0.5,
+        ];
+        let (x0, y0) = (p[0].floor(), p[1].floor());
+        let (fx, fy) = (p[0] - x0, p[1] - y0);
+        let at = |x: f32, y: f32, c: usize| {
+            let x = (x as i64).clamp(0, i64::from(TILE) - 1) as usize;
+            let y = (y as i64).clamp(0, i64::from(TILE) - 1) as usize;
+            f32::from(bytes[(y * TILE as usize + x) * 4 + c]) / 255.0
+        };
+        let mut out = [0.0; 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let top = at(x0, y0, c) * (1.0 - fx) + at(x0 + 1.0, y0, c) * fx;
+            let bottom = at(x0, y0 + 1.0, c) * (1.0 - fx) + at(x0 + 1.0, y0 + 1.0, c) * fx;
+            *o = top * (1.0 - fy) + bottom * fy;
+        }
+        Ok(out)
+    }
+
+    /// The mip level `vt_level_for` picks for derivatives `ddx`, `ddy` (in uv per pixel).
+    pub fn level_for(&self, ddx: [f32; 2], ddy: [f32; 2]) -> u32 {
+        let layout = self.source.layout();
+        let (w, h) = (layout.width as f32, layout.height as f32);
+        let len = |d: [f32; 2]| ((d[0] * w).powi(2) + (d[1] * h).powi(2)).sqrt();
+        let lod = len(ddx).max(len(ddy)).max(1e-12).log2().floor();
+        lod.clamp(0.0, (layout.levels - 1) as f32) as u32
+    }
+}
