@@ -274,6 +274,33 @@ impl Writer {
         }
     }
 
+    /// Copies `pieces` back to back from byte 0 of the writer (piece `k` at `starts[k]`),
+    /// spread over rayon's pool when there is more than one piece: what a batch of tiles
+    /// whose rows are already at the copy pitch needs (no row gaps to skip).
+    pub(crate) fn copy_pieces(&mut self, starts: &[usize], pieces: &[&[u8]]) {
+        let Some(&last) = starts.last() else {
+            return;
+        };
+        let end = last + pieces.last().map_or(0, |p| p.len());
+        let mut dst = self.bytes().into_slice(0..end);
+        let mut jobs = Vec::with_capacity(pieces.len());
+        let mut at = 0;
+        for (&start, piece) in starts.iter().zip(pieces) {
+            let (_, rest) = std::mem::take(&mut dst).split_at(start - at);
+            let (head, rest) = rest.split_at(piece.len());
+            jobs.push((SendWriteOnly(head), *piece));
+            dst = rest;
+            at = start + piece.len();
+        }
+        if jobs.len() == 1 {
+            jobs.into_iter()
+                .for_each(|(mut d, s)| d.0.copy_from_slice(s));
+        } else {
+            jobs.into_par_iter()
+                .for_each(|(mut d, s)| d.0.copy_from_slice(s));
+        }
+    }
+
     /// Copies `src` to byte `at` of the writer, on up to `threads` threads when large.
     pub(crate) fn copy_at(&mut self, at: usize, src: &[u8], threads: usize) {
         let dst = self.bytes().into_slice(at..at + src.len());

@@ -163,7 +163,10 @@ impl Uploader {
             let shape = TextureRegion::check(&dst, size, data.len() as u64, chunk)?;
             if shape.layers > 1 {
                 return Err(Error::invalid(
-                    format!("a region of {} layers in a batched texture upload", shape.layers),
+                    format!(
+                        "a region of {} layers in a batched texture upload",
+                        shape.layers
+                    ),
                     "upload regions of several layers with upload_texture",
                 ));
             }
@@ -201,23 +204,46 @@ impl Uploader {
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("vramkit texture regions upload"),
                     });
+            // Staging offsets; regions whose rows are already at the pitch (a 128-texel
+            // RGBA8 tile) are copied in one parallel pass, the others row by row.
+            let mut starts = Vec::with_capacity(end - k);
             let mut at = 0;
-            for j in k..end {
+            for s in &shapes[k..end] {
+                starts.push(at);
+                at += span(s);
+            }
+            let tight = shapes[k..end].iter().all(|s| s.row_bytes == s.pitch);
+            // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+            let written = unsafe { staging.writer(0..bytes) }.map(|mut w| {
+                if tight {
+                    let pieces: Vec<&[u8]> = regions[k..end].iter().map(|r| r.2).collect();
+                    let at: Vec<usize> = starts.iter().map(|&a| a as usize).collect();
+                    w.copy_pieces(&at, &pieces);
+                } else {
+                    for (j, &start) in (k..end).zip(&starts) {
+                        let s = &shapes[j];
+                        w.copy_rows(
+                            start as usize,
+                            regions[j].2,
+                            s.row_bytes as usize,
+                            s.pitch as usize,
+                            1,
+                        );
+                    }
+                }
+            });
+            if let Err(e) = written {
+                self.return_unsubmitted(index);
+                return Err(e);
+            }
+            for (j, &start) in (k..end).zip(&starts) {
                 let (origin, size, data) = regions[j];
                 let s = &shapes[j];
-                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
-                let written = unsafe { staging.writer(at..at + s.rows * s.pitch) }.map(|mut w| {
-                    w.copy_rows(0, data, s.row_bytes as usize, s.pitch as usize, 1);
-                });
-                if let Err(e) = written {
-                    self.return_unsubmitted(index);
-                    return Err(e);
-                }
                 encoder.copy_buffer_to_texture(
                     wgpu::TexelCopyBufferInfo {
                         buffer: staging.buffer(),
                         layout: wgpu::TexelCopyBufferLayout {
-                            offset: at,
+                            offset: start,
                             bytes_per_row: Some(s.pitch as u32),
                             rows_per_image: Some(s.rows as u32),
                         },
@@ -230,7 +256,6 @@ impl Uploader {
                     },
                     size,
                 );
-                at += span(s);
                 self.count_bytes(data.len() as u64);
             }
             self.submit_staged(index, &staging, encoder)?;

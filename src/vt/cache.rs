@@ -142,6 +142,9 @@ mod tests {
         assert_eq!(s.place(t(3), 6, 1, false).map(|p| p.1), Some(Some(t(2))));
         // Everything left was used within `keep` frames: no victim.
         assert_eq!(s.place(t(4), 7, 1, false), None);
-        assert!(s.slot_of(TileId::new(2, 0, 0)).is_some(), "pinned tiles stay");
+        assert!(
+            s.slot_of(TileId::new(2, 0, 0)).is_some(),
+            "pinned tiles stay"
+        );
     }
 }

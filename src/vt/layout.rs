@@ -88,7 +88,8 @@ impl VtLayout {
             ));
         }
         let mut levels = 1;
-        while pages((width >> (levels - 1)).max(1)) > 1 || pages((height >> (levels - 1)).max(1)) > 1
+        while pages((width >> (levels - 1)).max(1)) > 1
+            || pages((height >> (levels - 1)).max(1)) > 1
         {
             levels += 1;
         }
@@ -149,7 +150,11 @@ mod tests {
 
     #[test]
     fn keys_round_trip_and_layouts_end_at_one_page() {
-        for t in [TileId::new(0, 0, 0), TileId::new(14, 16383, 16383), TileId::new(3, 7, 9)] {
+        for t in [
+            TileId::new(0, 0, 0),
+            TileId::new(14, 16383, 16383),
+            TileId::new(3, 7, 9),
+        ] {
             assert_eq!(TileId::from_key(t.key()), Some(t));
             assert_ne!(t.key(), 0);
         }

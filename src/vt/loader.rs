@@ -20,8 +20,8 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// The worker pool. Jobs are replaced, not appended, each frame ([`Loader::want`]), so
-/// a tile the camera left behind is never read.
+/// The worker pool. Each frame the queue is taken back and refilled in the new order of
+/// priority, so a tile the camera left behind is not read.
 pub(crate) struct Loader {
     shared: Arc<Shared>,
     results: mpsc::Receiver<Loaded>,
@@ -60,7 +60,10 @@ impl Loader {
                         } else {
                             Err(Error::Tile {
                                 place: tile.to_string(),
-                                what: format!("the source gave {} bytes, a tile is {TILE_BYTES}", b.len()),
+                                what: format!(
+                                    "the source gave {} bytes, a tile is {TILE_BYTES}",
+                                    b.len()
+                                ),
                                 hint: "return TILE x TILE RGBA8 texels, border included".into(),
                             })
                         }
@@ -82,21 +85,20 @@ impl Loader {
         })
     }
 
-    /// Replaces the queued jobs with `tiles` (most wanted first).
-    pub fn want(&self, tiles: impl IntoIterator<Item = TileId>) {
-        let mut q = self.shared.queue.lock();
-        q.clear();
-        q.extend(tiles);
-        let n = q.len();
-        drop(q);
-        if n > 0 {
-            self.shared.wake.notify_all();
-        }
+    /// Empties the queue and returns the jobs no worker had taken. Taken under the
+    /// queue's lock, so every tile is either returned here or being read by a worker:
+    /// none is read twice or lost.
+    pub fn take_queued(&self) -> Vec<TileId> {
+        self.shared.queue.lock().drain(..).collect()
     }
 
-    /// Tiles queued and not yet taken by a worker.
-    pub fn queued(&self) -> Vec<TileId> {
-        self.shared.queue.lock().iter().copied().collect()
+    /// Queues `tiles` (most wanted first) behind what is queued.
+    pub fn push(&self, tiles: Vec<TileId>) {
+        if tiles.is_empty() {
+            return;
+        }
+        self.shared.queue.lock().extend(tiles);
+        self.shared.wake.notify_all();
     }
 
     /// Results that have arrived, without waiting.

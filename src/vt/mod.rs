@@ -267,6 +267,8 @@ pub struct VirtualTexture {
     pending_feedback: VecDeque<(u64, FeedbackFuture)>,
     /// Tiles wanted and not resident, most wanted first (rebuilt from each feedback list).
     wanted: Vec<TileId>,
+    /// The newest feedback list: the tiles on screen.
+    in_use: Vec<TileId>,
     /// Tiles a worker is reading.
     loading: HashSet<TileId>,
     /// Tiles read and waiting for a slot, with the frame their bytes arrived.
@@ -353,7 +355,8 @@ impl VirtualTexture {
                 ),
             }
         };
-        let (read_pool, written_pool, compact_pool) = (pool(POOLS[0])?, pool(POOLS[1])?, pool(POOLS[2])?);
+        let (read_pool, written_pool, compact_pool) =
+            (pool(POOLS[0])?, pool(POOLS[1])?, pool(POOLS[2])?);
         let (fw, fh) = (
             config.render_size.0.div_ceil(config.feedback_factor),
             config.render_size.1.div_ceil(config.feedback_factor),
@@ -365,13 +368,21 @@ impl VirtualTexture {
         let table_capacity = PageTable::capacity(config.cache_slots);
         let alloc = |pool, bytes: u64, label: &str| arena.alloc_in(pool, bytes, label);
         let buffers = Buffers {
-            params: alloc(read_pool, std::mem::size_of::<GpuParams>() as u64, "vt params")?,
+            params: alloc(
+                read_pool,
+                std::mem::size_of::<GpuParams>() as u64,
+                "vt params",
+            )?,
             table: alloc(read_pool, u64::from(table_capacity) * 8, "vt page table")?,
             compact_params: alloc(read_pool, 16, "vt compact params")?,
             feedback: alloc(written_pool, u64::from(feedback_cells) * 4, "vt feedback")?,
             counters: alloc(written_pool, 16, "vt counters")?,
             set: alloc(compact_pool, u64::from(set_entries) * 4, "vt feedback set")?,
-            list: alloc(compact_pool, u64::from(max_list + 1) * 4, "vt feedback list")?,
+            list: alloc(
+                compact_pool,
+                u64::from(max_list + 1) * 4,
+                "vt feedback list",
+            )?,
         };
         let cache = gpu.scoped("creating the virtual-texture cache", || {
             gpu.device().create_texture(&wgpu::TextureDescriptor {
@@ -398,21 +409,40 @@ impl VirtualTexture {
         });
         // A device whose fragment shaders cannot write storage (downlevel GL) refuses
         // this layout: a typed error, not a panic.
-        let bind_layout = gpu.scoped("creating the virtual-texture bind group layout (fragment shaders write the feedback)", || {
-            bind_group_layout(gpu.device())
-        })?;
+        let bind_layout = gpu.scoped(
+            "creating the virtual-texture bind group layout (fragment shaders write the feedback)",
+            || bind_group_layout(gpu.device()),
+        )?;
         let buffer = Allocation::binding_resource;
         let b = &buffers;
         let bind_group = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("vramkit vt"),
             layout: &bind_layout,
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: buffer(&b.params) },
-                wgpu::BindGroupEntry { binding: 1, resource: buffer(&b.table) },
-                wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&view) },
-                wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::Sampler(&sampler) },
-                wgpu::BindGroupEntry { binding: 4, resource: buffer(&b.feedback) },
-                wgpu::BindGroupEntry { binding: 5, resource: buffer(&b.counters) },
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: buffer(&b.params),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: buffer(&b.table),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: wgpu::BindingResource::TextureView(&view),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: wgpu::BindingResource::Sampler(&sampler),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 4,
+                    resource: buffer(&b.feedback),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 5,
+                    resource: buffer(&b.counters),
+                },
             ],
         });
         let pipeline = gpu.pipeline(&crate::shaders::VT_COMPACT, "compact")?;
@@ -420,13 +450,27 @@ impl VirtualTexture {
             label: Some("vramkit vt compact"),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: buffer(&b.compact_params) },
-                wgpu::BindGroupEntry { binding: 1, resource: buffer(&b.feedback) },
-                wgpu::BindGroupEntry { binding: 2, resource: buffer(&b.set) },
-                wgpu::BindGroupEntry { binding: 3, resource: buffer(&b.list) },
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: buffer(&b.compact_params),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: buffer(&b.feedback),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: buffer(&b.set),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: buffer(&b.list),
+                },
             ],
         });
-        let zeros = |a: &Allocation| gpu.write_buffer(a.buffer(), a.offset(), &vec![0u8; a.size() as usize]);
+        let zeros = |a: &Allocation| {
+            gpu.write_buffer(a.buffer(), a.offset(), &vec![0u8; a.size() as usize])
+        };
         for a in [&b.table, &b.feedback, &b.set, &b.list, &b.counters] {
             zeros(a);
         }
@@ -454,6 +498,7 @@ impl VirtualTexture {
             slots: Slots::new(config.cache_slots),
             pending_feedback: VecDeque::new(),
             wanted: Vec::new(),
+            in_use: Vec::new(),
             loading: HashSet::new(),
             ready: HashMap::new(),
             failed: HashSet::new(),
@@ -478,7 +523,11 @@ impl VirtualTexture {
     /// the coarsest, a single tile), pinned for good.
     fn load_pinned(&mut self) -> Result<()> {
         let mut tiles = Vec::new();
-        let budget = u64::from(self.config.pinned_tiles.clamp(1, self.config.cache_slots - 16));
+        let budget = u64::from(
+            self.config
+                .pinned_tiles
+                .clamp(1, self.config.cache_slots - 16),
+        );
         for level in (0..self.layout.levels).rev() {
             if self.layout.tiles_from(level) > budget && !tiles.is_empty() {
                 break;
@@ -495,7 +544,10 @@ impl VirtualTexture {
                 if bytes.len() != TILE_BYTES {
                     return Err(Error::Tile {
                         place: t.to_string(),
-                        what: format!("the source gave {} bytes for a pinned tile, a tile is {TILE_BYTES}", bytes.len()),
+                        what: format!(
+                            "the source gave {} bytes for a pinned tile, a tile is {TILE_BYTES}",
+                            bytes.len()
+                        ),
                         hint: "return TILE x TILE RGBA8 texels, border included".into(),
                     });
                 }
@@ -505,7 +557,10 @@ impl VirtualTexture {
         let mut regions = Vec::with_capacity(read.len());
         for (tile, _) in &read {
             let Some((slot, _)) = self.slots.place(*tile, 0, 0, true) else {
-                return Err(Error::invalid("no slot for a pinned tile", "use a larger cache"));
+                return Err(Error::invalid(
+                    "no slot for a pinned tile",
+                    "use a larger cache",
+                ));
             };
             regions.push(slot);
         }
@@ -604,25 +659,31 @@ impl VirtualTexture {
             let stored = count.min(self.max_list) as usize;
             self.stats.feedback_overflows += u64::from(count - stored as u32);
             self.stats.feedback_bytes_last = 4 * (1 + stored as u64);
-            self.stats.feedback_latency_frames_max =
-                self.stats.feedback_latency_frames_max.max(self.frame - frame);
+            self.stats.feedback_latency_frames_max = self
+                .stats
+                .feedback_latency_frames_max
+                .max(self.frame - frame);
             let tiles = words[1..1 + stored]
                 .iter()
                 .filter_map(|&k| TileId::from_key(k))
                 .filter(|&t| self.layout.contains(t));
-            // The newest list wins; older ones still mark their tiles as used.
-            let list: Vec<TileId> = tiles.collect();
-            for &t in &list {
-                if let Some(a) = self.resident_ancestor(t) {
-                    if let Some(slot) = self.slots.slot_of(a) {
-                        self.slots.touch(slot, self.frame);
-                    }
-                }
-            }
-            requests = Some(list);
+            // The newest list wins.
+            requests = Some(tiles.collect::<Vec<TileId>>());
         }
         if let Some(list) = requests {
             self.take_requests(&list);
+            self.in_use = list;
+        }
+        // What the newest list asked for stays in use until the next list arrives: frames
+        // without new feedback (its latency, or `settle`) must not make the tiles on
+        // screen look unused and evict them for their own replacements.
+        for i in 0..self.in_use.len() {
+            if let Some(slot) = self
+                .resident_ancestor(self.in_use[i])
+                .and_then(|a| self.slots.slot_of(a))
+            {
+                self.slots.touch(slot, self.frame);
+            }
         }
         self.collect_loaded();
         self.upload_ready()?;
@@ -678,11 +739,16 @@ impl VirtualTexture {
         // Coarse before fine; within a level, in the order the feedback listed them.
         wanted.sort_by_key(|t| std::cmp::Reverse(t.level));
         self.wanted = wanted;
-        // Degrade instead of thrashing: more distinct requests than unpinned slots means
-        // the view wants more than the cache holds; ask one level coarser. Relax when a
-        // level finer (four times the requests) would fit with room to spare.
+        // Degrade instead of thrashing: when the view's tiles and their missing ancestors
+        // (which stay in use as fallbacks until their children arrive) need more than the
+        // unpinned slots, ask one level coarser. Relax when a level finer (about four
+        // times the tiles) would fit with room to spare.
         let room = u64::from(self.config.cache_slots - self.stats.pinned_tiles);
-        let n = list.len() as u64;
+        let hits = list
+            .iter()
+            .filter(|t| self.slots.slot_of(**t).is_some())
+            .count();
+        let n = (hits + self.wanted.len()) as u64;
         let settled = self.frame >= self.bias_changed_at + 4;
         if settled && 10 * n > 9 * room && self.stats.bias + 1 < self.layout.levels {
             self.stats.bias += 1;
@@ -697,8 +763,8 @@ impl VirtualTexture {
     /// Queues the most wanted tiles that are neither loading, ready nor resident.
     fn dispatch_loads(&mut self) {
         let depth = 4 * self.config.max_uploads_per_frame as usize;
-        // Jobs not yet taken are replaced: drop them from `loading` first.
-        for t in self.loader.queued() {
+        // Jobs not yet taken are re-ordered: take them back first.
+        for t in self.loader.take_queued() {
             self.loading.remove(&t);
         }
         let in_flight = self.loading.len();
@@ -717,7 +783,7 @@ impl VirtualTexture {
             jobs.push(t);
         }
         self.loading.extend(jobs.iter().copied());
-        self.loader.want(jobs);
+        self.loader.push(jobs);
     }
 
     fn collect_loaded(&mut self) {
@@ -739,7 +805,8 @@ impl VirtualTexture {
         // Ready tiles nobody placed for long are dropped (the view moved on); bounded.
         let cap = 4 * self.config.max_uploads_per_frame as usize;
         if self.ready.len() > cap {
-            let mut by_age: Vec<(u64, TileId)> = self.ready.iter().map(|(t, (f, _))| (*f, *t)).collect();
+            let mut by_age: Vec<(u64, TileId)> =
+                self.ready.iter().map(|(t, (f, _))| (*f, *t)).collect();
             by_age.sort_unstable();
             for (_, t) in by_age.into_iter().take(self.ready.len() - cap) {
                 self.ready.remove(&t);
@@ -759,7 +826,10 @@ impl VirtualTexture {
             {
                 break;
             }
-            let Some((slot, evicted)) = self.slots.place(tile, self.frame, self.config.keep_frames, false) else {
+            let Some((slot, evicted)) =
+                self.slots
+                    .place(tile, self.frame, self.config.keep_frames, false)
+            else {
                 // Every slot is on screen: wait (the bias moves requests coarser).
                 break;
             };
@@ -767,7 +837,8 @@ impl VirtualTexture {
                 self.stats.evictions += 1;
             }
             if let Some((since, data)) = self.ready.remove(&tile) {
-                self.stats.upload_wait_frames_max = self.stats.upload_wait_frames_max.max(self.frame - since);
+                self.stats.upload_wait_frames_max =
+                    self.stats.upload_wait_frames_max.max(self.frame - since);
                 bytes += data.len() as u64;
                 placed.push((tile, slot, data));
             }
@@ -810,8 +881,14 @@ impl VirtualTexture {
     fn write_params(&self) {
         let size = self.cache.size();
         let (fw, fh) = (
-            self.config.render_size.0.div_ceil(self.config.feedback_factor),
-            self.config.render_size.1.div_ceil(self.config.feedback_factor),
+            self.config
+                .render_size
+                .0
+                .div_ceil(self.config.feedback_factor),
+            self.config
+                .render_size
+                .1
+                .div_ceil(self.config.feedback_factor),
         );
         let p = GpuParams {
             size: [self.layout.width, self.layout.height],
@@ -828,7 +905,8 @@ impl VirtualTexture {
             pad1: [0.0; 2],
         };
         let b = &self.buffers.params;
-        self.gpu.write_buffer(b.buffer(), b.offset(), bytemuck::bytes_of(&p));
+        self.gpu
+            .write_buffer(b.buffer(), b.offset(), bytemuck::bytes_of(&p));
     }
 
     /// Ends a frame whose sampling work has been submitted: compacts its feedback on the
@@ -837,12 +915,12 @@ impl VirtualTexture {
     pub fn end_frame(&mut self) -> Result<()> {
         self.gpu.check_alive()?;
         let start = Instant::now();
-        let mut encoder = self
-            .gpu
-            .device()
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("vramkit vt feedback"),
-            });
+        let mut encoder =
+            self.gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit vt feedback"),
+                });
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
             pass.set_pipeline(&self.compact.0);
@@ -854,12 +932,12 @@ impl VirtualTexture {
         let list = &self.buffers.list;
         let fut = self.downloader.download_async(list, 0, list.size())?;
         self.pending_feedback.push_back((self.frame, Box::pin(fut)));
-        let mut encoder = self
-            .gpu
-            .device()
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("vramkit vt feedback clear"),
-            });
+        let mut encoder =
+            self.gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit vt feedback clear"),
+                });
         for a in [&self.buffers.feedback, &self.buffers.set] {
             encoder.clear_buffer(a.buffer(), a.offset(), Some(a.size()));
         }
@@ -876,20 +954,47 @@ impl VirtualTexture {
         Ok(())
     }
 
+    /// GPU time of what [`end_frame`](Self::end_frame) records for the feedback
+    /// (compaction and clears, not the read-back copy), for benchmarks: the feedback
+    /// buffer is compacted as it stands.
+    pub fn time_feedback_resolve(&self) -> Result<crate::Timing> {
+        self.gpu.time(|encoder| {
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&self.compact.0);
+                pass.set_bind_group(0, &self.compact.1, &[]);
+                let (gx, gy) = crate::gpu::grid(u64::from(self.feedback_cells), 256, &self.gpu);
+                pass.dispatch_workgroups(gx, gy, 1);
+            }
+            for a in [&self.buffers.feedback, &self.buffers.set] {
+                encoder.clear_buffer(a.buffer(), a.offset(), Some(a.size()));
+            }
+            let list = &self.buffers.list;
+            encoder.clear_buffer(list.buffer(), list.offset(), Some(4));
+        })
+    }
+
     /// Samples the texture on the GPU at `points` (`(uv, level)`), as a compute shader
     /// calling `vt_sample_level` does: what tests and tools compare with
     /// [`ReferenceSampler`]. Blocks until the results are read back; RGBA in 0..1.
     ///
     /// The points go into the `vt-read` pool of `arena` and the results into its default
     /// pool (one dispatch may not read and write one buffer).
-    pub fn sample_points(&self, arena: &Arena, points: &[([f32; 2], u32)]) -> Result<Vec<[f32; 4]>> {
+    pub fn sample_points(
+        &self,
+        arena: &Arena,
+        points: &[([f32; 2], u32)],
+    ) -> Result<Vec<[f32; 4]>> {
         if points.is_empty() {
             return Ok(Vec::new());
         }
         let device = self.gpu.device();
         let probe_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("vramkit vt probe"),
-            entries: &[storage_entry(0, true, wgpu::ShaderStages::COMPUTE), storage_entry(1, false, wgpu::ShaderStages::COMPUTE)],
+            entries: &[
+                storage_entry(0, true, wgpu::ShaderStages::COMPUTE),
+                storage_entry(1, false, wgpu::ShaderStages::COMPUTE),
+            ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some("vramkit vt probe"),
@@ -899,24 +1004,37 @@ impl VirtualTexture {
         let pipeline = self.gpu.pipeline_with_layout(
             &crate::shaders::VT_PROBE,
             "probe",
-            crate::shaders::NamedLayout { name: "vt-probe", layout: &pipeline_layout },
+            crate::shaders::NamedLayout {
+                name: "vt-probe",
+                layout: &pipeline_layout,
+            },
         )?;
         let input: Vec<u32> = points
             .iter()
             .flat_map(|&(uv, level)| [uv[0].to_bits(), uv[1].to_bits(), level, 0])
             .collect();
         let read_pool = arena.pool(POOLS[0]).ok_or_else(|| {
-            Error::invalid("sample_points with an arena this virtual texture was not created on", "pass the same arena")
+            Error::invalid(
+                "sample_points with an arena this virtual texture was not created on",
+                "pass the same arena",
+            )
         })?;
         let src = arena.alloc_in(read_pool, input.len() as u64 * 4, "vt probe points")?;
         let dst = arena.alloc(points.len() as u64 * 16, "vt probe results")?;
-        self.gpu.write_buffer(src.buffer(), src.offset(), bytemuck::cast_slice(&input));
+        self.gpu
+            .write_buffer(src.buffer(), src.offset(), bytemuck::cast_slice(&input));
         let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("vramkit vt probe"),
             layout: &probe_layout,
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: src.binding_resource() },
-                wgpu::BindGroupEntry { binding: 1, resource: dst.binding_resource() },
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: src.binding_resource(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: dst.binding_resource(),
+                },
             ],
         });
         let mut encoder = device.create_command_encoder(&Default::default());
@@ -928,10 +1046,15 @@ impl VirtualTexture {
             let (gx, gy) = crate::gpu::grid(points.len() as u64, 64, &self.gpu);
             pass.dispatch_workgroups(gx, gy, 1);
         }
-        self.gpu.scoped("sampling a virtual texture", || self.gpu.submit([encoder.finish()]))?;
+        self.gpu.scoped("sampling a virtual texture", || {
+            self.gpu.submit([encoder.finish()])
+        })?;
         let bytes = self.downloader.download(&dst, 0, dst.size())?;
         let floats: &[f32] = bytemuck::cast_slice(&bytes);
-        Ok(floats.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect())
+        Ok(floats
+            .chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect())
     }
 
     /// Samples the shaders found with no resident tile (0 while the coarsest level is
@@ -939,20 +1062,25 @@ impl VirtualTexture {
     pub fn unmapped_samples(&self) -> Result<u64> {
         let c = &self.buffers.counters;
         let bytes = self.downloader.download(c, 0, 4)?;
-        Ok(u64::from(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])))
+        Ok(u64::from(u32::from_le_bytes([
+            bytes[0], bytes[1], bytes[2], bytes[3],
+        ])))
     }
 
     /// Waits until every tile wanted so far is loaded and uploaded (or failed), running
     /// frames without new feedback: for tests and for a view that must be exact now.
     pub fn settle(&mut self, max_frames: u32) -> Result<u32> {
         for n in 0..max_frames {
-            if self.wanted.iter().all(|t| self.is_resident(*t) || self.failed.contains(t))
+            if self
+                .wanted
+                .iter()
+                .all(|t| self.is_resident(*t) || self.failed.contains(t))
                 && self.ready.is_empty()
                 && self.loading.is_empty()
             {
                 return Ok(n);
             }
-            if self.loading.len() > 0 && self.ready.is_empty() {
+            if !self.loading.is_empty() && self.ready.is_empty() {
                 if let Some((tile, result)) = self.loader.next() {
                     self.loading.remove(&tile);
                     match result {
@@ -980,7 +1108,11 @@ const TILE_EXTENT: wgpu::Extent3d = wgpu::Extent3d {
     depth_or_array_layers: 1,
 };
 
-fn storage_entry(binding: u32, read_only: bool, visibility: wgpu::ShaderStages) -> wgpu::BindGroupLayoutEntry {
+fn storage_entry(
+    binding: u32,
+    read_only: bool,
+    visibility: wgpu::ShaderStages,
+) -> wgpu::BindGroupLayoutEntry {
     wgpu::BindGroupLayoutEntry {
         binding,
         visibility,
@@ -1005,7 +1137,9 @@ fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
                 ty: wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Uniform,
                     has_dynamic_offset: false,
-                    min_binding_size: std::num::NonZeroU64::new(std::mem::size_of::<GpuParams>() as u64),
+                    min_binding_size: std::num::NonZeroU64::new(
+                        std::mem::size_of::<GpuParams>() as u64
+                    ),
                 },
                 count: None,
             },

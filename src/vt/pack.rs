@@ -86,14 +86,20 @@ impl PackFile {
     fn from_map(map: memmap2::Mmap) -> Result<PackFile> {
         let b: &[u8] = &map;
         if b.len() < HEADER {
-            return Err(corrupt("header", format!("{} bytes, shorter than the 64-byte header", b.len())));
+            return Err(corrupt(
+                "header",
+                format!("{} bytes, shorter than the 64-byte header", b.len()),
+            ));
         }
         if &b[..8] != MAGIC {
             return Err(corrupt("header", "not a vramkit pack (bad magic)"));
         }
         let version = u32_at(b, 8);
         if version != VERSION {
-            return Err(corrupt("header", format!("version {version}, this reader knows {VERSION}")));
+            return Err(corrupt(
+                "header",
+                format!("version {version}, this reader knows {VERSION}"),
+            ));
         }
         let layout = VtLayout::new(u32_at(b, 12), u32_at(b, 16))
             .map_err(|e| corrupt("header", e.to_string()))?;
@@ -110,7 +116,10 @@ impl PackFile {
         let index = u64_at(b, 48);
         let data = u64_at(b, 56);
         if count != layout.tiles_from(0) {
-            return Err(corrupt("index", format!("{count} tiles, the layout has {}", layout.tiles_from(0))));
+            return Err(corrupt(
+                "index",
+                format!("{count} tiles, the layout has {}", layout.tiles_from(0)),
+            ));
         }
         let index_end = count
             .checked_mul(ENTRY as u64)
@@ -120,7 +129,10 @@ impl PackFile {
             _ => {
                 return Err(corrupt(
                     "index",
-                    format!("index at {index} ({count} entries) and data at {data} do not fit {} bytes", b.len()),
+                    format!(
+                        "index at {index} ({count} entries) and data at {data} do not fit {} bytes",
+                        b.len()
+                    ),
                 ))
             }
         }
@@ -149,14 +161,26 @@ impl TileSource for PackFile {
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
         check_tile(&self.layout, tile)?;
         let (px, _) = self.layout.pages(tile.level);
-        let n = self.level_base[tile.level as usize] + u64::from(tile.y) * u64::from(px) + u64::from(tile.x);
+        let n = self.level_base[tile.level as usize]
+            + u64::from(tile.y) * u64::from(px)
+            + u64::from(tile.x);
         let at = self.index + n as usize * ENTRY;
         let b: &[u8] = &self.map;
-        let (offset, len, flags) = (u64_at(b, at), u32_at(b, at + 8) as usize, u32_at(b, at + 12));
+        let (offset, len, flags) = (
+            u64_at(b, at),
+            u32_at(b, at + 8) as usize,
+            u32_at(b, at + 12),
+        );
         let place = format!("{tile}");
-        let start = offset.checked_add(self.data as u64).filter(|&s| s <= b.len() as u64);
-        let Some(stored) = start.and_then(|s| b.get(s as usize..(s as usize).checked_add(len)?)) else {
-            return Err(corrupt(&place, format!("{len} bytes at {offset} run past the end of the file")));
+        let start = offset
+            .checked_add(self.data as u64)
+            .filter(|&s| s <= b.len() as u64);
+        let Some(stored) = start.and_then(|s| b.get(s as usize..(s as usize).checked_add(len)?))
+        else {
+            return Err(corrupt(
+                &place,
+                format!("{len} bytes at {offset} run past the end of the file"),
+            ));
         };
         let bytes = if flags & LZ4 != 0 {
             lz4_flex::block::decompress(stored, TILE_BYTES)
@@ -165,7 +189,10 @@ impl TileSource for PackFile {
             stored.to_vec()
         };
         if bytes.len() != TILE_BYTES {
-            return Err(corrupt(&place, format!("{} bytes, a tile is {TILE_BYTES}", bytes.len())));
+            return Err(corrupt(
+                &place,
+                format!("{} bytes, a tile is {TILE_BYTES}", bytes.len()),
+            ));
         }
         Ok(bytes)
     }
@@ -182,7 +209,11 @@ impl TileSource for PackFile {
 /// assert_eq!(pack.layout(), image.layout());
 /// # Ok::<(), vramkit::Error>(())
 /// ```
-pub fn write_pack(path: impl AsRef<Path>, source: &dyn TileSource, compression: Compression) -> Result<u64> {
+pub fn write_pack(
+    path: impl AsRef<Path>,
+    source: &dyn TileSource,
+    compression: Compression,
+) -> Result<u64> {
     let path = path.as_ref();
     let io = |e| Error::Io {
         during: format!("writing pack file {}", path.display()),
@@ -193,7 +224,14 @@ pub fn write_pack(path: impl AsRef<Path>, source: &dyn TileSource, compression: 
     let data_offset = HEADER as u64 + count * ENTRY as u64;
     let mut header = Vec::with_capacity(HEADER);
     header.extend_from_slice(MAGIC);
-    for v in [VERSION, layout.width, layout.height, layout.levels, TILE, BORDER] {
+    for v in [
+        VERSION,
+        layout.width,
+        layout.height,
+        layout.levels,
+        TILE,
+        BORDER,
+    ] {
         header.extend_from_slice(&v.to_le_bytes());
     }
     header.extend_from_slice(&u32::from(compression == Compression::Lz4).to_le_bytes());
@@ -214,7 +252,10 @@ pub fn write_pack(path: impl AsRef<Path>, source: &dyn TileSource, compression: 
             .map(|&t| {
                 let raw = source.read_tile(t)?;
                 if raw.len() != TILE_BYTES {
-                    return Err(corrupt(&t.to_string(), "the source gave a tile of the wrong size"));
+                    return Err(corrupt(
+                        &t.to_string(),
+                        "the source gave a tile of the wrong size",
+                    ));
                 }
                 if compression == Compression::Lz4 {
                     let packed = lz4_flex::block::compress(&raw);
@@ -271,9 +312,14 @@ impl ImageSource {
                 for x in 0..w {
                     for c in 0..4 {
                         let at = |xx: u32, yy: u32| {
-                            u32::from(prev[((yy.min(ph - 1) * pw + xx.min(pw - 1)) * 4 + c) as usize])
+                            u32::from(
+                                prev[((yy.min(ph - 1) * pw + xx.min(pw - 1)) * 4 + c) as usize],
+                            )
                         };
-                        let sum = at(2 * x, 2 * y) + at(2 * x + 1, 2 * y) + at(2 * x, 2 * y + 1) + at(2 * x + 1, 2 * y + 1);
+                        let sum = at(2 * x, 2 * y)
+                            + at(2 * x + 1, 2 * y)
+                            + at(2 * x, 2 * y + 1)
+                            + at(2 * x + 1, 2 * y + 1);
                         next[((y * w + x) * 4 + c) as usize] = ((sum + 2) / 4) as u8;
                     }
                 }
@@ -299,8 +345,10 @@ impl TileSource for ImageSource {
 
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
         check_tile(&self.layout, tile)?;
-        Ok(super::source::tile_from_texels(&self.layout, tile, |x, y| {
-            self.texel(tile.level, x, y)
-        }))
+        Ok(super::source::tile_from_texels(
+            &self.layout,
+            tile,
+            |x, y| self.texel(tile.level, x, y),
+        ))
     }
 }

@@ -41,7 +41,10 @@ impl<'a> ReferenceSampler<'a> {
         let (w, h) = layout.level_size(level);
         let (px, py) = layout.pages(level);
         // The shader's arithmetic, in f32 as it does it.
-        let t = [uv[0].clamp(0.0, 1.0) * w as f32, uv[1].clamp(0.0, 1.0) * h as f32];
+        let t = [
+            uv[0].clamp(0.0, 1.0) * w as f32,
+            uv[1].clamp(0.0, 1.0) * h as f32,
+        ];
         let page = [
             ((t[0] / INNER as f32) as u32).min(px - 1),
             ((t[1] / INNER as f32) as u32).min(py - 1),

@@ -90,7 +90,7 @@ impl ProceduralSource {
         ];
         for c in &mut rgb {
             *c = c.saturating_add(checker);
-            if x % 32 == 0 || y % 32 == 0 {
+            if x.is_multiple_of(32) || y.is_multiple_of(32) {
                 *c /= 2;
             }
         }
