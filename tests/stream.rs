@@ -1109,3 +1109,102 @@ fn small_uploads_skip_staging_and_staging_scales_with_what_is_moved() {
     let got = readback::read_buffer(gpu(), big.buffer(), big.offset(), data.len() as u64).unwrap();
     assert!(got == data);
 }
+
+#[test]
+fn tile_and_region_batches_land_where_they_were_sent() {
+    let mut r = rng();
+    // A small staging chunk: the 24 tiles need several staging buffers and runs split.
+    let up = Uploader::new(
+        gpu(),
+        UploaderConfig {
+            chunk_size: 5 * 64 * 64 * 4,
+            max_staging: 4 * 5 * 64 * 64 * 4,
+            ..Default::default()
+        },
+    );
+    let size = wgpu::Extent3d {
+        width: 8 * 64,
+        height: 4 * 64,
+        depth_or_array_layers: 1,
+    };
+    let texture = new_texture(
+        "tiles",
+        size,
+        1,
+        wgpu::TextureFormat::Rgba8Unorm,
+        wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::COPY_SRC,
+    );
+    let mut model = TexelModel {
+        width: size.width,
+        height: size.height,
+        texel: 4,
+        bytes: vec![0; (size.width * size.height * 4) as usize],
+    };
+    let tile = wgpu::Extent3d {
+        width: 64,
+        height: 64,
+        depth_or_array_layers: 1,
+    };
+    // Runs of neighbours, single tiles and a slot written twice (the later one wins).
+    let mut slots: Vec<u32> = (0..32).filter(|_| r.gen_bool(0.75)).collect();
+    slots.push(slots[0]);
+    let data: Vec<Vec<u8>> = slots
+        .iter()
+        .map(|_| (0..64 * 64 * 4).map(|_| r.gen()).collect())
+        .collect();
+    let origin = |s: u32| wgpu::Origin3d {
+        x: (s % 8) * 64,
+        y: (s / 8) * 64,
+        z: 0,
+    };
+    let tiles: Vec<_> = slots
+        .iter()
+        .zip(&data)
+        .map(|(&s, d)| (origin(s), &d[..]))
+        .collect();
+    up.upload_texture_tiles(&texture, tile, &tiles).unwrap();
+    for (o, d) in &tiles {
+        model.write(*o, tile, d);
+    }
+    assert_eq!(
+        read_texture(&texture, 0, wgpu::Origin3d::ZERO, size, 4),
+        model.bytes
+    );
+    // The same through regions of different sizes.
+    let regions: Vec<(wgpu::Origin3d, wgpu::Extent3d, Vec<u8>)> = (0..6)
+        .map(|k| {
+            let w = 4 * r.gen_range(1..40u32);
+            let h = r.gen_range(1..60u32);
+            let o = wgpu::Origin3d {
+                x: r.gen_range(0..size.width - w),
+                y: r.gen_range(0..size.height - h),
+                z: 0,
+            };
+            let e = wgpu::Extent3d {
+                width: w,
+                height: h,
+                depth_or_array_layers: 1,
+            };
+            (o, e, vec![k as u8 * 40 + 1; (w * h * 4) as usize])
+        })
+        .collect();
+    let refs: Vec<_> = regions.iter().map(|(o, e, d)| (*o, *e, &d[..])).collect();
+    up.upload_texture_regions(&texture, &refs).unwrap();
+    for (o, e, d) in &regions {
+        model.write(*o, *e, d);
+    }
+    assert_eq!(
+        read_texture(&texture, 0, wgpu::Origin3d::ZERO, size, 4),
+        model.bytes
+    );
+    // A tile outside the texture is refused before anything is copied.
+    let outside = [(
+        wgpu::Origin3d {
+            x: 8 * 64,
+            y: 0,
+            z: 0,
+        },
+        &data[0][..],
+    )];
+    assert!(up.upload_texture_tiles(&texture, tile, &outside).is_err());
+}

@@ -99,10 +99,21 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
     let whole: Vec<u8> = vec![77u8; (side * side * 4) as usize];
     let bytes = whole.len() as f64;
     let reps = if cpu { 3 } else { 10 };
+    let tile = wgpu::Extent3d {
+        width: TILE,
+        height: TILE,
+        depth_or_array_layers: 1,
+    };
+    let in_order: Vec<_> = regions.iter().map(|r| (r.0, r.2)).collect();
     let tiled = best(gpu, reps, &mut || {
         uploader
-            .upload_texture_regions(&cache, &regions)
+            .upload_texture_tiles(&cache, tile, &in_order)
             .expect("tiles")
+    });
+    let regions_batched = best(gpu, reps, &mut || {
+        uploader
+            .upload_texture_regions(&cache, &regions)
+            .expect("regions")
     });
     let image = best(gpu, reps, &mut || {
         uploader
@@ -129,14 +140,19 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
         }
     });
     println!(
-        "\nvt: {} tiles ({}) into a {side}x{side} cache: batched {:.2} GB/s, one upload_texture of the same bytes {:.2} GB/s, tile by tile {:.2} GB/s",
+        "\nvt: {} tiles ({}) into a {side}x{side} cache: neighbouring slots {:.2} GB/s, one copy per tile {:.2} GB/s, one upload_texture of the same bytes {:.2} GB/s, tile by tile {:.2} GB/s",
         regions.len(),
         vramkit::fmt_bytes(whole.len() as u64),
         bytes / tiled / 1e9,
+        bytes / regions_batched / 1e9,
         bytes / image / 1e9,
         bytes / one_by_one / 1e9
     );
     figures.add("vt_tile_upload_gbps", format!("{:.2}", bytes / tiled / 1e9));
+    figures.add(
+        "vt_tile_upload_one_copy_per_tile_gbps",
+        format!("{:.2}", bytes / regions_batched / 1e9),
+    );
     figures.add(
         "vt_tile_upload_vs_upload_texture",
         format!("{:.2}", image / tiled),

@@ -301,6 +301,50 @@ impl Writer {
         }
     }
 
+    /// Writes runs of equal tiles side by side, as a texture copy of each run reads them:
+    /// run `(start, pitch, tiles)` has `rows` rows of `pitch` bytes from byte `start`, and
+    /// tile `j` (tightly packed rows of `row` bytes) fills bytes `j * row..(j + 1) * row`
+    /// of each. Runs must be in ascending, non-overlapping order. Spread over rayon's pool
+    /// in bands of rows.
+    pub(crate) fn copy_tile_runs(
+        &mut self,
+        runs: &[(usize, usize, Vec<&[u8]>)],
+        row: usize,
+        rows: usize,
+    ) {
+        let Some((last, last_pitch, _)) = runs.last() else {
+            return;
+        };
+        const BAND: usize = 16;
+        let mut dst = self.bytes().into_slice(0..last + rows * last_pitch);
+        let mut at = 0;
+        let mut jobs = Vec::new();
+        for (start, pitch, tiles) in runs {
+            let (_, rest) = std::mem::take(&mut dst).split_at(start - at);
+            dst = rest;
+            let mut r0 = 0;
+            while r0 < rows {
+                let n = BAND.min(rows - r0);
+                let (band, rest) = std::mem::take(&mut dst).split_at(n * pitch);
+                dst = rest;
+                jobs.push((SendWriteOnly(band), tiles, r0, n, *pitch));
+                r0 += n;
+            }
+            at = start + rows * pitch;
+        }
+        jobs.into_par_iter()
+            .for_each(|(mut band, tiles, r0, n, pitch)| {
+                for r in 0..n {
+                    for (j, t) in tiles.iter().enumerate() {
+                        let src = &t[(r0 + r) * row..(r0 + r + 1) * row];
+                        band.0
+                            .slice(r * pitch + j * row..r * pitch + (j + 1) * row)
+                            .copy_from_slice(src);
+                    }
+                }
+            });
+    }
+
     /// Copies `src` to byte `at` of the writer, on up to `threads` threads when large.
     pub(crate) fn copy_at(&mut self, at: usize, src: &[u8], threads: usize) {
         let dst = self.bytes().into_slice(at..at + src.len());

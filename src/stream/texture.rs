@@ -265,6 +265,142 @@ impl Uploader {
     }
 }
 
+impl Uploader {
+    /// Uploads equal-sized tiles into mip level 0 of a 2D texture, merging tiles that
+    /// follow each other in `tiles` and sit side by side in the texture (same `y`, each
+    /// `x` one tile width after the previous) into one copy: wgpu costs several
+    /// microseconds of CPU per copy command, so a tile cache filling neighbouring slots
+    /// pays for runs, not tiles. Each tile's `data` is tightly packed rows. Tiles whose
+    /// rows are not a multiple of 256 bytes go through
+    /// [`upload_texture_regions`](Self::upload_texture_regions) one by one. Checked as
+    /// `upload_texture` checks, all before anything is copied.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// let uploader = vramkit::stream::Uploader::new(&gpu, Default::default());
+    /// let texture = gpu.device().create_texture(&wgpu::TextureDescriptor {
+    ///     label: Some("cache"),
+    ///     size: wgpu::Extent3d { width: 512, height: 128, depth_or_array_layers: 1 },
+    ///     mip_level_count: 1,
+    ///     sample_count: 1,
+    ///     dimension: wgpu::TextureDimension::D2,
+    ///     format: wgpu::TextureFormat::Rgba8Unorm,
+    ///     usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
+    ///     view_formats: &[],
+    /// });
+    /// let tile = wgpu::Extent3d { width: 128, height: 128, depth_or_array_layers: 1 };
+    /// let bytes: Vec<Vec<u8>> = (0..4).map(|i| vec![i as u8 * 60; 128 * 128 * 4]).collect();
+    /// let tiles: Vec<_> = (0..4u32)
+    ///     .map(|i| (wgpu::Origin3d { x: i * 128, y: 0, z: 0 }, &bytes[i as usize][..]))
+    ///     .collect();
+    /// uploader.upload_texture_tiles(&texture, tile, &tiles)?; // one copy for all four
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn upload_texture_tiles(
+        &self,
+        texture: &wgpu::Texture,
+        tile: wgpu::Extent3d,
+        tiles: &[(wgpu::Origin3d, &[u8])],
+    ) -> Result<()> {
+        let Some(&(first, first_data)) = tiles.first() else {
+            return Ok(());
+        };
+        let chunk = self.chunk_size();
+        let dst = |origin| wgpu::TexelCopyTextureInfo {
+            texture,
+            mip_level: 0,
+            origin,
+            aspect: wgpu::TextureAspect::All,
+        };
+        let one = TextureRegion::check(&dst(first), tile, first_data.len() as u64, chunk)?;
+        if one.row_bytes % 256 != 0 || one.layers != 1 || one.rows > one.rows_per_chunk {
+            let regions: Vec<_> = tiles.iter().map(|&(o, d)| (o, tile, d)).collect();
+            return self.upload_texture_regions(texture, &regions);
+        }
+        let tile_bytes = one.row_bytes * one.rows;
+        // Runs of side-by-side tiles, each no wider than the texture or a staging buffer.
+        let max_run = (chunk / tile_bytes).max(1) as usize;
+        let mut runs: Vec<(wgpu::Origin3d, Vec<&[u8]>)> = Vec::new();
+        for &(origin, data) in tiles {
+            if data.len() as u64 != tile_bytes {
+                TextureRegion::check(&dst(origin), tile, data.len() as u64, chunk)?;
+            }
+            match runs.last_mut() {
+                Some((o, run))
+                    if o.y == origin.y
+                        && o.z == origin.z
+                        && o.x + run.len() as u32 * tile.width == origin.x
+                        && run.len() < max_run =>
+                {
+                    run.push(data)
+                }
+                _ => runs.push((origin, vec![data])),
+            }
+        }
+        for (origin, run) in &runs {
+            let size = wgpu::Extent3d {
+                width: tile.width * run.len() as u32,
+                ..tile
+            };
+            TextureRegion::check(&dst(*origin), size, tile_bytes * run.len() as u64, chunk)?;
+        }
+        let row = one.row_bytes as usize;
+        let rows = one.rows as usize;
+        let mut k = 0;
+        while k < runs.len() {
+            // The runs from k that fit one staging buffer.
+            let mut end = k;
+            let mut bytes = 0u64;
+            while end < runs.len() && bytes + tile_bytes * runs[end].1.len() as u64 <= chunk {
+                bytes += tile_bytes * runs[end].1.len() as u64;
+                end += 1;
+            }
+            let mut layout = Vec::with_capacity(end - k);
+            let mut at = 0usize;
+            for (_, run) in &runs[k..end] {
+                let pitch = row * run.len();
+                layout.push((at, pitch, run.clone()));
+                at += pitch * rows;
+            }
+            let (index, staging) = self.acquire(bytes)?;
+            // SAFETY: an acquired slot is owned by the CPU until it is submitted.
+            let written = unsafe { staging.writer(0..bytes) }
+                .map(|mut w| w.copy_tile_runs(&layout, row, rows));
+            if let Err(e) = written {
+                self.return_unsubmitted(index);
+                return Err(e);
+            }
+            let mut encoder =
+                self.gpu()
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit texture tiles upload"),
+                    });
+            for ((origin, run), (start, pitch, _)) in runs[k..end].iter().zip(&layout) {
+                encoder.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer: staging.buffer(),
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: *start as u64,
+                            bytes_per_row: Some(*pitch as u32),
+                            rows_per_image: Some(rows as u32),
+                        },
+                    },
+                    dst(*origin),
+                    wgpu::Extent3d {
+                        width: tile.width * run.len() as u32,
+                        ..tile
+                    },
+                );
+            }
+            self.submit_staged(index, &staging, encoder)?;
+            self.count_bytes(bytes);
+            k = end;
+        }
+        Ok(())
+    }
+}
+
 /// The staging layout of a texture upload, from checked arguments.
 struct TextureRegion {
     /// Bytes per tightly packed row of blocks.

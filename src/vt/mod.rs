@@ -25,8 +25,9 @@
 //! - **Residency** ([`VirtualTexture::begin_frame`]): requested tiles that are resident
 //!   are marked used; the others, with their missing ancestors, are queued for the worker
 //!   threads coarse level first. Read tiles are uploaded, at most
-//!   `max_uploads_per_frame` a frame, in one batched copy
-//!   ([`Uploader::upload_texture_regions`](crate::stream::Uploader::upload_texture_regions))
+//!   `max_uploads_per_frame` a frame, in one batched upload whose tiles in neighbouring
+//!   slots share a copy
+//!   ([`Uploader::upload_texture_tiles`](crate::stream::Uploader::upload_texture_tiles))
 //!   into free slots or slots not sampled for `keep_frames` frames (least recently used
 //!   first), and the page table is rewritten once. When the view wants more tiles than the
 //!   cache holds, requests move to coarser levels (a residency mip bias fed to
@@ -567,9 +568,10 @@ impl VirtualTexture {
         let list: Vec<_> = read
             .iter()
             .zip(&regions)
-            .map(|((_, bytes), &slot)| (self.slot_origin(slot), TILE_EXTENT, &bytes[..]))
+            .map(|((_, bytes), &slot)| (self.slot_origin(slot), &bytes[..]))
             .collect();
-        self.uploader.upload_texture_regions(&self.cache, &list)?;
+        self.uploader
+            .upload_texture_tiles(&self.cache, TILE_EXTENT, &list)?;
         self.stats.pinned_tiles = read.len() as u32;
         self.stats.uploads += read.len() as u64;
         self.stats.bytes_streamed += (read.len() * TILE_BYTES) as u64;
@@ -847,11 +849,16 @@ impl VirtualTexture {
             self.stats.uploads_last = 0;
             return Ok(());
         }
-        let regions: Vec<_> = placed
+        // In slot order, so tiles in neighbouring slots go up in one copy.
+        placed.sort_unstable_by_key(|p| p.1);
+        let tiles: Vec<_> = placed
             .iter()
-            .map(|(_, slot, data)| (self.slot_origin(*slot), TILE_EXTENT, &data[..]))
+            .map(|(_, slot, data)| (self.slot_origin(*slot), &data[..]))
             .collect();
-        if let Err(e) = self.uploader.upload_texture_regions(&self.cache, &regions) {
+        if let Err(e) = self
+            .uploader
+            .upload_texture_tiles(&self.cache, TILE_EXTENT, &tiles)
+        {
             // Nothing of a failed upload may be mapped.
             for (tile, _, _) in &placed {
                 self.slots.remove(*tile);
