@@ -173,6 +173,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("cpu_ms_per_frame_p99: {p99:.3}");
     println!("hit_rate: {:.3}", s.hit_rate());
     println!("load_errors: {}", s.load_errors);
+    // A still camera with a cache that holds its view must end exact (bias 0: not
+    // degraded); no sample may ever be unmapped.
+    let unmapped = vt.unmapped_samples()?;
+    if unmapped > 0 || (s.bias == 0 && exact < u64::from(w * h) * 99 / 100) {
+        return Err(format!("unmapped samples {unmapped}, settled exact {exact} of {}", w * h).into());
+    }
     Ok(())
 }
 
