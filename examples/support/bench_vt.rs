@@ -174,6 +174,7 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
     let frames = if cpu { 120 } else { 600 };
     let mut busy = Vec::new();
     let mut all = Vec::new();
+    let mut waits = Vec::new();
     let scale = 3.0 / (1u32 << 20) as f32; // level 1
     for f in 0..frames {
         // Pans eight level-1 pages a frame: the 64-tile budget is the limit.
@@ -182,6 +183,7 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
         let s = vt.stats();
         if f >= 20 {
             all.push(s.cpu_ms_last);
+            waits.push(s.wait_ms_last);
             if s.uploads_last >= 64 {
                 busy.push(s.cpu_ms_last);
             }
@@ -198,6 +200,11 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
             percentile(&busy, 0.5),
             percentile(&busy, 0.99),
             percentile(&all, 0.99)
+        );
+        println!(
+            "vt frames: waited for old feedback (GPU behind) p50 {:.3} ms, p99 {:.3} ms",
+            percentile(&waits, 0.5),
+            percentile(&waits, 0.99)
         );
         figures.add(
             "vt_cpu_ms_per_64_upload_frame_p50",

@@ -157,8 +157,12 @@ pub struct VtStats {
     pub upload_wait_frames_max: u64,
     /// Residency mip bias now in force (levels added to requests under pressure).
     pub bias: u32,
-    /// CPU time of the last `begin_frame` + `end_frame`, in milliseconds.
+    /// CPU time of the last `begin_frame` + `end_frame`, in milliseconds (tile reads and
+    /// decodes, on the loader threads, and `wait_ms_last` excluded).
     pub cpu_ms_last: f64,
+    /// Time the last `end_frame` waited for the GPU to return an old feedback list (it
+    /// waits when more than three frames of feedback are in flight), in milliseconds.
+    pub wait_ms_last: f64,
 }
 
 impl VtStats {
@@ -950,14 +954,18 @@ impl VirtualTexture {
         }
         encoder.clear_buffer(list.buffer(), list.offset(), Some(4));
         self.gpu.submit([encoder.finish()]);
-        // Bounded: a GPU far behind makes the CPU wait for the oldest list.
+        // Bounded: a GPU far behind makes the CPU wait for the oldest list (counted as
+        // waiting, not as CPU work).
+        let waiting = Instant::now();
         while self.pending_feedback.len() > 3 {
             if let Some((_, fut)) = self.pending_feedback.pop_front() {
                 drop(pollster::block_on(fut)?);
             }
         }
-        let cpu = std::mem::take(&mut self.begin_cpu) + start.elapsed();
+        let waited = waiting.elapsed();
+        let cpu = std::mem::take(&mut self.begin_cpu) + start.elapsed() - waited;
         self.stats.cpu_ms_last = cpu.as_secs_f64() * 1e3;
+        self.stats.wait_ms_last = waited.as_secs_f64() * 1e3;
         Ok(())
     }
 
