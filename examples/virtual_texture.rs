@@ -177,7 +177,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // degraded); no sample may ever be unmapped.
     let unmapped = vt.unmapped_samples()?;
     if unmapped > 0 || (s.bias == 0 && exact < u64::from(w * h) * 99 / 100) {
-        return Err(format!("unmapped samples {unmapped}, settled exact {exact} of {}", w * h).into());
+        return Err(format!(
+            "unmapped samples {unmapped}, settled exact {exact} of {}",
+            w * h
+        )
+        .into());
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs a fuzz target with stable Rust (cargo fuzz needs nightly): libFuzzer's
 # coverage instrumentation through stable codegen flags. Usage:
-#   fuzz/run-stable.sh [SECONDS] [TARGET]     (targets: range_allocator, block_set, trace_parser)
+#   fuzz/run-stable.sh [SECONDS] [TARGET]     (targets: range_allocator, block_set, trace_parser, vt_pack)
 set -euo pipefail
 cd "$(dirname "$0")"
 export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=3 \

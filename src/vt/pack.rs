@@ -39,12 +39,28 @@ pub enum Compression {
 
 /// A pack file opened for reading: the [`TileSource`] of a texture stored on disk.
 pub struct PackFile {
-    map: memmap2::Mmap,
+    map: Bytes,
     layout: VtLayout,
     /// Index of each level's first tile.
     level_base: Vec<u64>,
     index: usize,
     data: usize,
+}
+
+/// A pack's bytes: a read-only map of the file, or bytes in memory.
+enum Bytes {
+    Map(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
 }
 
 fn corrupt(place: &str, what: impl Into<String>) -> Error {
@@ -80,10 +96,20 @@ impl PackFile {
         // SAFETY: the map is read-only; a file changed underneath gives wrong bytes, which
         // the per-tile checks turn into errors, not undefined behaviour of ours.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        PackFile::from_map(map)
+        PackFile::from_storage(Bytes::Map(map))
     }
 
-    fn from_map(map: memmap2::Mmap) -> Result<PackFile> {
+    /// A pack held in memory (embedded with `include_bytes!`, downloaded, or fuzzed),
+    /// checked as [`open`](Self::open) checks a file.
+    ///
+    /// ```
+    /// assert!(vramkit::vt::PackFile::from_bytes(b"not a pack".to_vec()).is_err());
+    /// ```
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<PackFile> {
+        PackFile::from_storage(Bytes::Owned(bytes))
+    }
+
+    fn from_storage(map: Bytes) -> Result<PackFile> {
         let b: &[u8] = &map;
         if b.len() < HEADER {
             return Err(corrupt(
