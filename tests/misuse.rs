@@ -205,3 +205,364 @@ fn kernels_on_a_downlevel_device_are_a_typed_error() {
     assert_eq!(a.size(), 256);
     invalid(Kernels::new(&arena), "cannot run vramkit's kernels");
 }
+
+/// What each row of the misuse table expects.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Invalid,
+    OutOfMemory,
+    Alloc,
+    Io,
+    Tile,
+}
+
+fn matches(e: &Error, want: Expect) -> bool {
+    matches!(
+        (e, want),
+        (Error::InvalidArgument { .. }, Expect::Invalid)
+            | (Error::OutOfMemory(_), Expect::OutOfMemory)
+            | (Error::Alloc(_), Expect::Alloc)
+            | (Error::Io { .. }, Expect::Io)
+            | (Error::Tile { .. }, Expect::Tile)
+    )
+}
+
+/// Every public entry point x every class of bad input (zero, huge, misaligned, out of
+/// range, wrong usage, wrong device, wrong length): a typed error of the expected kind,
+/// and afterwards the arena's live allocations and a canary's bytes are unchanged. (Use
+/// after drop does not compile: allocations are RAII and batches borrow them; device loss
+/// is `tests/device_lost.rs`.)
+#[test]
+fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
+    use std::sync::Arc;
+    use vramkit::arena::Budget;
+    use vramkit::vt::{PackFile, ProceduralSource, VirtualTexture, VtConfig, VtLayout};
+    use vramkit::{Runtime, RuntimeConfig};
+
+    let rt = Runtime::new(
+        gpu(),
+        RuntimeConfig {
+            arena: vramkit::ArenaConfig {
+                budget: Budget::Bytes(64 << 20),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let other_gpu = Gpu::headless().unwrap();
+    let other = Arena::new(&other_gpu, Default::default()).unwrap();
+    let foreign = other.alloc(1024, "foreign").unwrap();
+    let foreign_pool = other.default_pool();
+    let foreign_x = other
+        .alloc(1024, "foreign x")
+        .unwrap()
+        .typed::<f32>()
+        .unwrap();
+    let mut r = rng();
+    let canary_data = random_f32(&mut r, 1024);
+    let canary = rt.alloc_from(&canary_data, "canary").unwrap();
+    let a = rt.alloc_from(&random_f32(&mut r, 256), "a").unwrap();
+    let b = rt.alloc_from(&random_f32(&mut r, 100), "b").unwrap();
+    let no_copy_dst = rt
+        .arena()
+        .add_pool(
+            "no-copy-dst",
+            PoolConfig {
+                quota: None,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            },
+        )
+        .unwrap();
+    let read_only = rt.arena().alloc_in(no_copy_dst, 256, "read only").unwrap();
+    let sampled_only = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("sampled only"),
+        size: wgpu::Extent3d {
+            width: 128,
+            height: 128,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    });
+    let texture = gpu().device().create_texture(&wgpu::TextureDescriptor {
+        label: Some("target"),
+        size: wgpu::Extent3d {
+            width: 128,
+            height: 128,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    });
+    let tile = wgpu::Extent3d {
+        width: 128,
+        height: 128,
+        depth_or_array_layers: 1,
+    };
+    let tile_bytes = vec![1u8; 128 * 128 * 4];
+    let up = rt.uploader();
+    let down = rt.downloader();
+    let arena = rt.arena();
+    let source = Arc::new(ProceduralSource::new(1 << 12, 1 << 12).unwrap());
+    let vt_config = |slots, format| VtConfig {
+        cache_slots: slots,
+        format,
+        render_size: (64, 64),
+        ..Default::default()
+    };
+    type Row<'r> = (&'r str, Expect, Box<dyn Fn() -> vramkit::Result<()> + 'r>);
+    let table: Vec<Row> = vec![
+        (
+            "alloc: zero bytes",
+            Expect::Alloc,
+            Box::new(|| arena.alloc(0, "x").map(drop)),
+        ),
+        (
+            "alloc: u64::MAX bytes",
+            Expect::OutOfMemory,
+            Box::new(|| arena.alloc(u64::MAX, "x").map(drop)),
+        ),
+        (
+            "alloc: past the budget",
+            Expect::OutOfMemory,
+            Box::new(|| arena.alloc(1 << 30, "x").map(drop)),
+        ),
+        (
+            "alloc_in: another arena's pool",
+            Expect::Invalid,
+            Box::new(|| arena.alloc_in(foreign_pool, 64, "x").map(drop)),
+        ),
+        (
+            "typed alloc: zero elements",
+            Expect::Alloc,
+            Box::new(|| rt.alloc::<f32>(0, "x").map(drop)),
+        ),
+        (
+            "upload: offset past the end",
+            Expect::Invalid,
+            Box::new(|| up.upload(&a, a.size(), &[1, 2, 3, 4])),
+        ),
+        (
+            "upload: length past the end",
+            Expect::Invalid,
+            Box::new(|| up.upload(&a, 4, &vec![0u8; a.size() as usize])),
+        ),
+        (
+            "upload: huge offset",
+            Expect::Invalid,
+            Box::new(|| up.upload(&a, u64::MAX - 2, &[1, 2, 3, 4])),
+        ),
+        (
+            "upload: another device's allocation",
+            Expect::Invalid,
+            Box::new(|| up.upload(&foreign, 0, &[0; 16])),
+        ),
+        (
+            "upload: a pool without COPY_DST",
+            Expect::Invalid,
+            Box::new(|| up.upload(&read_only, 0, &[0; 16])),
+        ),
+        (
+            "typed upload: wrong length",
+            Expect::Invalid,
+            Box::new(|| rt.upload(&a, &[1.0f32; 3])),
+        ),
+        (
+            "download: offset past the end",
+            Expect::Invalid,
+            Box::new(|| down.download(&a, a.size() + 4, 4).map(drop)),
+        ),
+        (
+            "download: huge length",
+            Expect::Invalid,
+            Box::new(|| down.download(&a, 0, u64::MAX).map(drop)),
+        ),
+        (
+            "download: another device's allocation",
+            Expect::Invalid,
+            Box::new(|| down.download(&foreign, 0, 16).map(drop)),
+        ),
+        (
+            "download_into: more than the allocation",
+            Expect::Invalid,
+            Box::new(|| down.download_into(&a, 0, &mut vec![0u8; a.size() as usize + 4])),
+        ),
+        (
+            "download_view: past the end",
+            Expect::Invalid,
+            Box::new(|| down.download_view(&a, 8, a.size()).map(drop)),
+        ),
+        (
+            "upload_texture: wrong data length",
+            Expect::Invalid,
+            Box::new(|| up.upload_texture(texture.as_image_copy(), tile, &tile_bytes[4..])),
+        ),
+        (
+            "upload_texture: no COPY_DST",
+            Expect::Invalid,
+            Box::new(|| up.upload_texture(sampled_only.as_image_copy(), tile, &tile_bytes)),
+        ),
+        (
+            "upload_texture: region outside",
+            Expect::Invalid,
+            Box::new(|| {
+                let dst = wgpu::TexelCopyTextureInfo {
+                    origin: wgpu::Origin3d { x: 64, y: 0, z: 0 },
+                    ..texture.as_image_copy()
+                };
+                up.upload_texture(dst, tile, &tile_bytes)
+            }),
+        ),
+        (
+            "upload_texture_tiles: a tile outside",
+            Expect::Invalid,
+            Box::new(|| {
+                up.upload_texture_tiles(
+                    &texture,
+                    tile,
+                    &[(wgpu::Origin3d { x: 128, y: 0, z: 0 }, &tile_bytes[..])],
+                )
+            }),
+        ),
+        (
+            "upload_texture_regions: wrong data length",
+            Expect::Invalid,
+            Box::new(|| {
+                up.upload_texture_regions(
+                    &texture,
+                    &[(wgpu::Origin3d::ZERO, tile, &tile_bytes[8..])],
+                )
+            }),
+        ),
+        (
+            "axpy: lengths differ",
+            Expect::Invalid,
+            Box::new(|| rt.batch().axpy(1.0, &a, &b).map(drop)),
+        ),
+        (
+            "axpy: another device's operand",
+            Expect::Invalid,
+            Box::new(|| {
+                let y = a.first(foreign_x.len()).expect("a holds more");
+                rt.batch().axpy(1.0, &foreign_x, y).map(drop)
+            }),
+        ),
+        (
+            "matmul: shapes do not match",
+            Expect::Invalid,
+            Box::new(|| rt.batch().matmul::<f32>(16, 16, 16, &a, &a, &b).map(drop)),
+        ),
+        (
+            "reduce: output overlaps the input",
+            Expect::Invalid,
+            Box::new(|| {
+                rt.batch()
+                    .reduce(Reduce::Sum, &a, a.first(1).expect("non-empty"))
+                    .map(drop)
+            }),
+        ),
+        (
+            "alloc core: alignment not a power of two",
+            Expect::Alloc,
+            Box::new(|| {
+                let mut core = vramkit::alloc::RangeAllocator::new(1 << 20);
+                core.allocate(64, 3).map(drop).map_err(Error::from)
+            }),
+        ),
+        (
+            "VtLayout: zero size",
+            Expect::Invalid,
+            Box::new(|| VtLayout::new(0, 16).map(drop)),
+        ),
+        (
+            "VirtualTexture: 0 cache slots",
+            Expect::Invalid,
+            Box::new(|| {
+                VirtualTexture::new(
+                    gpu(),
+                    arena,
+                    source.clone(),
+                    vt_config(0, wgpu::TextureFormat::Rgba8Unorm),
+                )
+                .map(drop)
+            }),
+        ),
+        (
+            "VirtualTexture: more slots than a texture holds",
+            Expect::Invalid,
+            Box::new(|| {
+                VirtualTexture::new(
+                    gpu(),
+                    arena,
+                    source.clone(),
+                    vt_config(u32::MAX, wgpu::TextureFormat::Rgba8Unorm),
+                )
+                .map(drop)
+            }),
+        ),
+        (
+            "VirtualTexture: a format tiles are not",
+            Expect::Invalid,
+            Box::new(|| {
+                VirtualTexture::new(
+                    gpu(),
+                    arena,
+                    source.clone(),
+                    vt_config(64, wgpu::TextureFormat::R32Float),
+                )
+                .map(drop)
+            }),
+        ),
+        (
+            "VirtualTexture: an arena of another device",
+            Expect::Invalid,
+            Box::new(|| {
+                VirtualTexture::new(
+                    gpu(),
+                    &other,
+                    source.clone(),
+                    vt_config(64, wgpu::TextureFormat::Rgba8Unorm),
+                )
+                .map(drop)
+            }),
+        ),
+        (
+            "PackFile: no such file",
+            Expect::Io,
+            Box::new(|| PackFile::open("/nonexistent/vramkit.vtpack").map(drop)),
+        ),
+        (
+            "PackFile: not a pack",
+            Expect::Tile,
+            Box::new(|| PackFile::from_bytes(vec![0x55; 200]).map(drop)),
+        ),
+    ];
+    let before = rt.arena().stats();
+    for (name, want, call) in &table {
+        match call() {
+            Err(e) => assert!(matches(&e, *want), "{name}: expected {want:?}, got {e}"),
+            Ok(()) => panic!("{name}: expected a {want:?} error, got Ok"),
+        }
+        let now = rt.arena().stats();
+        assert_eq!(
+            (now.allocated, now.live_allocations),
+            (before.allocated, before.live_allocations),
+            "{name}: the arena changed"
+        );
+        assert_eq!(
+            rt.download(&canary).unwrap(),
+            canary_data,
+            "{name}: the canary changed"
+        );
+    }
+    assert!(table.len() >= 30);
+}
