@@ -175,6 +175,7 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
     let mut busy = Vec::new();
     let mut all = Vec::new();
     let mut waits = Vec::new();
+    let mut phases: [Vec<f64>; 4] = Default::default();
     let scale = 3.0 / (1u32 << 20) as f32; // level 1
     for f in 0..frames {
         // Pans eight level-1 pages a frame: the 64-tile budget is the limit.
@@ -186,6 +187,9 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
             waits.push(s.wait_ms_last);
             if s.uploads_last >= 64 {
                 busy.push(s.cpu_ms_last);
+                for (p, v) in phases.iter_mut().zip(s.cpu_ms_phases_last) {
+                    p.push(v);
+                }
             }
         }
     }
@@ -200,6 +204,17 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
             percentile(&busy, 0.5),
             percentile(&busy, 0.99),
             percentile(&all, 0.99)
+        );
+        println!(
+            "vt frames with 64 uploads by phase, p50 / p99 ms: residency {:.3} / {:.3}, uploads {:.3} / {:.3}, page table {:.3} / {:.3}, end_frame {:.3} / {:.3}",
+            percentile(&phases[0], 0.5),
+            percentile(&phases[0], 0.99),
+            percentile(&phases[1], 0.5),
+            percentile(&phases[1], 0.99),
+            percentile(&phases[2], 0.5),
+            percentile(&phases[2], 0.99),
+            percentile(&phases[3], 0.5),
+            percentile(&phases[3], 0.99)
         );
         println!(
             "vt frames: waited for old feedback (GPU behind) p50 {:.3} ms, p99 {:.3} ms",

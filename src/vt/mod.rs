@@ -160,6 +160,10 @@ pub struct VtStats {
     /// CPU time of the last `begin_frame` + `end_frame`, in milliseconds (tile reads and
     /// decodes, on the loader threads, and `wait_ms_last` excluded).
     pub cpu_ms_last: f64,
+    /// The last frame's CPU time by phase, in milliseconds: feedback and residency
+    /// (`begin_frame` up to the uploads), tile uploads, page-table and parameter writes,
+    /// and `end_frame` (compaction, read-back and clears submitted; waits excluded).
+    pub cpu_ms_phases_last: [f64; 4],
     /// Time the last `end_frame` waited for the GPU to return an old feedback list (it
     /// waits when more than three frames of feedback are in flight), in milliseconds.
     pub wait_ms_last: f64,
@@ -692,12 +696,21 @@ impl VirtualTexture {
             }
         }
         self.collect_loaded();
+        let residency = start.elapsed();
         self.upload_ready()?;
+        let uploaded = start.elapsed();
         if self.table_dirty {
             self.write_table_and_params();
         } else {
             self.write_params();
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        self.stats.cpu_ms_phases_last = [
+            ms(residency),
+            ms(uploaded - residency),
+            ms(start.elapsed() - uploaded),
+            0.0,
+        ];
         self.begin_cpu = start.elapsed();
         Ok(())
     }
@@ -966,6 +979,7 @@ impl VirtualTexture {
         let cpu = std::mem::take(&mut self.begin_cpu) + start.elapsed() - waited;
         self.stats.cpu_ms_last = cpu.as_secs_f64() * 1e3;
         self.stats.wait_ms_last = waited.as_secs_f64() * 1e3;
+        self.stats.cpu_ms_phases_last[3] = (start.elapsed() - waited).as_secs_f64() * 1e3;
         Ok(())
     }
 
