@@ -1,6 +1,8 @@
 //! Virtual textures on a real adapter, against the CPU reference sampler.
 
 mod common;
+#[path = "../examples/support/vt_demo.rs"]
+mod vt_demo;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -36,6 +38,32 @@ fn all_tiles(source: &dyn TileSource, from: u32) -> Vec<TileId> {
             (0..py).flat_map(move |y| (0..px).map(move |x| TileId::new(l, x, y)))
         })
         .collect()
+}
+
+/// Bilinear sampling of the whole level image, clamped at its edges, straight from the
+/// procedural texels: no tiles, so a seam at a page border would show.
+fn full_image_sample(src: &ProceduralSource, uv: [f32; 2], level: u32) -> [f32; 4] {
+    let layout = src.layout();
+    let level = level.min(layout.levels - 1);
+    let (w, h) = layout.level_size(level);
+    let t = [
+        uv[0].clamp(0.0, 1.0) * w as f32 - 0.5,
+        uv[1].clamp(0.0, 1.0) * h as f32 - 0.5,
+    ];
+    let (x0, y0) = (t[0].floor(), t[1].floor());
+    let (fx, fy) = (t[0] - x0, t[1] - y0);
+    let at = |x: f32, y: f32, c: usize| {
+        let x = (x as i64).clamp(0, i64::from(w) - 1) as u32;
+        let y = (y as i64).clamp(0, i64::from(h) - 1) as u32;
+        f32::from(src.texel(level, x, y)[c]) / 255.0
+    };
+    let mut out = [0.0; 4];
+    for (c, o) in out.iter_mut().enumerate() {
+        let top = at(x0, y0, c) * (1.0 - fx) + at(x0 + 1.0, y0, c) * fx;
+        let bottom = at(x0, y0 + 1.0, c) * (1.0 - fx) + at(x0 + 1.0, y0 + 1.0, c) * fx;
+        *o = top * (1.0 - fy) + bottom * fy;
+    }
+    out
 }
 
 fn assert_near(got: [f32; 4], want: [f32; 4], what: &str) {
@@ -100,6 +128,9 @@ fn every_level_and_page_border_matches_the_reference_when_resident() {
     for (&(uv, level), g) in pts.iter().zip(&got) {
         let want = reference.sample(uv, level).unwrap();
         assert_near(*g, want, &format!("uv {uv:?} level {level}"));
+        // Seamless: the same as filtering the whole level image, borders and all.
+        let whole = full_image_sample(&source, uv, level);
+        assert_near(*g, whole, &format!("whole image, uv {uv:?} level {level}"));
     }
     assert_eq!(vt.unmapped_samples().unwrap(), 0);
     let s = vt.stats();
@@ -358,4 +389,57 @@ fn pack_files_round_trip_and_damaged_ones_are_typed_errors() {
         }
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_host_render_pass_on_a_shared_device_settles_on_the_exact_image() {
+    // The host app's own device (WebGPU default limits) and render pipeline.
+    let (device, queue) = common::host_device(wgpu::Limits::default());
+    let gpu = vramkit::Gpu::from_wgpu(device, queue);
+    let arena = Arena::new(&gpu, Default::default()).unwrap();
+    let source = Arc::new(ProceduralSource::new(1 << 20, 1 << 20).unwrap());
+    let size = (256, 192);
+    let cfg = VtConfig {
+        cache_slots: 256,
+        render_size: size,
+        feedback_factor: 8,
+        loader_threads: 2,
+        ..Default::default()
+    };
+    let mut vt = VirtualTexture::new(&gpu, &arena, source.clone(), cfg).unwrap();
+    let demo = vt_demo::Demo::new(&gpu, &arena, &vt, size).unwrap();
+    // Level 0 at 1.5 texels per pixel, deep inside the texture.
+    let scale = 1.5 / (1u32 << 20) as f32;
+    let origin = [0.37, 0.61];
+    for _ in 0..40 {
+        demo.frame(&gpu, &mut vt, origin, scale).unwrap();
+        gpu.wait_idle().unwrap();
+        vt.settle(4).unwrap();
+    }
+    demo.frame(&gpu, &mut vt, origin, scale).unwrap();
+    gpu.wait_idle().unwrap();
+    let pixels = demo.read(&gpu).unwrap();
+    let mut exact = 0;
+    for y in 0..size.1 {
+        for x in 0..size.0 {
+            let uv = [
+                origin[0] + (x as f32 + 0.5) * scale,
+                origin[1] + (y as f32 + 0.5) * scale,
+            ];
+            let want = full_image_sample(&source, uv, 0);
+            let at = ((y * size.0 + x) * 4) as usize;
+            exact += usize::from(
+                (0..4).all(|c| (f32::from(pixels[at + c]) / 255.0 - want[c]).abs() <= TOL),
+            );
+        }
+    }
+    let total = (size.0 * size.1) as usize;
+    assert!(
+        exact * 100 >= total * 99,
+        "{exact} of {total} pixels exact; {}",
+        vt.stats()
+    );
+    assert_eq!(vt.unmapped_samples().unwrap(), 0);
+    let s = vt.stats();
+    assert!(s.requests > 0 && s.uploads > s.pinned_tiles as u64, "{s}");
 }
