@@ -315,25 +315,36 @@ impl Writer {
         let Some((last, last_pitch, _)) = runs.last() else {
             return;
         };
-        const BAND: usize = 16;
+        // Bands of rows of about 256 KiB, several small runs to one job: a rayon job per
+        // 8 KiB costs more than it copies.
+        const JOB: usize = 256 << 10;
         let mut dst = self.bytes().into_slice(0..last + rows * last_pitch);
         let mut at = 0;
-        let mut jobs = Vec::new();
+        let mut jobs: Vec<Vec<Band<'_, '_>>> = vec![Vec::new()];
+        let mut job_bytes = 0;
         for (start, pitch, tiles) in runs {
             let (_, rest) = std::mem::take(&mut dst).split_at(start - at);
             dst = rest;
+            let band_rows = (JOB / pitch).clamp(1, rows);
             let mut r0 = 0;
             while r0 < rows {
-                let n = BAND.min(rows - r0);
+                let n = band_rows.min(rows - r0);
                 let (band, rest) = std::mem::take(&mut dst).split_at(n * pitch);
                 dst = rest;
-                jobs.push((SendWriteOnly(band), tiles, r0, n, *pitch));
+                if job_bytes >= JOB {
+                    jobs.push(Vec::new());
+                    job_bytes = 0;
+                }
+                job_bytes += n * pitch;
+                if let Some(job) = jobs.last_mut() {
+                    job.push((SendWriteOnly(band), tiles, r0, n, *pitch));
+                }
                 r0 += n;
             }
             at = start + rows * pitch;
         }
-        jobs.into_par_iter()
-            .for_each(|(mut band, tiles, r0, n, pitch)| {
+        let copy = |job: Vec<Band<'_, '_>>| {
+            for (mut band, tiles, r0, n, pitch) in job {
                 for r in 0..n {
                     for (j, t) in tiles.iter().enumerate() {
                         let src = &t[(r0 + r) * row..(r0 + r + 1) * row];
@@ -342,7 +353,13 @@ impl Writer {
                             .copy_from_slice(src);
                     }
                 }
-            });
+            }
+        };
+        if jobs.len() == 1 {
+            jobs.into_iter().for_each(copy);
+        } else {
+            jobs.into_par_iter().for_each(copy);
+        }
     }
 
     /// Copies `src` to byte `at` of the writer, on up to `threads` threads when large.
@@ -411,6 +428,10 @@ fn fill_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], threads: usize)
         .into_par_iter()
         .for_each(|(mut d, s)| d.0.copy_from_slice(s));
 }
+
+/// Rows `r0..r0 + n` of one run of tiles (rows of `pitch` bytes), for
+/// [`Writer::copy_tile_runs`].
+type Band<'w, 't> = (SendWriteOnly<'w>, &'t Vec<&'t [u8]>, usize, usize, usize);
 
 /// `WriteOnly<[u8]>` is an exclusive reference to bytes, as `&mut [u8]` is, and so may move
 /// to another thread; wgpu-types' `Send` impl covers only sized targets (`T: Send` with
