@@ -142,10 +142,12 @@ impl Shared {
         if let Some(&(newest, _)) = st.sealed.back().filter(|_| flush) {
             self.unlock(st);
             // The callbacks move to this submission (lavapipe runs them in the submit,
-            // the NVIDIA driver when it completes): wait for it, a millisecond at most.
+            // the NVIDIA driver when it completes): poll for them, 5 ms at most. Rare (once
+            // per 64 MiB of frees without submits); 1 ms was too short on a loaded CI
+            // machine, where the thread can be descheduled for longer (the arena grew).
             self.gpu.submit([]);
             self.gpu
-                .poll_until(std::time::Duration::from_millis(1), || {
+                .poll_until(std::time::Duration::from_millis(5), || {
                     self.completion.get() >= newest
                 });
             st = self.state.lock();
