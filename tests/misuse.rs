@@ -315,7 +315,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
     let source = Arc::new(ProceduralSource::new(1 << 12, 1 << 12).unwrap());
     let vt_config = |slots, format| VtConfig {
         cache_slots: slots,
-        format,
+        format: Some(format),
         render_size: (64, 64),
         ..Default::default()
     };

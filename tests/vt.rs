@@ -443,3 +443,61 @@ fn a_host_render_pass_on_a_shared_device_settles_on_the_exact_image() {
     let s = vt.stats();
     assert!(s.requests > 0 && s.uploads > s.pinned_tiles as u64, "{s}");
 }
+
+#[test]
+fn tiles_of_other_formats_sample_like_the_reference() {
+    use wgpu::TextureFormat as F;
+    let arena = arena();
+    let rgba = ProceduralSource::new(900, 700).unwrap();
+    let layout = rgba.layout();
+    for format in [F::R8Unorm, F::Rg8Unorm, F::Rgba16Float, F::Rg16Float] {
+        let texel = vramkit::vt::texel_bytes(format).unwrap();
+        // Each texel derived from the RGBA8 procedural one: unorm channels kept, float
+        // channels as value / 255 in f16.
+        let source = Arc::new(
+            FnSource::new(layout, move |t: TileId| {
+                let tile = rgba.read_tile(t)?;
+                Ok(tile
+                    .chunks_exact(4)
+                    .flat_map(|p| -> Vec<u8> {
+                        match format {
+                            F::R8Unorm => vec![p[0]],
+                            F::Rg8Unorm => vec![p[0], p[1]],
+                            _ => p[..texel / 2]
+                                .iter()
+                                .flat_map(|&c| {
+                                    half::f16::from_f32(f32::from(c) / 255.0).to_le_bytes()
+                                })
+                                .collect(),
+                        }
+                    })
+                    .collect())
+            })
+            .with_format(format),
+        );
+        let mut vt =
+            VirtualTexture::new(common::gpu(), &arena, source.clone(), config(256)).unwrap();
+        vt.prefetch(&all_tiles(source.as_ref(), 0));
+        vt.settle(100).unwrap();
+        let pts = points(source.as_ref(), 20);
+        let got = vt.sample_points(&arena, &pts).unwrap();
+        let mut reference = ReferenceSampler::new(source.as_ref());
+        for (&(uv, level), g) in pts.iter().zip(&got) {
+            let want = reference.sample(uv, level).unwrap();
+            assert_near(*g, want, &format!("{format:?} uv {uv:?} level {level}"));
+        }
+        assert_eq!(vt.stats().load_errors, 0, "{format:?}");
+        // Pack files keep the format.
+        let path =
+            std::env::temp_dir().join(format!("vramkit-{}-{format:?}.vtpack", std::process::id()));
+        write_pack(&path, source.as_ref(), Compression::Lz4).unwrap();
+        let pack = PackFile::open(&path).unwrap();
+        assert_eq!(pack.format(), format);
+        let t = TileId::new(0, 1, 1);
+        assert_eq!(pack.read_tile(t).unwrap(), source.read_tile(t).unwrap());
+        std::fs::remove_file(&path).ok();
+    }
+    // A source of a format tiles cannot have is refused up front.
+    let bad = Arc::new(FnSource::new(layout, |_| Ok(Vec::new())).with_format(F::Depth32Float));
+    assert!(VirtualTexture::new(common::gpu(), &arena, bad, config(64)).is_err());
+}

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vramkit::vt::{PackFile, TileId, TileSource, TILE_BYTES};
+use vramkit::vt::{tile_bytes, PackFile, TileId, TileSource};
 
 fuzz_target!(|bytes: &[u8]| {
     if let Ok(pack) = PackFile::from_bytes(bytes.to_vec()) {
@@ -19,7 +19,7 @@ fuzz_target!(|bytes: &[u8]| {
             for y in 0..py.min(64) {
                 for x in 0..px.min(64) {
                     if let Ok(tile) = pack.read_tile(TileId::new(level, x, y)) {
-                        assert_eq!(tile.len(), TILE_BYTES);
+                        assert_eq!(Some(tile.len()), tile_bytes(pack.format()));
                     }
                 }
             }

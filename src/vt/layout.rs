@@ -11,8 +11,26 @@ pub const TILE: u32 = 128;
 pub const BORDER: u32 = 4;
 /// Texels of a tile side that belong to its page (`TILE - 2 * BORDER`).
 pub const INNER: u32 = TILE - 2 * BORDER;
-/// Bytes of one RGBA8 tile.
+/// Bytes of one RGBA8 tile (the default format).
 pub const TILE_BYTES: usize = (TILE * TILE * 4) as usize;
+
+/// Bytes per texel of the tile formats virtual textures take: filterable colour formats
+/// whose texels the reference sampler can read. `None` for any other format.
+pub fn texel_bytes(format: wgpu::TextureFormat) -> Option<usize> {
+    use wgpu::TextureFormat as F;
+    match format {
+        F::R8Unorm => Some(1),
+        F::Rg8Unorm | F::R16Float => Some(2),
+        F::Rgba8Unorm | F::Rgba8UnormSrgb | F::Rg16Float => Some(4),
+        F::Rgba16Float => Some(8),
+        _ => None,
+    }
+}
+
+/// Bytes of one tile of `format` (`None` for a format tiles cannot have).
+pub fn tile_bytes(format: wgpu::TextureFormat) -> Option<usize> {
+    texel_bytes(format).map(|b| b * (TILE * TILE) as usize)
+}
 /// Most mip levels a key can name (4 bits hold `level + 1`; 0 means "no request").
 pub const MAX_LEVELS: u32 = 15;
 /// Most pages per side at level 0 (14 bits per coordinate): 16384 pages of 120 texels,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::layout::{TileId, TILE_BYTES};
+use super::layout::TileId;
 use super::source::TileSource;
 use crate::{Error, Result};
 
@@ -29,7 +29,8 @@ pub(crate) struct Loader {
 }
 
 impl Loader {
-    pub fn new(source: Arc<dyn TileSource>, threads: usize) -> Result<Loader> {
+    /// Workers reading tiles of `tile_bytes` bytes from `source`.
+    pub fn new(source: Arc<dyn TileSource>, threads: usize, tile_bytes: usize) -> Result<Loader> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
@@ -55,16 +56,16 @@ impl Loader {
                         }
                     };
                     let bytes = source.read_tile(tile).and_then(|b| {
-                        if b.len() == TILE_BYTES {
+                        if b.len() == tile_bytes {
                             Ok(b)
                         } else {
                             Err(Error::Tile {
                                 place: tile.to_string(),
                                 what: format!(
-                                    "the source gave {} bytes, a tile is {TILE_BYTES}",
+                                    "the source gave {} bytes, a tile is {tile_bytes}",
                                     b.len()
                                 ),
-                                hint: "return TILE x TILE RGBA8 texels, border included".into(),
+                                hint: "return TILE x TILE texels of the source's format, border included".into(),
                             })
                         }
                     });

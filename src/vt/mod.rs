@@ -5,12 +5,14 @@
 //! Unreal's streaming virtual textures and Barrett's SVT do it.
 //!
 //! # How it works
-//! - A [`TileSource`] gives tiles of [`TILE`] x [`TILE`] RGBA8 texels: [`INNER`] texels
-//!   of the page and a [`BORDER`] of 4 copied from the neighbours, so bilinear filtering
-//!   is seamless across pages. Sources: [`PackFile`] (a memory-mapped file of LZ4 tiles,
+//! - A [`TileSource`] gives tiles of [`TILE`] x [`TILE`] texels (RGBA8 unless it says
+//!   otherwise: R8, RG8, RGBA8 sRGB and 16-bit float formats too, [`texel_bytes`]):
+//!   [`INNER`] texels of the page and a [`BORDER`] of 4 copied from the neighbours, so
+//!   bilinear filtering is seamless across pages. Sources: [`PackFile`] (a memory-mapped file of LZ4 tiles,
 //!   built by [`write_pack`]), [`ProceduralSource`], [`ImageSource`], and [`FnSource`]
 //!   around a closure of yours.
-//! - The **physical cache** is one RGBA8 texture of `cache_slots` tile slots.
+//! - The **physical cache** is one texture of `cache_slots` tile slots, in the source's
+//!   format.
 //! - The **page table** maps resident tiles to slots: a hash table in a storage buffer
 //!   (why, in `page_table.rs`: a dense level-0 table of a 2^20 texture would be 305 MB).
 //!   `vt_sample` walks from the wanted page to its parent until it finds a resident one,
@@ -21,7 +23,7 @@
 //!   per `feedback_factor`² block (jittered each frame) writes the key of the tile it
 //!   wanted. [`VirtualTexture::end_frame`] de-duplicates and compacts those keys on the
 //!   GPU (`shaders/vt_compact.wgsl`) into a list of at most 64 KiB, which comes back
-//!   through the [`Downloader`](crate::stream::Downloader) without blocking.
+//!   through the [`Downloader`] without blocking.
 //! - **Residency** ([`VirtualTexture::begin_frame`]): requested tiles that are resident
 //!   are marked used; the others, with their missing ancestors, are queued for the worker
 //!   threads coarse level first. Read tiles are uploaded, at most
@@ -55,7 +57,10 @@ mod page_table;
 mod reference;
 mod source;
 
-pub use layout::{TileId, VtLayout, BORDER, INNER, MAX_LEVELS, MAX_PAGES, TILE, TILE_BYTES};
+pub use layout::{
+    texel_bytes, tile_bytes, TileId, VtLayout, BORDER, INNER, MAX_LEVELS, MAX_PAGES, TILE,
+    TILE_BYTES,
+};
 pub use pack::{write_pack, Compression, ImageSource, PackFile};
 pub use reference::ReferenceSampler;
 pub use source::{tile_from_texels, FnSource, ProceduralSource, TileSource};
@@ -86,7 +91,8 @@ pub struct VtConfig {
     pub pinned_tiles: u32,
     /// Most tiles uploaded per frame.
     pub max_uploads_per_frame: u32,
-    /// Most tile bytes uploaded per frame.
+    /// Most tile bytes uploaded per frame (the default, 32 MiB, lets 64 tiles of any
+    /// format through).
     pub max_upload_bytes_per_frame: u64,
     /// A slot sampled within this many frames is not evicted.
     pub keep_frames: u64,
@@ -96,8 +102,10 @@ pub struct VtConfig {
     pub render_size: (u32, u32),
     /// Worker threads reading tiles.
     pub loader_threads: usize,
-    /// Cache texture format: `Rgba8Unorm` or `Rgba8UnormSrgb`.
-    pub format: wgpu::TextureFormat,
+    /// Cache texture format: `None` takes the source's ([`TileSource::format`]);
+    /// `Some(Rgba8UnormSrgb)` samples an `Rgba8Unorm` source as sRGB. Any other choice must
+    /// equal the source's format.
+    pub format: Option<wgpu::TextureFormat>,
 }
 
 impl Default for VtConfig {
@@ -106,12 +114,12 @@ impl Default for VtConfig {
             cache_slots: 1024,
             pinned_tiles: 85,
             max_uploads_per_frame: 64,
-            max_upload_bytes_per_frame: 64 * TILE_BYTES as u64,
+            max_upload_bytes_per_frame: 32 << 20,
             keep_frames: 2,
             feedback_factor: 16,
             render_size: (1920, 1080),
             loader_threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
-            format: wgpu::TextureFormat::Rgba8Unorm,
+            format: None,
         }
     }
 }
@@ -260,6 +268,8 @@ pub struct VirtualTexture {
     layout: VtLayout,
     config: VtConfig,
     slots_x: u32,
+    /// Bytes of one tile of the source's format.
+    tile_bytes: usize,
     cache: wgpu::Texture,
     bind_layout: wgpu::BindGroupLayout,
     bind_group: wgpu::BindGroup,
@@ -331,15 +341,19 @@ impl VirtualTexture {
                 ),
             ));
         }
-        if !matches!(
-            config.format,
-            wgpu::TextureFormat::Rgba8Unorm | wgpu::TextureFormat::Rgba8UnormSrgb
-        ) {
-            return Err(Error::invalid(
-                format!("a cache texture of format {:?}", config.format),
-                "use Rgba8Unorm or Rgba8UnormSrgb (tiles are RGBA8)",
-            ));
-        }
+        let source_format = source.format();
+        let format = config.format.unwrap_or(source_format);
+        let srgb_view = source_format == wgpu::TextureFormat::Rgba8Unorm
+            && format == wgpu::TextureFormat::Rgba8UnormSrgb;
+        let tile_bytes = match layout::tile_bytes(source_format) {
+            Some(b) if format == source_format || srgb_view => b,
+            _ => {
+                return Err(Error::invalid(
+                    format!("a cache texture of {format:?} for tiles of {source_format:?}"),
+                    "tiles are R8Unorm, Rg8Unorm, Rgba8Unorm(Srgb), R16Float, Rg16Float or Rgba16Float, and the cache takes the source's format (or Rgba8UnormSrgb for Rgba8Unorm tiles)",
+                ))
+            }
+        };
         if config.feedback_factor == 0 || config.render_size.0 == 0 || config.render_size.1 == 0 {
             return Err(Error::invalid(
                 "a feedback factor or render size of 0",
@@ -404,7 +418,7 @@ impl VirtualTexture {
                 mip_level_count: 1,
                 sample_count: 1,
                 dimension: wgpu::TextureDimension::D2,
-                format: config.format,
+                format,
                 usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
                 view_formats: &[],
             })
@@ -488,11 +502,12 @@ impl VirtualTexture {
             b.compact_params.offset(),
             bytemuck::cast_slice(&[feedback_cells, set_entries - 1, max_list, 0]),
         );
-        let loader = Loader::new(source.clone(), config.loader_threads)?;
+        let loader = Loader::new(source.clone(), config.loader_threads, tile_bytes)?;
         let mut vt = VirtualTexture {
             gpu: gpu.clone(),
             layout,
             slots_x,
+            tile_bytes,
             cache,
             bind_layout,
             bind_group,
@@ -546,15 +561,16 @@ impl VirtualTexture {
         }
         use rayon::prelude::*;
         let source = &self.source;
+        let tile_bytes = self.tile_bytes;
         let read: Vec<(TileId, Vec<u8>)> = tiles
             .par_iter()
             .map(|&t| {
                 let bytes = source.read_tile(t)?;
-                if bytes.len() != TILE_BYTES {
+                if bytes.len() != tile_bytes {
                     return Err(Error::Tile {
                         place: t.to_string(),
                         what: format!(
-                            "the source gave {} bytes for a pinned tile, a tile is {TILE_BYTES}",
+                            "the source gave {} bytes for a pinned tile, a tile is {tile_bytes}",
                             bytes.len()
                         ),
                         hint: "return TILE x TILE RGBA8 texels, border included".into(),
@@ -582,7 +598,7 @@ impl VirtualTexture {
             .upload_texture_tiles(&self.cache, TILE_EXTENT, &list)?;
         self.stats.pinned_tiles = read.len() as u32;
         self.stats.uploads += read.len() as u64;
-        self.stats.bytes_streamed += (read.len() * TILE_BYTES) as u64;
+        self.stats.bytes_streamed += (read.len() * self.tile_bytes) as u64;
         self.table_dirty = true;
         Ok(())
     }
@@ -841,7 +857,7 @@ impl VirtualTexture {
         let mut bytes = 0u64;
         for tile in order {
             if placed.len() as u32 >= self.config.max_uploads_per_frame
-                || bytes + TILE_BYTES as u64 > self.config.max_upload_bytes_per_frame
+                || bytes + self.tile_bytes as u64 > self.config.max_upload_bytes_per_frame
             {
                 break;
             }

@@ -7,7 +7,9 @@
 //! 0   magic "VRAMKVT1"
 //! 8   u32 version (1)      12  u32 width      16  u32 height     20  u32 levels
 //! 24  u32 tile (128)       28  u32 border (4) 32  u32 compression (0 none, 1 lz4)
-//! 36  u32 reserved         40  u64 tile count 48  u64 index offset 56  u64 data offset
+//! 36  u32 texel format (0 Rgba8Unorm, 1 R8Unorm, 2 Rg8Unorm, 3 Rgba8UnormSrgb,
+//!     4 R16Float, 5 Rg16Float, 6 Rgba16Float)
+//!                          40  u64 tile count 48  u64 index offset 56  u64 data offset
 //! index: per tile, level by level, row by row: u64 offset (from the data offset),
 //!        u32 stored length, u32 flags (bit 0: LZ4 block)
 //! data:  the stored tiles
@@ -18,7 +20,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use super::layout::{TileId, VtLayout, BORDER, TILE, TILE_BYTES};
+use super::layout::{tile_bytes, TileId, VtLayout, BORDER, TILE};
 use super::source::{check_tile, TileSource};
 use crate::{Error, Result};
 
@@ -27,6 +29,16 @@ const VERSION: u32 = 1;
 const HEADER: usize = 64;
 const ENTRY: usize = 16;
 const LZ4: u32 = 1;
+/// Texel formats by their code in the header.
+const FORMATS: [wgpu::TextureFormat; 7] = [
+    wgpu::TextureFormat::Rgba8Unorm,
+    wgpu::TextureFormat::R8Unorm,
+    wgpu::TextureFormat::Rg8Unorm,
+    wgpu::TextureFormat::Rgba8UnormSrgb,
+    wgpu::TextureFormat::R16Float,
+    wgpu::TextureFormat::Rg16Float,
+    wgpu::TextureFormat::Rgba16Float,
+];
 
 /// How tiles are stored in a pack file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +53,8 @@ pub enum Compression {
 pub struct PackFile {
     map: Bytes,
     layout: VtLayout,
+    format: wgpu::TextureFormat,
+    tile_bytes: usize,
     /// Index of each level's first tile.
     level_base: Vec<u64>,
     index: usize,
@@ -138,6 +152,12 @@ impl PackFile {
                 ),
             ));
         }
+        let Some(&format) = FORMATS.get(u32_at(b, 36) as usize) else {
+            return Err(corrupt(
+                "header",
+                format!("unknown texel format code {}", u32_at(b, 36)),
+            ));
+        };
         let count = u64_at(b, 40);
         let index = u64_at(b, 48);
         let data = u64_at(b, 56);
@@ -172,6 +192,8 @@ impl PackFile {
         Ok(PackFile {
             map,
             layout,
+            format,
+            tile_bytes: tile_bytes(format).unwrap_or(0),
             level_base,
             index: index as usize,
             data: data as usize,
@@ -182,6 +204,10 @@ impl PackFile {
 impl TileSource for PackFile {
     fn layout(&self) -> VtLayout {
         self.layout
+    }
+
+    fn format(&self) -> wgpu::TextureFormat {
+        self.format
     }
 
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
@@ -209,15 +235,15 @@ impl TileSource for PackFile {
             ));
         };
         let bytes = if flags & LZ4 != 0 {
-            lz4_flex::block::decompress(stored, TILE_BYTES)
+            lz4_flex::block::decompress(stored, self.tile_bytes)
                 .map_err(|e| corrupt(&place, format!("LZ4 data is corrupt: {e}")))?
         } else {
             stored.to_vec()
         };
-        if bytes.len() != TILE_BYTES {
+        if bytes.len() != self.tile_bytes {
             return Err(corrupt(
                 &place,
-                format!("{} bytes, a tile is {TILE_BYTES}", bytes.len()),
+                format!("{} bytes, a tile is {}", bytes.len(), self.tile_bytes),
             ));
         }
         Ok(bytes)
@@ -260,8 +286,18 @@ pub fn write_pack(
     ] {
         header.extend_from_slice(&v.to_le_bytes());
     }
+    let format = source.format();
+    let (Some(code), Some(size)) = (
+        FORMATS.iter().position(|&f| f == format),
+        tile_bytes(format),
+    ) else {
+        return Err(Error::invalid(
+            format!("a pack of {format:?} tiles"),
+            "packs hold the tile formats of vt::texel_bytes",
+        ));
+    };
     header.extend_from_slice(&u32::from(compression == Compression::Lz4).to_le_bytes());
-    header.extend_from_slice(&0u32.to_le_bytes());
+    header.extend_from_slice(&(code as u32).to_le_bytes());
     for v in [count, HEADER as u64, data_offset] {
         header.extend_from_slice(&v.to_le_bytes());
     }
@@ -277,7 +313,7 @@ pub fn write_pack(
             .par_iter()
             .map(|&t| {
                 let raw = source.read_tile(t)?;
-                if raw.len() != TILE_BYTES {
+                if raw.len() != size {
                     return Err(corrupt(
                         &t.to_string(),
                         "the source gave a tile of the wrong size",

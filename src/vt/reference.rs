@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::layout::{TileId, INNER, TILE};
+use super::layout::{texel_bytes, TileId, INNER, TILE};
 use super::source::TileSource;
 use crate::Result;
 
@@ -61,15 +61,24 @@ impl<'a> ReferenceSampler<'a> {
         ];
         let (x0, y0) = (p[0].floor(), p[1].floor());
         let (fx, fy) = (p[0] - x0, p[1] - y0);
-        let at = |x: f32, y: f32, c: usize| {
+        let format = self.source.format();
+        let size = texel_bytes(format).unwrap_or(4);
+        let texel = |x: f32, y: f32| {
             let x = (x as i64).clamp(0, i64::from(TILE) - 1) as usize;
             let y = (y as i64).clamp(0, i64::from(TILE) - 1) as usize;
-            f32::from(bytes[(y * TILE as usize + x) * 4 + c]) / 255.0
+            let at = (y * TILE as usize + x) * size;
+            decode(format, &bytes[at..at + size])
         };
+        let corners = [
+            texel(x0, y0),
+            texel(x0 + 1.0, y0),
+            texel(x0, y0 + 1.0),
+            texel(x0 + 1.0, y0 + 1.0),
+        ];
         let mut out = [0.0; 4];
         for (c, o) in out.iter_mut().enumerate() {
-            let top = at(x0, y0, c) * (1.0 - fx) + at(x0 + 1.0, y0, c) * fx;
-            let bottom = at(x0, y0 + 1.0, c) * (1.0 - fx) + at(x0 + 1.0, y0 + 1.0, c) * fx;
+            let top = corners[0][c] * (1.0 - fx) + corners[1][c] * fx;
+            let bottom = corners[2][c] * (1.0 - fx) + corners[3][c] * fx;
             *o = top * (1.0 - fy) + bottom * fy;
         }
         Ok(out)
@@ -82,5 +91,30 @@ impl<'a> ReferenceSampler<'a> {
         let len = |d: [f32; 2]| ((d[0] * w).powi(2) + (d[1] * h).powi(2)).sqrt();
         let lod = len(ddx).max(len(ddy)).max(1e-12).log2().floor();
         lod.clamp(0.0, (layout.levels - 1) as f32) as u32
+    }
+}
+
+/// One texel of `format` as the sampler returns it: RGBA in floats, missing channels
+/// 0 (alpha 1), sRGB decoded to linear.
+fn decode(format: wgpu::TextureFormat, b: &[u8]) -> [f32; 4] {
+    use wgpu::TextureFormat as F;
+    let unorm = |v: u8| f32::from(v) / 255.0;
+    let half = |i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    let srgb = |v: u8| {
+        let c = unorm(v);
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    match format {
+        F::R8Unorm => [unorm(b[0]), 0.0, 0.0, 1.0],
+        F::Rg8Unorm => [unorm(b[0]), unorm(b[1]), 0.0, 1.0],
+        F::Rgba8UnormSrgb => [srgb(b[0]), srgb(b[1]), srgb(b[2]), unorm(b[3])],
+        F::R16Float => [half(0), 0.0, 0.0, 1.0],
+        F::Rg16Float => [half(0), half(1), 0.0, 1.0],
+        F::Rgba16Float => [half(0), half(1), half(2), half(3)],
+        _ => [unorm(b[0]), unorm(b[1]), unorm(b[2]), unorm(b[3])],
     }
 }

@@ -7,7 +7,9 @@ use crate::{Error, Result};
 /// Gives the tiles of a virtual texture. Called from the residency manager's worker
 /// threads (hence `Send + Sync`), several tiles at once.
 ///
-/// A tile is [`TILE`] x [`TILE`] RGBA8 texels, rows top to bottom, *including* a border of
+/// A tile is [`TILE`] x [`TILE`] texels of [`format`](Self::format) (RGBA8 unless the
+/// source says otherwise; see [`texel_bytes`](super::texel_bytes) for the formats),
+/// rows top to bottom, *including* a border of
 /// [`BORDER`] texels on each side copied from the neighbouring pages (clamped at the edges
 /// of the level): texel `(u, v)` of tile `(level, x, y)` is texel
 /// `(x * INNER + u - BORDER, y * INNER + v - BORDER)` of that level, clamped to the level.
@@ -20,8 +22,14 @@ pub trait TileSource: Send + Sync {
     /// The texture's size and mip chain.
     fn layout(&self) -> VtLayout;
 
-    /// The [`TILE_BYTES`] bytes of `tile`.
+    /// The bytes of `tile`: [`tile_bytes`](super::tile_bytes)`(self.format())`
+    /// ([`TILE_BYTES`] for RGBA8).
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>>;
+
+    /// The texel format of the tiles: `Rgba8Unorm` unless overridden.
+    fn format(&self) -> wgpu::TextureFormat {
+        wgpu::TextureFormat::Rgba8Unorm
+    }
 }
 
 /// Builds a tile (border included) from `texel(x, y)` of its level, clamping coordinates
@@ -123,15 +131,25 @@ impl TileSource for ProceduralSource {
 pub struct FnSource<F> {
     layout: VtLayout,
     read: F,
+    format: wgpu::TextureFormat,
 }
 
 impl<F> FnSource<F>
 where
     F: Fn(TileId) -> Result<Vec<u8>> + Send + Sync,
 {
-    /// A source of `layout` whose tiles `read` gives.
+    /// A source of `layout` whose RGBA8 tiles `read` gives.
     pub fn new(layout: VtLayout, read: F) -> FnSource<F> {
-        FnSource { layout, read }
+        FnSource {
+            layout,
+            read,
+            format: wgpu::TextureFormat::Rgba8Unorm,
+        }
+    }
+
+    /// The same source giving tiles of `format` (see [`texel_bytes`](super::texel_bytes)).
+    pub fn with_format(self, format: wgpu::TextureFormat) -> FnSource<F> {
+        FnSource { format, ..self }
     }
 }
 
@@ -146,6 +164,10 @@ where
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
         check_tile(&self.layout, tile)?;
         (self.read)(tile)
+    }
+
+    fn format(&self) -> wgpu::TextureFormat {
+        self.format
     }
 }
 
