@@ -501,3 +501,47 @@ fn tiles_of_other_formats_sample_like_the_reference() {
     let bad = Arc::new(FnSource::new(layout, |_| Ok(Vec::new())).with_format(F::Depth32Float));
     assert!(VirtualTexture::new(common::gpu(), &arena, bad, config(64)).is_err());
 }
+
+#[test]
+fn srgb_tiles_are_decoded_to_linear_like_the_reference() {
+    let arena = arena();
+    let plain = Arc::new(ProceduralSource::new(700, 500).unwrap());
+    let layout = plain.layout();
+    // The same bytes declared sRGB: the reference decodes them to linear.
+    let p2 = plain.clone();
+    let srgb = Arc::new(
+        FnSource::new(layout, move |t: TileId| p2.read_tile(t))
+            .with_format(wgpu::TextureFormat::Rgba8UnormSrgb),
+    );
+    let mut reference = ReferenceSampler::new(srgb.as_ref());
+    // An sRGB source, and an RGBA8 source sampled through an sRGB cache.
+    let cases: [(Arc<dyn TileSource>, Option<wgpu::TextureFormat>); 2] = [
+        (srgb.clone(), None),
+        (plain.clone(), Some(wgpu::TextureFormat::Rgba8UnormSrgb)),
+    ];
+    for (source, format) in cases {
+        let cfg = VtConfig {
+            format,
+            ..config(256)
+        };
+        let mut vt = VirtualTexture::new(common::gpu(), &arena, source.clone(), cfg).unwrap();
+        vt.prefetch(&all_tiles(source.as_ref(), 0));
+        vt.settle(100).unwrap();
+        let pts = points(source.as_ref(), 20);
+        let got = vt.sample_points(&arena, &pts).unwrap();
+        for (&(uv, level), g) in pts.iter().zip(&got) {
+            let want = reference.sample(uv, level).unwrap();
+            assert_near(*g, want, &format!("{format:?} uv {uv:?} level {level}"));
+        }
+    }
+    // sRGB is a view of RGBA8 tiles only.
+    let r8 = Arc::new(
+        FnSource::new(layout, |_| Ok(vec![0u8; 128 * 128]))
+            .with_format(wgpu::TextureFormat::R8Unorm),
+    );
+    let cfg = VtConfig {
+        format: Some(wgpu::TextureFormat::Rgba8UnormSrgb),
+        ..config(64)
+    };
+    assert!(VirtualTexture::new(common::gpu(), &arena, r8, cfg).is_err());
+}
