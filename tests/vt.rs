@@ -545,3 +545,27 @@ fn srgb_tiles_are_decoded_to_linear_like_the_reference() {
     };
     assert!(VirtualTexture::new(common::gpu(), &arena, r8, cfg).is_err());
 }
+
+#[test]
+fn prefetched_tiles_survive_feedback_lists_that_do_not_ask_for_them() {
+    let gpu = common::gpu();
+    let arena = arena();
+    let source = Arc::new(ProceduralSource::new(1 << 16, 1 << 16).unwrap());
+    let mut vt = VirtualTexture::new(gpu, &arena, source, config(1024)).unwrap();
+    // More than the loader takes at once (4 x 64): the rest waits in the wanted queue.
+    let wanted: Vec<TileId> = (0..400).map(|i| TileId::new(0, 100 + i, 200)).collect();
+    vt.prefetch(&wanted);
+    // Frames whose feedback is empty (nothing samples): each list that comes back must
+    // not drop the prefetch.
+    for _ in 0..100 {
+        vt.end_frame().unwrap();
+        gpu.wait_idle().unwrap();
+        vt.begin_frame().unwrap();
+        if wanted.iter().all(|t| vt.is_resident(*t)) {
+            break;
+        }
+    }
+    let missing = wanted.iter().filter(|t| !vt.is_resident(**t)).count();
+    assert_eq!(missing, 0, "{}", vt.stats());
+    assert!(vt.stats().requests == 0, "the feedback lists were empty");
+}

@@ -288,6 +288,8 @@ pub struct VirtualTexture {
     wanted: Vec<TileId>,
     /// The newest feedback list: the tiles on screen.
     in_use: Vec<TileId>,
+    /// Tiles asked for by `prefetch` and not resident yet, coarse first.
+    prefetched: Vec<TileId>,
     /// Tiles a worker is reading.
     loading: HashSet<TileId>,
     /// Tiles read and waiting for a slot, with the frame their bytes arrived.
@@ -523,6 +525,7 @@ impl VirtualTexture {
             pending_feedback: VecDeque::new(),
             wanted: Vec::new(),
             in_use: Vec::new(),
+            prefetched: Vec::new(),
             loading: HashSet::new(),
             ready: HashMap::new(),
             failed: HashSet::new(),
@@ -650,18 +653,33 @@ impl VirtualTexture {
     }
 
     /// Asks for `tiles` ahead of feedback (a camera cut, a known next view): they are
-    /// loaded before tiles requested by feedback, coarse levels first.
+    /// loaded before tiles requested by feedback, coarse levels first, and stay asked for
+    /// across feedback lists until they are resident (or their source failed).
     pub fn prefetch(&mut self, tiles: &[TileId]) {
+        let known: HashSet<TileId> = self.prefetched.iter().copied().collect();
         let mut extra: Vec<TileId> = tiles
             .iter()
             .copied()
-            .filter(|&t| self.layout.contains(t) && !self.is_resident(t))
+            .filter(|&t| self.layout.contains(t) && !self.is_resident(t) && !known.contains(&t))
             .collect();
         extra.sort_by_key(|t| std::cmp::Reverse(t.level));
-        extra.retain(|t| !self.wanted.contains(t));
-        extra.append(&mut self.wanted);
-        self.wanted = extra;
+        self.prefetched.extend(extra);
+        self.prefetched.sort_by_key(|t| std::cmp::Reverse(t.level));
+        let wanted = std::mem::take(&mut self.wanted);
+        self.wanted = self.with_prefetched(wanted);
         self.dispatch_loads();
+    }
+
+    /// `wanted` behind the prefetched tiles still missing (which are dropped once resident
+    /// or failed), without duplicates.
+    fn with_prefetched(&mut self, wanted: Vec<TileId>) -> Vec<TileId> {
+        let (slots, failed) = (&self.slots, &self.failed);
+        self.prefetched
+            .retain(|t| slots.slot_of(*t).is_none() && !failed.contains(t));
+        let first: HashSet<TileId> = self.prefetched.iter().copied().collect();
+        let mut out = self.prefetched.clone();
+        out.extend(wanted.into_iter().filter(|t| !first.contains(t)));
+        out
     }
 
     /// Starts a frame: reads the feedback lists that have come back, queues the missing
@@ -771,9 +789,10 @@ impl VirtualTexture {
                 a = a.parent();
             }
         }
-        // Coarse before fine; within a level, in the order the feedback listed them.
+        // Coarse before fine; within a level, in the order the feedback listed them;
+        // prefetched tiles first.
         wanted.sort_by_key(|t| std::cmp::Reverse(t.level));
-        self.wanted = wanted;
+        self.wanted = self.with_prefetched(wanted);
         // Degrade instead of thrashing: when the view's tiles and their missing ancestors
         // (which stay in use as fallbacks until their children arrive) need more than the
         // unpinned slots, ask one level coarser. Relax when a level finer (about four
