@@ -471,28 +471,31 @@ impl VirtualTexture {
             ],
         });
         let pipeline = gpu.pipeline(&crate::shaders::VT_COMPACT, "compact")?;
-        let compact_group = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("vramkit vt compact"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: buffer(&b.compact_params),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: buffer(&b.feedback),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: buffer(&b.set),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 3,
-                    resource: buffer(&b.list),
-                },
-            ],
-        });
+        let compact_group = |list: &Allocation| {
+            gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("vramkit vt compact"),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: buffer(&b.compact_params),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: buffer(&b.feedback),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: buffer(&b.set),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 3,
+                        resource: buffer(list),
+                    },
+                ],
+            })
+        };
+        let compact_group = compact_group(&b.list);
         let zeros = |a: &Allocation| {
             gpu.write_buffer(a.buffer(), a.offset(), &vec![0u8; a.size() as usize])
         };
@@ -974,34 +977,17 @@ impl VirtualTexture {
     pub fn end_frame(&mut self) -> Result<()> {
         self.gpu.check_alive()?;
         let start = Instant::now();
+        let list = &self.buffers.list;
         let mut encoder =
             self.gpu
                 .device()
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("vramkit vt feedback"),
                 });
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&self.compact.0);
-            pass.set_bind_group(0, &self.compact.1, &[]);
-            let (gx, gy) = crate::gpu::grid(u64::from(self.feedback_cells), 256, &self.gpu);
-            pass.dispatch_workgroups(gx, gy, 1);
-        }
+        self.record_resolve(&mut encoder);
         self.gpu.submit([encoder.finish()]);
-        let list = &self.buffers.list;
         let fut = self.downloader.download_async(list, 0, list.size())?;
         self.pending_feedback.push_back((self.frame, Box::pin(fut)));
-        let mut encoder =
-            self.gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit vt feedback clear"),
-                });
-        for a in [&self.buffers.feedback, &self.buffers.set] {
-            encoder.clear_buffer(a.buffer(), a.offset(), Some(a.size()));
-        }
-        encoder.clear_buffer(list.buffer(), list.offset(), Some(4));
-        self.gpu.submit([encoder.finish()]);
         // Bounded: a GPU far behind makes the CPU wait for the oldest list (counted as
         // waiting, not as CPU work).
         let waiting = Instant::now();
@@ -1022,20 +1008,25 @@ impl VirtualTexture {
     /// (compaction and clears, not the read-back copy), for benchmarks: the feedback
     /// buffer is compacted as it stands.
     pub fn time_feedback_resolve(&self) -> Result<crate::Timing> {
-        self.gpu.time(|encoder| {
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&self.compact.0);
-                pass.set_bind_group(0, &self.compact.1, &[]);
-                let (gx, gy) = crate::gpu::grid(u64::from(self.feedback_cells), 256, &self.gpu);
-                pass.dispatch_workgroups(gx, gy, 1);
-            }
-            for a in [&self.buffers.feedback, &self.buffers.set] {
-                encoder.clear_buffer(a.buffer(), a.offset(), Some(a.size()));
-            }
-            let list = &self.buffers.list;
-            encoder.clear_buffer(list.buffer(), list.offset(), Some(4));
-        })
+        self.gpu.time(|encoder| self.record_resolve(encoder))
+    }
+
+    /// Clears the list's count (the previous frame's read-back of it was submitted
+    /// before, so queue order keeps it), compacts the feedback into it, and clears the
+    /// feedback and the set for the next frame: one submit, where there were two.
+    fn record_resolve(&self, encoder: &mut wgpu::CommandEncoder) {
+        let list = &self.buffers.list;
+        encoder.clear_buffer(list.buffer(), list.offset(), Some(4));
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&self.compact.0);
+            pass.set_bind_group(0, &self.compact.1, &[]);
+            let (gx, gy) = crate::gpu::grid(u64::from(self.feedback_cells), 256, &self.gpu);
+            pass.dispatch_workgroups(gx, gy, 1);
+        }
+        for a in [&self.buffers.feedback, &self.buffers.set] {
+            encoder.clear_buffer(a.buffer(), a.offset(), Some(a.size()));
+        }
     }
 
     /// Samples the texture on the GPU at `points` (`(uv, level)`), as a compute shader
