@@ -32,6 +32,8 @@ mod allocation;
 mod block;
 mod config;
 mod guard;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod report;
 mod state;
 mod stats;

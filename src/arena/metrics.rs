@@ -1,0 +1,85 @@
+//! The arena's statistics through the [`metrics`] crate facade (cargo feature `metrics`):
+//! the application installs the recorder it wants (Prometheus, StatsD, ...), vramkit
+//! publishes into it.
+//!
+//! # What is published
+//! [`Arena::publish_metrics`] takes one [`Arena::stats`] snapshot and sets, with the label
+//! `arena` (and `pool` for the per-pool gauges), following Prometheus conventions (base
+//! units, `_total` for counters):
+//! - gauges `vramkit_allocated_bytes`, `vramkit_active_bytes` (live plus pending frees),
+//!   `vramkit_reserved_bytes`, `vramkit_cached_bytes`, `vramkit_budget_bytes` (when a
+//!   budget is set), `vramkit_peak_reserved_bytes`, `vramkit_live_allocations`,
+//!   `vramkit_pending_frees`, `vramkit_blocks`, `vramkit_fragmentation_ratio`;
+//! - per pool: `vramkit_pool_reserved_bytes` and `vramkit_pool_used_bytes` (bytes in
+//!   ranges that are live, pending or cached);
+//! - counters `vramkit_allocations_total`, `vramkit_frees_total`, `vramkit_retries_total`,
+//!   `vramkit_out_of_memory_total`, `vramkit_gpu_waits_total`,
+//!   `vramkit_blocks_created_total`, `vramkit_blocks_released_total` (set with
+//!   `absolute`, so publishing twice never double-counts).
+//!
+//! # Cost
+//! Nothing on the allocation path: the arena already keeps these counters; publishing is
+//! a snapshot (one lock, a walk over the blocks) plus one facade call per metric. Call it
+//! where a dashboard needs fresh values: once a frame or step, or from a timer thread.
+
+use std::collections::BTreeMap;
+
+use metrics::{counter, gauge};
+
+use super::Arena;
+
+impl Arena {
+    /// Publishes a snapshot of the statistics through the `metrics` facade (see the module
+    /// docs of `arena::metrics` for the names). Without an installed recorder this costs
+    /// the snapshot and does nothing else.
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// // metrics_exporter_prometheus::PrometheusBuilder::new().install()?; (your choice)
+    /// let _a = arena.alloc(1 << 20, "weights")?;
+    /// arena.publish_metrics();
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn publish_metrics(&self) {
+        let s = self.stats();
+        let arena = self.shared().config.name.clone();
+        let set = |name: &'static str, value: f64| {
+            gauge!(name, "arena" => arena.clone()).set(value);
+        };
+        set("vramkit_allocated_bytes", s.allocated as f64);
+        set("vramkit_active_bytes", s.active as f64);
+        set("vramkit_reserved_bytes", s.reserved as f64);
+        set("vramkit_cached_bytes", s.cached as f64);
+        set("vramkit_peak_reserved_bytes", s.peak_reserved as f64);
+        set("vramkit_live_allocations", s.live_allocations as f64);
+        set("vramkit_pending_frees", s.pending_frees as f64);
+        set("vramkit_blocks", s.blocks as f64);
+        set("vramkit_fragmentation_ratio", s.fragmentation);
+        if let Some(budget) = s.budget {
+            set("vramkit_budget_bytes", budget as f64);
+        }
+        let total = |name: &'static str, value: u64| {
+            counter!(name, "arena" => arena.clone()).absolute(value);
+        };
+        total("vramkit_allocations_total", s.allocations);
+        total("vramkit_frees_total", s.frees);
+        total("vramkit_retries_total", s.retries);
+        total("vramkit_out_of_memory_total", s.ooms);
+        total("vramkit_gpu_waits_total", s.waits);
+        total("vramkit_blocks_created_total", s.blocks_created);
+        total("vramkit_blocks_released_total", s.blocks_released);
+        let mut pools: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for b in &s.per_block {
+            let p = pools.entry(b.pool.as_str()).or_default();
+            p.0 += b.size;
+            p.1 += b.used;
+        }
+        for (pool, (reserved, used)) in pools {
+            gauge!("vramkit_pool_reserved_bytes", "arena" => arena.clone(), "pool" => pool.to_string())
+                .set(reserved as f64);
+            gauge!("vramkit_pool_used_bytes", "arena" => arena.clone(), "pool" => pool.to_string())
+                .set(used as f64);
+        }
+    }
+}
