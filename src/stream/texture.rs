@@ -66,16 +66,11 @@ impl Uploader {
                 let n = rows_per_chunk.min(rows - row0);
                 let first = (layer * layer_bytes + row0 * row_bytes) as usize;
                 let band = &data[first..first + (n * row_bytes) as usize];
-                let (index, staging) = self.acquire(n * pitch)?;
-                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
-                let written = unsafe { staging.writer(0..n * pitch) }.map(|mut writer| {
+                let (index, staging) = self.acquire_written(n * pitch, |writer| {
                     let (row, pitch) = (row_bytes as usize, pitch as usize);
                     writer.copy_rows(0, band, row, pitch, self.copy_threads());
-                });
-                if let Err(e) = written {
-                    self.return_unsubmitted(index);
-                    return Err(e);
-                }
+                    Ok(())
+                })?;
                 let mut encoder =
                     self.gpu()
                         .device()
@@ -197,33 +192,24 @@ impl Uploader {
                 bytes += span(&shapes[end]);
                 end += 1;
             }
-            let (index, staging) = self.acquire(bytes)?;
-            let mut encoder =
-                self.gpu()
-                    .device()
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("vramkit texture regions upload"),
-                    });
             // Staging offsets; regions whose rows are already at the pitch (a 128-texel
             // RGBA8 tile) are copied in one parallel pass, the others row by row.
-            let mut starts = Vec::with_capacity(end - k);
+            let mut starts: Vec<usize> = Vec::with_capacity(end - k);
             let mut at = 0;
             for s in &shapes[k..end] {
                 starts.push(at);
-                at += span(s);
+                at += span(s) as usize;
             }
             let tight = shapes[k..end].iter().all(|s| s.row_bytes == s.pitch);
-            // SAFETY: an acquired slot is owned by the CPU until it is submitted.
-            let written = unsafe { staging.writer(0..bytes) }.map(|mut w| {
+            let (index, staging) = self.acquire_written(bytes, |w| {
                 if tight {
                     let pieces: Vec<&[u8]> = regions[k..end].iter().map(|r| r.2).collect();
-                    let at: Vec<usize> = starts.iter().map(|&a| a as usize).collect();
-                    w.copy_pieces(&at, &pieces);
+                    w.copy_pieces(&starts, &pieces);
                 } else {
                     for (j, &start) in (k..end).zip(&starts) {
                         let s = &shapes[j];
                         w.copy_rows(
-                            start as usize,
+                            start,
                             regions[j].2,
                             s.row_bytes as usize,
                             s.pitch as usize,
@@ -231,11 +217,14 @@ impl Uploader {
                         );
                     }
                 }
-            });
-            if let Err(e) = written {
-                self.return_unsubmitted(index);
-                return Err(e);
-            }
+                Ok(())
+            })?;
+            let mut encoder =
+                self.gpu()
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit texture regions upload"),
+                    });
             for (j, &start) in (k..end).zip(&starts) {
                 let (origin, size, data) = regions[j];
                 let s = &shapes[j];
@@ -243,7 +232,7 @@ impl Uploader {
                     wgpu::TexelCopyBufferInfo {
                         buffer: staging.buffer(),
                         layout: wgpu::TexelCopyBufferLayout {
-                            offset: start,
+                            offset: start as u64,
                             bytes_per_row: Some(s.pitch as u32),
                             rows_per_image: Some(s.rows as u32),
                         },
@@ -362,14 +351,10 @@ impl Uploader {
                 layout.push((at, pitch, run.clone()));
                 at += pitch * rows;
             }
-            let (index, staging) = self.acquire(bytes)?;
-            // SAFETY: an acquired slot is owned by the CPU until it is submitted.
-            let written = unsafe { staging.writer(0..bytes) }
-                .map(|mut w| w.copy_tile_runs(&layout, row, rows));
-            if let Err(e) = written {
-                self.return_unsubmitted(index);
-                return Err(e);
-            }
+            let (index, staging) = self.acquire_written(bytes, |w| {
+                w.copy_tile_runs(&layout, row, rows);
+                Ok(())
+            })?;
             let mut encoder =
                 self.gpu()
                     .device()

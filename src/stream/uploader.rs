@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::poller::LazyPoller;
-use super::staging::{copy_parallel, Staging};
+use super::staging::{copy_parallel, Staging, Writer};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
 
@@ -341,11 +341,7 @@ impl Uploader {
         let mut pos = 0;
         while pos < len {
             let n = chunk.min(len - pos);
-            self.copy_chunk(dst, offset + pos, n, |staging| {
-                // SAFETY: an acquired slot is owned by the CPU until it is submitted.
-                let mut writer = unsafe { staging.writer(0..n) }?;
-                fill(pos, writer.bytes())
-            })?;
+            self.copy_chunk(dst, offset + pos, n, |writer| fill(pos, writer.bytes()))?;
             pos += n;
         }
         self.ring.lock().stats.bytes += len;
@@ -356,15 +352,16 @@ impl Uploader {
         let chunk = self.config.chunk_size as usize;
         for (k, piece) in body.chunks(chunk).enumerate() {
             let target = at + (k * chunk) as u64;
-            self.copy_chunk(dst, target, piece.len() as u64, |staging| {
-                self.fill(staging, piece)
+            self.copy_chunk(dst, target, piece.len() as u64, |writer| {
+                writer.copy_at(0, piece, self.config.copy_threads);
+                Ok(())
             })?;
         }
         Ok(())
     }
 
     /// One chunk: a mapped staging buffer from the ring, `write` fills its first `n`
-    /// bytes, then the copy into `dst` at byte `at` of the allocation is submitted and the
+    /// bytes through a writer, then the copy into `dst` at byte `at` of the allocation is submitted and the
     /// buffer re-mapped (wgpu resolves the map once the copy has finished). When `write`
     /// fails the buffer goes back to the ring unsubmitted.
     fn copy_chunk(
@@ -372,13 +369,9 @@ impl Uploader {
         dst: &Allocation,
         at: u64,
         n: u64,
-        write: impl FnOnce(&Staging) -> Result<()>,
+        write: impl FnOnce(&mut Writer) -> Result<()>,
     ) -> Result<()> {
-        let (index, staging) = self.acquire(n)?;
-        if let Err(e) = write(&staging) {
-            self.return_unsubmitted(index);
-            return Err(e);
-        }
+        let (index, staging) = self.acquire_written(n, write)?;
         let mut encoder =
             self.gpu
                 .device()
@@ -456,12 +449,24 @@ impl Uploader {
         &self.gpu
     }
 
-    /// Writes `piece` into the staging buffer, split across threads when large.
-    fn fill(&self, staging: &Staging, piece: &[u8]) -> Result<()> {
+    /// A staging slot of at least `need` bytes whose first `need` bytes `write` has
+    /// filled; when the write (or mapping the range) fails, the slot goes back to the ring
+    /// unsubmitted. Every staged upload path fills its slot through here.
+    pub(super) fn acquire_written(
+        &self,
+        need: u64,
+        write: impl FnOnce(&mut Writer) -> Result<()>,
+    ) -> Result<(usize, Staging)> {
+        let (index, staging) = self.acquire(need)?;
         // SAFETY: an acquired slot is owned by the CPU until it is submitted.
-        let mut writer = unsafe { staging.writer(0..piece.len() as u64) }?;
-        writer.copy_at(0, piece, self.config.copy_threads);
-        Ok(())
+        let written = unsafe { staging.writer(0..need) }.and_then(|mut w| write(&mut w));
+        match written {
+            Ok(()) => Ok((index, staging)),
+            Err(e) => {
+                self.return_unsubmitted(index);
+                Err(e)
+            }
+        }
     }
 
     /// Destroys the staging buffers that are mapped and waiting and were last used more
