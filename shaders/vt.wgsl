@@ -1,5 +1,5 @@
 // Virtual texture sampling and feedback (vramkit::vt), for the host's own fragment and
-// compute shaders. Needs the bindings of vt_bindings.wgsl.
+// compute shaders. Needs the bindings of vt_bindings.wgsl and vt_hash of vt_hash.wgsl.
 //
 // vt_sample(uv, ddx, ddy)   filtered colour at uv (0..1), mip level from the derivatives
 // vt_sample_level(uv, l)    the same at mip level l
@@ -25,16 +25,6 @@ const VT_TILE: u32 = 128u;
 const VT_BORDER: u32 = 4u;
 const VT_INNER: u32 = 120u;
 const VT_NONE: u32 = 0xffffffffu;
-
-fn vt_hash(key: u32) -> u32 {
-    var h = key;
-    h ^= h >> 16u;
-    h *= 0x7feb352du;
-    h ^= h >> 15u;
-    h *= 0x846ca68bu;
-    h ^= h >> 16u;
-    return h;
-}
 
 fn vt_level_size(level: u32) -> vec2<u32> {
     return max(vt_params.size >> vec2<u32>(level), vec2<u32>(1u));

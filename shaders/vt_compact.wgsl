@@ -1,4 +1,5 @@
 // Feedback compaction (vramkit::vt): every requested tile key once, in a short list.
+// Needs vt_hash of vt_hash.wgsl.
 // A hash set in `seen` (zeroed each frame) de-duplicates; the first invocation to insert a
 // key appends it to `list` (list[0] counts, keys from list[1]; keys past `max_list` are
 // counted but not stored).
@@ -15,16 +16,6 @@ struct CompactParams {
 @group(0) @binding(2) var<storage, read_write> seen: array<atomic<u32>>;
 @group(0) @binding(3) var<storage, read_write> list: array<atomic<u32>>;
 
-fn mix(key: u32) -> u32 {
-    var h = key;
-    h ^= h >> 16u;
-    h *= 0x7feb352du;
-    h ^= h >> 15u;
-    h *= 0x846ca68bu;
-    h ^= h >> 16u;
-    return h;
-}
-
 @compute @workgroup_size(256)
 fn compact(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * 256u;
@@ -35,7 +26,7 @@ fn compact(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     if key == 0u {
         return;
     }
-    var h = mix(key) & cp.set_mask;
+    var h = vt_hash(key) & cp.set_mask;
     // At most every entry once (the set is at least twice the cells, so one is free).
     for (var probe = 0u; probe <= cp.set_mask; probe++) {
         let r = atomicCompareExchangeWeak(&seen[h], 0u, key);

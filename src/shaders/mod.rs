@@ -224,17 +224,17 @@ shader!(
 
 shader!(
     /// Virtual-texture feedback compaction: de-duplicates requested tile keys into a list.
-    VT_COMPACT = "vt_compact.wgsl", [file!("vt_compact.wgsl")], NONE
+    VT_COMPACT = "vt_compact.wgsl", [file!("vt_hash.wgsl"), file!("vt_compact.wgsl")], NONE
 );
 shader!(
     /// Virtual-texture sampling from a compute shader at given points (the WGSL library
     /// of `vt.wgsl` with its bindings in group 0).
-    VT_PROBE = "vt_probe.wgsl", [file!("vt_bindings.wgsl"), file!("vt.wgsl"), file!("vt_probe.wgsl")], NONE
+    VT_PROBE = "vt_probe.wgsl", [file!("vt_bindings.wgsl"), file!("vt_hash.wgsl"), file!("vt.wgsl"), file!("vt_probe.wgsl")], NONE
 );
 
 /// The virtual-texture WGSL library (`vt_sample`, `vt_feedback`, ...) without bindings;
 /// [`crate::vt::VirtualTexture::wgsl`] gives it with its bindings in the host's group.
-pub const VT_LIBRARY: &str = file!("vt.wgsl");
+pub const VT_LIBRARY: &str = concat!(file!("vt_hash.wgsl"), file!("vt.wgsl"));
 /// The virtual-texture bindings, in group 0.
 pub const VT_BINDINGS: &str = file!("vt_bindings.wgsl");
 
