@@ -352,6 +352,21 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     figures.add("kernel_cpu_us_per_dispatch", format!("{:.3}", best * 1e6));
 }
 
+/// Seconds of the fastest of `reps` calls of `f`, each timed until the GPU is idle,
+/// after one untimed warm-up call whose GPU work is waited for.
+pub fn best_of(gpu: &Gpu, reps: usize, f: &mut dyn FnMut()) -> f64 {
+    f();
+    gpu.wait_idle().expect("wait");
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            gpu.wait_idle().expect("wait");
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::MAX, f64::min)
+}
+
 pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     use vramkit::stream::{Uploader, UploaderConfig};
     let size: u64 = if gpu.is_cpu() { 128 << 20 } else { 1 << 30 };
@@ -368,17 +383,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let best = |f: &mut dyn FnMut()| {
-        f();
-        (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                gpu.wait_idle().expect("wait");
-                t.elapsed().as_secs_f64()
-            })
-            .fold(f64::MAX, f64::min)
-    };
+    let best = |f: &mut dyn FnMut()| best_of(gpu, reps, f);
     // VRAMKIT_STREAM_SWEEP=1 also times other chunk sizes, depths and thread counts.
     let sweep = std::env::var("VRAMKIT_STREAM_SWEEP").is_ok();
     if sweep {

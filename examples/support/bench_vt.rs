@@ -1,27 +1,14 @@
 //! `bench vt`: virtual-texture figures against their peers, measured in the same run.
 
 use std::sync::Arc;
-use std::time::Instant;
 
+use super::bench_gpu::best_of as best;
 use super::vt_demo::{camera, Demo};
 use super::Figures;
 use vramkit::vt::{
     ProceduralSource, ReferenceSampler, TileSource, VirtualTexture, VtConfig, TILE, TILE_BYTES,
 };
 use vramkit::{Arena, Gpu};
-
-fn best(gpu: &Gpu, reps: usize, f: &mut dyn FnMut()) -> f64 {
-    f();
-    gpu.wait_idle().expect("wait");
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            gpu.wait_idle().expect("wait");
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::MAX, f64::min)
-}
 
 fn percentile(v: &[f64], p: f64) -> f64 {
     let mut s = v.to_vec();
