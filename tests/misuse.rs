@@ -319,6 +319,22 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         render_size: (64, 64),
         ..Default::default()
     };
+    // A virtual texture on the other device too, so `other` has the vt pools and only the
+    // device check can refuse it.
+    let _other_vt = VirtualTexture::new(
+        &other_gpu,
+        &other,
+        source.clone(),
+        vt_config(64, wgpu::TextureFormat::Rgba8Unorm),
+    )
+    .unwrap();
+    let vt = VirtualTexture::new(
+        gpu(),
+        arena,
+        source.clone(),
+        vt_config(64, wgpu::TextureFormat::Rgba8Unorm),
+    )
+    .unwrap();
     type Row<'r> = (&'r str, Expect, Box<dyn Fn() -> vramkit::Result<()> + 'r>);
     let table: Vec<Row> = vec![
         (
@@ -534,6 +550,11 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
                 )
                 .map(drop)
             }),
+        ),
+        (
+            "VirtualTexture::sample_points: an arena of another device",
+            Expect::Invalid,
+            Box::new(|| vt.sample_points(&other, &[([0.5, 0.5], 0)]).map(drop)),
         ),
         (
             "PackFile: no such file",

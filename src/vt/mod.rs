@@ -382,10 +382,7 @@ impl VirtualTexture {
         };
         let (read_pool, written_pool, compact_pool) =
             (pool(POOLS[0])?, pool(POOLS[1])?, pool(POOLS[2])?);
-        let (fw, fh) = (
-            config.render_size.0.div_ceil(config.feedback_factor),
-            config.render_size.1.div_ceil(config.feedback_factor),
-        );
+        let [fw, fh] = feedback_size(&config);
         let feedback_cells = fw * fh;
         // 64 KiB: the count and 16383 keys.
         let max_list = feedback_cells.min(16383);
@@ -471,31 +468,28 @@ impl VirtualTexture {
             ],
         });
         let pipeline = gpu.pipeline(&crate::shaders::VT_COMPACT, "compact")?;
-        let compact_group = |list: &Allocation| {
-            gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("vramkit vt compact"),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: buffer(&b.compact_params),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: buffer(&b.feedback),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: buffer(&b.set),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 3,
-                        resource: buffer(list),
-                    },
-                ],
-            })
-        };
-        let compact_group = compact_group(&b.list);
+        let compact_group = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("vramkit vt compact"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: buffer(&b.compact_params),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: buffer(&b.feedback),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: buffer(&b.set),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: buffer(&b.list),
+                },
+            ],
+        });
         let zeros = |a: &Allocation| {
             gpu.write_buffer(a.buffer(), a.offset(), &vec![0u8; a.size() as usize])
         };
@@ -843,21 +837,27 @@ impl VirtualTexture {
         self.loader.push(jobs);
     }
 
+    /// Files one loader result: ready bytes (with the frame they arrived in) or a counted,
+    /// logged failure that is not asked for again.
+    fn take_loaded(&mut self, tile: TileId, result: Result<Vec<u8>>, frame: u64) {
+        self.loading.remove(&tile);
+        match result {
+            Ok(bytes) => {
+                self.ready.insert(tile, (frame, bytes));
+            }
+            Err(e) => {
+                log::warn!("vramkit vt: {e}");
+                self.stats.load_errors += 1;
+                self.failed.insert(tile);
+            }
+        }
+    }
+
     fn collect_loaded(&mut self) {
         let frame = self.frame;
         let results: Vec<_> = self.loader.finished().collect();
         for (tile, result) in results {
-            self.loading.remove(&tile);
-            match result {
-                Ok(bytes) => {
-                    self.ready.insert(tile, (frame, bytes));
-                }
-                Err(e) => {
-                    log::warn!("vramkit vt: {e}");
-                    self.stats.load_errors += 1;
-                    self.failed.insert(tile);
-                }
-            }
+            self.take_loaded(tile, result, frame);
         }
         // Ready tiles nobody placed for long are dropped (the view moved on); bounded.
         let cap = 4 * self.config.max_uploads_per_frame as usize;
@@ -942,16 +942,6 @@ impl VirtualTexture {
 
     fn write_params(&self) {
         let size = self.cache.size();
-        let (fw, fh) = (
-            self.config
-                .render_size
-                .0
-                .div_ceil(self.config.feedback_factor),
-            self.config
-                .render_size
-                .1
-                .div_ceil(self.config.feedback_factor),
-        );
         let p = GpuParams {
             size: [self.layout.width, self.layout.height],
             levels: self.layout.levels,
@@ -960,7 +950,7 @@ impl VirtualTexture {
             max_probe: self.max_probe,
             bias: self.stats.bias,
             frame: self.frame as u32,
-            feedback_size: [fw, fh],
+            feedback_size: feedback_size(&self.config),
             feedback_factor: self.config.feedback_factor,
             pad0: 0,
             cache_texels: [size.width as f32, size.height as f32],
@@ -1068,6 +1058,12 @@ impl VirtualTexture {
             .iter()
             .flat_map(|&(uv, level)| [uv[0].to_bits(), uv[1].to_bits(), level, 0])
             .collect();
+        if !arena.gpu().same_device(&self.gpu) {
+            return Err(Error::invalid(
+                "sample_points with an arena of another Gpu",
+                "pass the arena this virtual texture was created on",
+            ));
+        }
         let read_pool = arena.pool(POOLS[0]).ok_or_else(|| {
             Error::invalid(
                 "sample_points with an arena this virtual texture was not created on",
@@ -1137,17 +1133,7 @@ impl VirtualTexture {
             }
             if !self.loading.is_empty() && self.ready.is_empty() {
                 if let Some((tile, result)) = self.loader.next() {
-                    self.loading.remove(&tile);
-                    match result {
-                        Ok(bytes) => {
-                            self.ready.insert(tile, (self.frame, bytes));
-                        }
-                        Err(e) => {
-                            log::warn!("vramkit vt: {e}");
-                            self.stats.load_errors += 1;
-                            self.failed.insert(tile);
-                        }
-                    }
+                    self.take_loaded(tile, result, self.frame);
                 }
             }
             self.begin_frame()?;
@@ -1155,6 +1141,14 @@ impl VirtualTexture {
         }
         Ok(max_frames)
     }
+}
+
+/// Feedback cells per side: the render size over the feedback factor, rounded up.
+fn feedback_size(config: &VtConfig) -> [u32; 2] {
+    [
+        config.render_size.0.div_ceil(config.feedback_factor),
+        config.render_size.1.div_ceil(config.feedback_factor),
+    ]
 }
 
 const TILE_EXTENT: wgpu::Extent3d = wgpu::Extent3d {
