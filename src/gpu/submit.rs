@@ -34,6 +34,12 @@
 //! vramkit works from another thread: call them through [`Gpu::write_buffer`], or not
 //! concurrently. `VRAMKIT_QUEUE_LOCK=0` turns the lock off (to reproduce the race).
 //!
+//! This lock is the one exception to "no foreign code under our locks": the race window is
+//! inside `Queue::submit`, which also runs wgpu callbacks (work-done and map callbacks,
+//! ours and the host's), so they run with it held. It is re-entrant, so a callback may
+//! upload, write or submit on its own thread; a callback must not block on *another*
+//! thread's vramkit submit or write, which would wait for this lock.
+//!
 //! # GPU writes and host reads (the Vulkan memory model)
 //! A fence wait makes the *device's* accesses complete, not *available* to the host: a
 //! memory dependency with destination `HOST` / `HOST_READ` is needed before the host may
