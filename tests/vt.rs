@@ -104,38 +104,65 @@ fn points(source: &dyn TileSource, n_random: usize) -> Vec<([f32; 2], u32)> {
     out
 }
 
+/// Every tile-staging slot is back once the GPU is idle and nothing waits for a cache
+/// slot; and on Vulkan with staging on, tiles really went through it.
+fn assert_staging_whole(vt: &VirtualTexture, staged_tiles: u32) {
+    common::gpu().wait_idle().unwrap();
+    let s = vt.stats();
+    if staged_tiles > 0 && common::gpu().info().backend == wgpu::Backend::Vulkan {
+        assert_eq!(s.staging_slots, staged_tiles, "{s:?}");
+        assert!(s.uploads_staged > 0, "no tile went through staging: {s:?}");
+    }
+    if staged_tiles == 0 {
+        assert_eq!((s.staging_slots, s.uploads_staged), (0, 0), "{s:?}");
+    }
+    assert_eq!(
+        s.staging_slots_free, s.staging_slots,
+        "staging slots still held after settle: {s:?}"
+    );
+}
+
 #[test]
 fn every_level_and_page_border_matches_the_reference_when_resident() {
     let arena = arena();
     let source = Arc::new(ProceduralSource::new(3000, 1700).unwrap());
-    let mut vt = VirtualTexture::new(common::gpu(), &arena, source.clone(), config(1024)).unwrap();
-    vt.prefetch(&all_tiles(source.as_ref(), 0));
-    let frames = vt.settle(200).unwrap();
-    let missing: Vec<TileId> = all_tiles(source.as_ref(), 0)
-        .into_iter()
-        .filter(|&t| !vt.is_resident(t))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{} tiles not resident after settle ({frames} frames), first {:?}; {}",
-        missing.len(),
-        missing.first(),
-        vt.stats()
-    );
-    let pts = points(source.as_ref(), 40);
-    let got = vt.sample_points(&arena, &pts).unwrap();
-    let mut reference = ReferenceSampler::new(source.as_ref());
-    for (&(uv, level), g) in pts.iter().zip(&got) {
-        let want = reference.sample(uv, level).unwrap();
-        assert_near(*g, want, &format!("uv {uv:?} level {level}"));
-        // Seamless: the same as filtering the whole level image, borders and all.
-        let whole = full_image_sample(&source, uv, level);
-        assert_near(*g, whole, &format!("whole image, uv {uv:?} level {level}"));
+    // Tiles decoded into staging by the loaders, and tiles through the uploader.
+    for staged_tiles in [512, 0] {
+        let cfg = VtConfig {
+            staged_tiles,
+            ..config(1024)
+        };
+        let mut vt = VirtualTexture::new(common::gpu(), &arena, source.clone(), cfg).unwrap();
+        vt.prefetch(&all_tiles(source.as_ref(), 0));
+        let frames = vt.settle(200).unwrap();
+        let missing: Vec<TileId> = all_tiles(source.as_ref(), 0)
+            .into_iter()
+            .filter(|&t| !vt.is_resident(t))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{} tiles not resident after settle ({frames} frames), first {:?}; {}",
+            missing.len(),
+            missing.first(),
+            vt.stats()
+        );
+        let pts = points(source.as_ref(), 40);
+        let got = vt.sample_points(&arena, &pts).unwrap();
+        let mut reference = ReferenceSampler::new(source.as_ref());
+        for (&(uv, level), g) in pts.iter().zip(&got) {
+            let want = reference.sample(uv, level).unwrap();
+            let what = format!("staged_tiles {staged_tiles}, uv {uv:?} level {level}");
+            assert_near(*g, want, &what);
+            // Seamless: the same as filtering the whole level image, borders and all.
+            let whole = full_image_sample(&source, uv, level);
+            assert_near(*g, whole, &format!("whole image, {what}"));
+        }
+        assert_eq!(vt.unmapped_samples().unwrap(), 0);
+        let s = vt.stats();
+        assert_eq!(s.load_errors, 0);
+        assert!(s.uploads >= all_tiles(source.as_ref(), 0).len() as u64);
+        assert_staging_whole(&vt, staged_tiles);
     }
-    assert_eq!(vt.unmapped_samples().unwrap(), 0);
-    let s = vt.stats();
-    assert_eq!(s.load_errors, 0);
-    assert!(s.uploads >= all_tiles(source.as_ref(), 0).len() as u64);
 }
 
 #[test]
@@ -328,6 +355,8 @@ fn a_failing_source_is_a_counted_miss_and_the_page_table_stays_whole() {
         );
     }
     assert_eq!(vt.unmapped_samples().unwrap(), 0);
+    // Failed reads gave their staging slots back.
+    assert_staging_whole(&vt, config(512).staged_tiles);
 }
 
 #[test]

@@ -37,6 +37,63 @@ fn visited(source: &dyn TileSource, frames: u32, size: (u32, u32)) -> usize {
     seen.len()
 }
 
+/// CPU figures of a fly-over: frames measured after the first 20.
+struct FlyOver {
+    /// CPU ms of frames that uploaded 64 tiles, and by phase.
+    busy: Vec<f64>,
+    phases: [Vec<f64>; 4],
+    /// CPU ms of every measured frame, and the time waited for old feedback.
+    all: Vec<f64>,
+    waits: Vec<f64>,
+    uploads: u64,
+    staged: u64,
+    uploads_max: u32,
+}
+
+/// Pans eight level-1 pages a frame over `source` (the 64-tile budget is the limit);
+/// `None` when no frame uploaded 64 tiles.
+fn fly_over(
+    gpu: &Gpu,
+    arena: &Arena,
+    source: &Arc<ProceduralSource>,
+    config: VtConfig,
+    frames: u32,
+) -> Option<FlyOver> {
+    let size = config.render_size;
+    let mut vt = VirtualTexture::new(gpu, arena, source.clone(), config).expect("vt");
+    let demo = Demo::new(gpu, arena, &vt, size).expect("demo");
+    let mut fly = FlyOver {
+        busy: Vec::new(),
+        phases: Default::default(),
+        all: Vec::new(),
+        waits: Vec::new(),
+        uploads: 0,
+        staged: 0,
+        uploads_max: 0,
+    };
+    let scale = 3.0 / (1u32 << 20) as f32; // level 1
+    for f in 0..frames {
+        let origin = [0.1 + f as f32 * 240.0 * 8.0 / (1u32 << 20) as f32, 0.5];
+        demo.frame(gpu, &mut vt, origin, scale).expect("frame");
+        let s = vt.stats();
+        if f >= 20 {
+            fly.all.push(s.cpu_ms_last);
+            fly.waits.push(s.wait_ms_last);
+            if s.uploads_last >= 64 {
+                fly.busy.push(s.cpu_ms_last);
+                for (p, v) in fly.phases.iter_mut().zip(s.cpu_ms_phases_last) {
+                    p.push(v);
+                }
+            }
+        }
+    }
+    let s = vt.stats();
+    fly.uploads = s.uploads;
+    fly.staged = s.uploads_staged;
+    fly.uploads_max = s.uploads_max;
+    (!fly.busy.is_empty()).then_some(fly)
+}
+
 pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
     let cpu = gpu.is_cpu();
     let arena = Arena::new(gpu, Default::default()).expect("arena");
@@ -149,87 +206,86 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
         format!("{:.2}", tiled / one_by_one),
     );
 
-    // Frames of a fast fly-over at the real size: CPU per frame when 64 tiles arrive.
+    // Frames of a fast fly-over at the real size: CPU per frame when 64 tiles arrive,
+    // with tiles decoded into staging by the loaders (the default) and, as the peer in
+    // the same run, with every tile copied into the uploader's staging by the frame.
     let size = if cpu { (640, 360) } else { (1920, 1080) };
-    let config = VtConfig {
-        cache_slots: 1024,
-        render_size: size,
-        ..Default::default()
-    };
-    let mut vt = VirtualTexture::new(gpu, &arena, source.clone(), config).expect("vt");
-    let demo = Demo::new(gpu, &arena, &vt, size).expect("demo");
     let frames = if cpu { 120 } else { 600 };
-    let mut busy = Vec::new();
-    let mut all = Vec::new();
-    let mut waits = Vec::new();
-    let mut phases: [Vec<f64>; 4] = Default::default();
-    let scale = 3.0 / (1u32 << 20) as f32; // level 1
-    for f in 0..frames {
-        // Pans eight level-1 pages a frame: the 64-tile budget is the limit.
-        let origin = [0.1 + f as f32 * 240.0 * 8.0 / (1u32 << 20) as f32, 0.5];
-        demo.frame(gpu, &mut vt, origin, scale).expect("frame");
-        let s = vt.stats();
-        if f >= 20 {
-            all.push(s.cpu_ms_last);
-            waits.push(s.wait_ms_last);
-            if s.uploads_last >= 64 {
-                busy.push(s.cpu_ms_last);
-                for (p, v) in phases.iter_mut().zip(s.cpu_ms_phases_last) {
-                    p.push(v);
-                }
-            }
+    let mut uploader_p = None;
+    for staged_tiles in [0, 512] {
+        let config = VtConfig {
+            cache_slots: 1024,
+            render_size: size,
+            staged_tiles,
+            ..Default::default()
+        };
+        let fly = fly_over(gpu, &arena, &source, config, frames);
+        let path = if staged_tiles > 0 {
+            "staged tiles"
+        } else {
+            "through the uploader"
+        };
+        let Some(fly) = fly else {
+            println!("vt frames ({path}): no frame uploaded 64 tiles");
+            continue;
+        };
+        println!(
+            "vt frames at {}x{}, {path}: {} of {} measured frames uploaded 64 tiles ({} of {} tiles staged); CPU per such frame p50 {:.3} ms, p99 {:.3} ms (all frames p99 {:.3} ms)",
+            size.0, size.1, fly.busy.len(), fly.all.len(), fly.staged, fly.uploads,
+            percentile(&fly.busy, 0.5),
+            percentile(&fly.busy, 0.99),
+            percentile(&fly.all, 0.99)
+        );
+        let p = |k: usize, q| percentile(&fly.phases[k], q);
+        println!(
+            "  by phase, p50 / p99 ms: residency {:.3} / {:.3}, uploads {:.3} / {:.3}, page table {:.3} / {:.3}, end_frame {:.3} / {:.3}; waited for old feedback p50 {:.3}, p99 {:.3}",
+            p(0, 0.5), p(0, 0.99), p(1, 0.5), p(1, 0.99), p(2, 0.5), p(2, 0.99), p(3, 0.5), p(3, 0.99),
+            percentile(&fly.waits, 0.5),
+            percentile(&fly.waits, 0.99)
+        );
+        let (p50, p99) = (percentile(&fly.busy, 0.5), percentile(&fly.busy, 0.99));
+        if staged_tiles == 0 {
+            uploader_p = Some((p50, p99));
+            figures.add(
+                "vt_cpu_ms_per_64_upload_frame_p50_uploader",
+                format!("{p50:.3}"),
+            );
+            figures.add(
+                "vt_cpu_ms_per_64_upload_frame_p99_uploader",
+                format!("{p99:.3}"),
+            );
+            continue;
+        }
+        figures.add("vt_cpu_ms_per_64_upload_frame_p50", format!("{p50:.3}"));
+        figures.add("vt_cpu_ms_per_64_upload_frame_p99", format!("{p99:.3}"));
+        figures.add("vt_frames_with_64_uploads", fly.busy.len());
+        figures.add("vt_uploads_max_per_frame", fly.uploads_max);
+        figures.add(
+            "vt_tiles_staged_fraction",
+            format!("{:.3}", fly.staged as f64 / fly.uploads.max(1) as f64),
+        );
+        if let Some((u50, u99)) = uploader_p {
+            figures.add("vt_staged_speedup_p50", format!("{:.2}", u50 / p50));
+            figures.add("vt_staged_speedup_p99", format!("{:.2}", u99 / p99));
         }
     }
-    let s = vt.stats();
-    if !busy.is_empty() {
+    {
+        let config = VtConfig {
+            cache_slots: 1024,
+            render_size: size,
+            ..Default::default()
+        };
+        let vt = VirtualTexture::new(gpu, &arena, source.clone(), config).expect("vt");
+        let resolve: Vec<f64> = (0..20)
+            .map(|_| vt.time_feedback_resolve().expect("time").seconds * 1e3)
+            .collect();
+        let r = resolve.iter().copied().fold(f64::MAX, f64::min);
         println!(
-            "vt frames at {}x{}: {} of {} measured frames uploaded 64 tiles; CPU per such frame p50 {:.3} ms, p99 {:.3} ms (all frames p99 {:.3} ms)",
-            size.0,
-            size.1,
-            busy.len(),
-            all.len(),
-            percentile(&busy, 0.5),
-            percentile(&busy, 0.99),
-            percentile(&all, 0.99)
+            "vt feedback compaction + clears at {}x{}: {r:.4} ms GPU",
+            size.0, size.1
         );
-        println!(
-            "vt frames with 64 uploads by phase, p50 / p99 ms: residency {:.3} / {:.3}, uploads {:.3} / {:.3}, page table {:.3} / {:.3}, end_frame {:.3} / {:.3}",
-            percentile(&phases[0], 0.5),
-            percentile(&phases[0], 0.99),
-            percentile(&phases[1], 0.5),
-            percentile(&phases[1], 0.99),
-            percentile(&phases[2], 0.5),
-            percentile(&phases[2], 0.99),
-            percentile(&phases[3], 0.5),
-            percentile(&phases[3], 0.99)
-        );
-        println!(
-            "vt frames: waited for old feedback (GPU behind) p50 {:.3} ms, p99 {:.3} ms",
-            percentile(&waits, 0.5),
-            percentile(&waits, 0.99)
-        );
-        figures.add(
-            "vt_cpu_ms_per_64_upload_frame_p50",
-            format!("{:.3}", percentile(&busy, 0.5)),
-        );
-        figures.add(
-            "vt_cpu_ms_per_64_upload_frame_p99",
-            format!("{:.3}", percentile(&busy, 0.99)),
-        );
+        figures.add("vt_feedback_resolve_ms", format!("{r:.4}"));
     }
-    figures.add("vt_frames_with_64_uploads", busy.len());
-    figures.add("vt_uploads_max_per_frame", s.uploads_max);
-    let resolve: Vec<f64> = (0..20)
-        .map(|_| vt.time_feedback_resolve().expect("time").seconds * 1e3)
-        .collect();
-    let r = resolve.iter().copied().fold(f64::MAX, f64::min);
-    println!(
-        "vt feedback compaction + clears at {}x{}: {r:.4} ms GPU",
-        size.0, size.1
-    );
-    figures.add("vt_feedback_resolve_ms", format!("{r:.4}"));
-    drop(demo);
-    drop(vt);
 
     // The demo path with a cache of a half and a quarter of what it visits.
     let path_size = if cpu { (512, 384) } else { (1920, 1088) };

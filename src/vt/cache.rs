@@ -2,7 +2,7 @@
 //! sampled, and least-recently-used eviction. Pure bookkeeping; the texture lives in
 //! [`super::VirtualTexture`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::layout::TileId;
 
@@ -30,7 +30,7 @@ impl Slots {
         Slots {
             slots: vec![Slot::default(); count as usize],
             free: (0..count).rev().collect(),
-            resident: HashMap::new(),
+            resident: HashMap::default(),
             candidates: Vec::new(),
             candidates_frame: None,
         }

@@ -1,4 +1,5 @@
-//! Worker threads that read (and decode) tiles from the source, most wanted first.
+//! Worker threads that read (and decode) tiles from the source, most wanted first:
+//! straight into tile staging when a slot is free, into ordinary memory otherwise.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,10 +10,19 @@ use parking_lot::{Condvar, Mutex};
 
 use super::layout::TileId;
 use super::source::TileSource;
+use super::staging::{StagedTile, TileStaging};
 use crate::{Error, Result};
 
+/// Where a worker put a tile's bytes.
+pub(crate) enum TileBytes {
+    /// In a tile-staging slot, ready for the GPU to copy.
+    Staged(StagedTile),
+    /// In ordinary memory (no staging slot was free, or there is no tile staging).
+    Heap(Vec<u8>),
+}
+
 /// A tile read by a worker: its bytes or why not.
-pub(crate) type Loaded = (TileId, Result<Vec<u8>>);
+pub(crate) type Loaded = (TileId, Result<TileBytes>);
 
 struct Shared {
     queue: Mutex<VecDeque<TileId>>,
@@ -29,8 +39,14 @@ pub(crate) struct Loader {
 }
 
 impl Loader {
-    /// Workers reading tiles of `tile_bytes` bytes from `source`.
-    pub fn new(source: Arc<dyn TileSource>, threads: usize, tile_bytes: usize) -> Result<Loader> {
+    /// Workers reading tiles of `tile_bytes` bytes from `source`, into `staging` while it
+    /// has free slots.
+    pub fn new(
+        source: Arc<dyn TileSource>,
+        threads: usize,
+        tile_bytes: usize,
+        staging: Option<Arc<TileStaging>>,
+    ) -> Result<Loader> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
@@ -40,6 +56,7 @@ impl Loader {
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
             let (shared, source, tx) = (shared.clone(), source.clone(), tx.clone());
+            let staging = staging.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("vramkit-vt-load-{i}"))
                 .spawn(move || loop {
@@ -55,20 +72,7 @@ impl Loader {
                             shared.wake.wait(&mut q);
                         }
                     };
-                    let bytes = source.read_tile(tile).and_then(|b| {
-                        if b.len() == tile_bytes {
-                            Ok(b)
-                        } else {
-                            Err(Error::Tile {
-                                place: tile.to_string(),
-                                what: format!(
-                                    "the source gave {} bytes, a tile is {tile_bytes}",
-                                    b.len()
-                                ),
-                                hint: "return TILE x TILE texels of the source's format, border included".into(),
-                            })
-                        }
-                    });
+                    let bytes = read(source.as_ref(), staging.as_ref(), tile, tile_bytes);
                     if tx.send((tile, bytes)).is_err() {
                         return;
                     }
@@ -111,6 +115,30 @@ impl Loader {
     pub fn next(&self) -> Option<Loaded> {
         self.results.recv().ok()
     }
+}
+
+/// Reads `tile` into a staging slot when one is free, else into ordinary memory.
+fn read(
+    source: &dyn TileSource,
+    staging: Option<&Arc<TileStaging>>,
+    tile: TileId,
+    tile_bytes: usize,
+) -> Result<TileBytes> {
+    if let Some(mut slot) = staging.and_then(TileStaging::take) {
+        // On an error the slot goes back when `slot` drops.
+        return source
+            .read_tile_into(tile, slot.bytes_mut())
+            .map(|()| TileBytes::Staged(slot));
+    }
+    let b = source.read_tile(tile)?;
+    if b.len() != tile_bytes {
+        return Err(Error::Tile {
+            place: tile.to_string(),
+            what: format!("the source gave {} bytes, a tile is {tile_bytes}", b.len()),
+            hint: "return TILE x TILE texels of the source's format, border included".into(),
+        });
+    }
+    Ok(TileBytes::Heap(b))
 }
 
 impl Drop for Loader {

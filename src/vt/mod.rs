@@ -56,6 +56,7 @@ mod pack;
 mod page_table;
 mod reference;
 mod source;
+mod staging;
 
 pub use layout::{
     texel_bytes, tile_bytes, TileId, VtLayout, BORDER, INNER, MAX_LEVELS, MAX_PAGES, TILE,
@@ -65,20 +66,22 @@ pub use pack::{write_pack, Compression, ImageSource, PackFile};
 pub use reference::ReferenceSampler;
 pub use source::{tile_from_texels, FnSource, ProceduralSource, TileSource};
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::FutureExt;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::arena::{Allocation, PoolConfig};
 use crate::stream::{DownloadView, Downloader, Uploader};
 use crate::{Arena, Error, Gpu, Result};
 use cache::Slots;
-use loader::Loader;
+use loader::{Loader, TileBytes};
 use page_table::PageTable;
+use staging::TileStaging;
 
 /// Settings of a [`VirtualTexture`].
 #[derive(Clone, Debug)]
@@ -102,6 +105,12 @@ pub struct VtConfig {
     pub render_size: (u32, u32),
     /// Worker threads reading tiles.
     pub loader_threads: usize,
+    /// Tile-staging slots: host memory the loader threads decode tiles into and the GPU
+    /// copies from, so the frame thread copies no tile bytes (Vulkan, tiles whose rows
+    /// are a multiple of 256 bytes). When all are taken, or set to 0, tiles go through
+    /// the [`Uploader`] instead. The default, 512, is 32 MiB of RGBA8 tiles: room for
+    /// eight frames of 64 uploads between decode and copy.
+    pub staged_tiles: u32,
     /// Cache texture format: `None` takes the source's ([`TileSource::format`]);
     /// `Some(Rgba8UnormSrgb)` samples an `Rgba8Unorm` source as sRGB. Any other choice must
     /// equal the source's format.
@@ -119,6 +128,7 @@ impl Default for VtConfig {
             feedback_factor: 16,
             render_size: (1920, 1080),
             loader_threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
+            staged_tiles: 512,
             format: None,
         }
     }
@@ -145,6 +155,14 @@ pub struct VtStats {
     pub misses: u64,
     /// Tiles uploaded into the cache.
     pub uploads: u64,
+    /// Tiles uploaded from tile staging ([`VtConfig::staged_tiles`]); the rest went
+    /// through the uploader.
+    pub uploads_staged: u64,
+    /// Tile-staging slots ([`VtConfig::staged_tiles`]; 0 where tiles cannot be staged).
+    pub staging_slots: u32,
+    /// Tile-staging slots free now: the others hold decoded tiles waiting for a cache
+    /// slot, or tiles the GPU is copying. All come back when the texture goes idle.
+    pub staging_slots_free: u32,
     /// Tiles uploaded in the last frame.
     pub uploads_last: u32,
     /// Most tiles uploaded in one frame.
@@ -281,6 +299,8 @@ pub struct VirtualTexture {
     uploader: Uploader,
     downloader: Downloader,
     loader: Loader,
+    /// Where the loaders decode tiles for the GPU to copy (`None`: through the uploader).
+    staging: Option<Arc<TileStaging>>,
     slots: Slots,
     /// Feedback lists on their way back, with the frame that wrote them.
     pending_feedback: VecDeque<(u64, FeedbackFuture)>,
@@ -293,7 +313,7 @@ pub struct VirtualTexture {
     /// Tiles a worker is reading.
     loading: HashSet<TileId>,
     /// Tiles read and waiting for a slot, with the frame their bytes arrived.
-    ready: HashMap<TileId, (u64, Vec<u8>)>,
+    ready: HashMap<TileId, (u64, TileBytes)>,
     /// Tiles the source failed to give (not asked for again).
     failed: HashSet<TileId>,
     table_dirty: bool,
@@ -501,7 +521,14 @@ impl VirtualTexture {
             b.compact_params.offset(),
             bytemuck::cast_slice(&[feedback_cells, set_entries - 1, max_list, 0]),
         );
-        let loader = Loader::new(source.clone(), config.loader_threads, tile_bytes)?;
+        let row_bytes = (tile_bytes / TILE as usize) as u32;
+        let staging = TileStaging::new(gpu, config.staged_tiles, tile_bytes, row_bytes);
+        let loader = Loader::new(
+            source.clone(),
+            config.loader_threads,
+            tile_bytes,
+            staging.clone(),
+        )?;
         let mut vt = VirtualTexture {
             gpu: gpu.clone(),
             layout,
@@ -518,14 +545,15 @@ impl VirtualTexture {
             uploader: Uploader::new(gpu, Default::default()),
             downloader: Downloader::new(gpu, Default::default()),
             loader,
+            staging,
             slots: Slots::new(config.cache_slots),
             pending_feedback: VecDeque::new(),
             wanted: Vec::new(),
             in_use: Vec::new(),
             prefetched: Vec::new(),
-            loading: HashSet::new(),
-            ready: HashMap::new(),
-            failed: HashSet::new(),
+            loading: HashSet::default(),
+            ready: HashMap::default(),
+            failed: HashSet::default(),
             table_dirty: true,
             max_probe: 0,
             frame: 0,
@@ -641,6 +669,10 @@ impl VirtualTexture {
     pub fn stats(&self) -> VtStats {
         let mut s = self.stats.clone();
         s.resident_tiles = self.slots.resident().len() as u32;
+        if let Some(staging) = &self.staging {
+            s.staging_slots = self.config.staged_tiles;
+            s.staging_slots_free = staging.free_slots() as u32;
+        }
         s
     }
 
@@ -764,7 +796,7 @@ impl VirtualTexture {
         self.stats.requests += list.len() as u64;
         self.stats.requests_last = list.len() as u32;
         let mut wanted = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for &t in list {
             if self.slots.slot_of(t).is_some() {
                 self.stats.hits += 1;
@@ -839,7 +871,7 @@ impl VirtualTexture {
 
     /// Files one loader result: ready bytes (with the frame they arrived in) or a counted,
     /// logged failure that is not asked for again.
-    fn take_loaded(&mut self, tile: TileId, result: Result<Vec<u8>>, frame: u64) {
+    fn take_loaded(&mut self, tile: TileId, result: Result<TileBytes>, frame: u64) {
         self.loading.remove(&tile);
         match result {
             Ok(bytes) => {
@@ -896,7 +928,7 @@ impl VirtualTexture {
             if let Some((since, data)) = self.ready.remove(&tile) {
                 self.stats.upload_wait_frames_max =
                     self.stats.upload_wait_frames_max.max(self.frame - since);
-                bytes += data.len() as u64;
+                bytes += self.tile_bytes as u64;
                 placed.push((tile, slot, data));
             }
         }
@@ -904,11 +936,89 @@ impl VirtualTexture {
             self.stats.uploads_last = 0;
             return Ok(());
         }
+        let (staged, heap): (Vec<_>, Vec<_>) = placed
+            .into_iter()
+            .partition(|p| matches!(p.2, TileBytes::Staged(_)));
+        let n = self.upload_staged(staged)? + self.upload_heap(heap)?;
+        self.stats.uploads += u64::from(n);
+        self.stats.uploads_last = n;
+        self.stats.uploads_max = self.stats.uploads_max.max(n);
+        self.stats.bytes_streamed += bytes;
+        self.table_dirty = true;
+        Ok(())
+    }
+
+    /// Copies tiles the loaders decoded into tile staging: one copy command per tile, one
+    /// submit; the slots go back once the GPU has copied them. Returns the tiles uploaded.
+    fn upload_staged(&mut self, placed: Vec<(TileId, u32, TileBytes)>) -> Result<u32> {
+        if placed.is_empty() {
+            return Ok(0);
+        }
+        let mut encoder =
+            self.gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit vt staged tiles"),
+                });
+        let row = (self.tile_bytes / TILE as usize) as u32;
+        let mut held = Vec::with_capacity(placed.len());
+        for (tile, slot, data) in placed {
+            let TileBytes::Staged(staged) = data else {
+                continue;
+            };
+            encoder.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: staged.buffer(),
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: staged.offset(),
+                        bytes_per_row: Some(row),
+                        rows_per_image: Some(TILE),
+                    },
+                },
+                wgpu::TexelCopyTextureInfo {
+                    texture: &self.cache,
+                    mip_level: 0,
+                    origin: self.slot_origin(slot),
+                    aspect: wgpu::TextureAspect::All,
+                },
+                TILE_EXTENT,
+            );
+            held.push((tile, staged));
+        }
+        let submitted = self
+            .gpu
+            .scoped("submitting virtual-texture tile copies", || {
+                self.gpu.submit([encoder.finish()])
+            });
+        if let Err(e) = submitted {
+            // Nothing of a failed upload may be mapped; the slots are free again.
+            for (tile, _) in &held {
+                self.slots.remove(*tile);
+            }
+            self.table_dirty = true;
+            return Err(e);
+        }
+        let n = held.len() as u32;
+        self.stats.uploads_staged += u64::from(n);
+        // The staging slots go back to the loaders once the GPU has copied them.
+        self.gpu.queue().on_submitted_work_done(move || drop(held));
+        Ok(n)
+    }
+
+    /// Uploads tiles in ordinary memory through the uploader, tiles in neighbouring slots
+    /// in one copy. Returns the tiles uploaded.
+    fn upload_heap(&mut self, mut placed: Vec<(TileId, u32, TileBytes)>) -> Result<u32> {
+        if placed.is_empty() {
+            return Ok(0);
+        }
         // In slot order, so tiles in neighbouring slots go up in one copy.
         placed.sort_unstable_by_key(|p| p.1);
         let tiles: Vec<_> = placed
             .iter()
-            .map(|(_, slot, data)| (self.slot_origin(*slot), &data[..]))
+            .filter_map(|(_, slot, data)| match data {
+                TileBytes::Heap(bytes) => Some((self.slot_origin(*slot), &bytes[..])),
+                TileBytes::Staged(_) => None,
+            })
             .collect();
         if let Err(e) = self
             .uploader
@@ -921,13 +1031,7 @@ impl VirtualTexture {
             self.table_dirty = true;
             return Err(e);
         }
-        let n = placed.len() as u32;
-        self.stats.uploads += u64::from(n);
-        self.stats.uploads_last = n;
-        self.stats.uploads_max = self.stats.uploads_max.max(n);
-        self.stats.bytes_streamed += bytes;
-        self.table_dirty = true;
-        Ok(())
+        Ok(tiles.len() as u32)
     }
 
     fn write_table_and_params(&mut self) {

@@ -21,7 +21,7 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use super::layout::{tile_bytes, TileId, VtLayout, BORDER, TILE};
-use super::source::{check_tile, TileSource};
+use super::source::{check_len, check_tile, TileSource};
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"VRAMKVT1";
@@ -211,7 +211,14 @@ impl TileSource for PackFile {
     }
 
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
+        let mut bytes = vec![0; self.tile_bytes];
+        self.read_tile_into(tile, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn read_tile_into(&self, tile: TileId, dst: &mut [u8]) -> Result<()> {
         check_tile(&self.layout, tile)?;
+        check_len(tile, dst.len(), self.tile_bytes)?;
         let (px, _) = self.layout.pages(tile.level);
         let n = self.level_base[tile.level as usize]
             + u64::from(tile.y) * u64::from(px)
@@ -234,19 +241,22 @@ impl TileSource for PackFile {
                 format!("{len} bytes at {offset} run past the end of the file"),
             ));
         };
-        let bytes = if flags & LZ4 != 0 {
-            lz4_flex::block::decompress(stored, self.tile_bytes)
+        let written = if flags & LZ4 != 0 {
+            lz4_flex::block::decompress_into(stored, dst)
                 .map_err(|e| corrupt(&place, format!("LZ4 data is corrupt: {e}")))?
         } else {
-            stored.to_vec()
+            if let Some(d) = dst.get_mut(..stored.len()) {
+                d.copy_from_slice(stored);
+            }
+            stored.len()
         };
-        if bytes.len() != self.tile_bytes {
+        if written != self.tile_bytes {
             return Err(corrupt(
                 &place,
-                format!("{} bytes, a tile is {}", bytes.len(), self.tile_bytes),
+                format!("{written} bytes, a tile is {}", self.tile_bytes),
             ));
         }
-        Ok(bytes)
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@
 //! the walk always ends on a tile: that is "every page points at its nearest resident
 //! ancestor", computed at sample time instead of stored.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::layout::TileId;
 
@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn every_resident_tile_is_found_and_others_are_not() {
-        let mut resident = HashMap::new();
+        let mut resident = HashMap::default();
         for i in 0..3000u32 {
             resident.insert(TileId::new(i % 5, i * 7 % 1000, i / 3), i);
         }

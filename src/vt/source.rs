@@ -26,6 +26,28 @@ pub trait TileSource: Send + Sync {
     /// ([`TILE_BYTES`] for RGBA8).
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>>;
 
+    /// Writes the bytes of `tile` into `dst` (exactly one tile long). The worker threads
+    /// call this to decode straight into the staging memory the GPU copies from, so the
+    /// frame thread copies no tile bytes. The default calls
+    /// [`read_tile`](Self::read_tile) and copies; override it when the source can write
+    /// in place (a decompressor, a generator). Bytes of the wrong length are an error.
+    fn read_tile_into(&self, tile: TileId, dst: &mut [u8]) -> Result<()> {
+        let bytes = self.read_tile(tile)?;
+        if bytes.len() != dst.len() {
+            return Err(Error::Tile {
+                place: tile.to_string(),
+                what: format!(
+                    "the source gave {} bytes, a tile is {}",
+                    bytes.len(),
+                    dst.len()
+                ),
+                hint: "return TILE x TILE texels of the source's format, border included".into(),
+            });
+        }
+        dst.copy_from_slice(&bytes);
+        Ok(())
+    }
+
     /// The texel format of the tiles: `Rgba8Unorm` unless overridden.
     fn format(&self) -> wgpu::TextureFormat {
         wgpu::TextureFormat::Rgba8Unorm
@@ -37,20 +59,30 @@ pub trait TileSource: Send + Sync {
 pub fn tile_from_texels(
     layout: &VtLayout,
     tile: TileId,
-    mut texel: impl FnMut(u32, u32) -> [u8; 4],
+    texel: impl FnMut(u32, u32) -> [u8; 4],
 ) -> Vec<u8> {
+    let mut out = vec![0; TILE_BYTES];
+    fill_tile_from_texels(layout, tile, &mut out, texel);
+    out
+}
+
+/// [`tile_from_texels`] into `dst`, one RGBA8 tile ([`TILE_BYTES`]) long.
+pub(crate) fn fill_tile_from_texels(
+    layout: &VtLayout,
+    tile: TileId,
+    dst: &mut [u8],
+    mut texel: impl FnMut(u32, u32) -> [u8; 4],
+) {
     let (w, h) = layout.level_size(tile.level);
     let clamp = |base: u32, t: u32, n: u32| {
         (i64::from(base) + i64::from(t) - i64::from(BORDER)).clamp(0, i64::from(n) - 1) as u32
     };
-    let mut out = Vec::with_capacity(TILE_BYTES);
-    for v in 0..TILE {
-        let y = clamp(tile.y * INNER, v, h);
-        for u in 0..TILE {
-            out.extend_from_slice(&texel(clamp(tile.x * INNER, u, w), y));
+    for (v, row) in dst.chunks_exact_mut(4 * TILE as usize).enumerate() {
+        let y = clamp(tile.y * INNER, v as u32, h);
+        for (u, px) in row.chunks_exact_mut(4).enumerate() {
+            px.copy_from_slice(&texel(clamp(tile.x * INNER, u as u32, w), y));
         }
     }
-    out
 }
 
 /// A deterministic procedural texture of any size up to the keys' limit (about 2^20.9
@@ -116,6 +148,13 @@ impl TileSource for ProceduralSource {
         Ok(tile_from_texels(&self.layout, tile, |x, y| {
             self.texel(tile.level, x, y)
         }))
+    }
+
+    fn read_tile_into(&self, tile: TileId, dst: &mut [u8]) -> Result<()> {
+        check_tile(&self.layout, tile)?;
+        check_len(tile, dst.len(), TILE_BYTES)?;
+        fill_tile_from_texels(&self.layout, tile, dst, |x, y| self.texel(tile.level, x, y));
+        Ok(())
     }
 }
 
@@ -186,4 +225,15 @@ pub(crate) fn check_tile(layout: &VtLayout, tile: TileId) -> Result<()> {
         ),
         hint: "ask for tiles of the source's layout".into(),
     })
+}
+
+/// A typed error for a destination that is not one tile long.
+pub(crate) fn check_len(tile: TileId, len: usize, tile_bytes: usize) -> Result<()> {
+    if len == tile_bytes {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        format!("a {len}-byte destination for tile {tile}"),
+        format!("pass exactly one tile, {tile_bytes} bytes"),
+    ))
 }

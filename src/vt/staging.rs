@@ -1,0 +1,117 @@
+//! Tile staging: host memory the loader threads decode tiles into and the GPU copies
+//! them out of, so the frame thread moves no tile bytes.
+//!
+//! # How it works
+//! One [`HostBuffer`] (Vulkan: plain host memory the GPU's copy engine reads directly,
+//! mapped for its whole life) cut into `count` tile-sized slots. A loader thread takes a
+//! free slot as a [`StagedTile`], writes the tile into it with
+//! [`TileSource::read_tile_into`](super::TileSource::read_tile_into), and hands the
+//! handle to the frame thread, which records one `copy_buffer_to_texture` per tile and
+//! moves the handles into the queue's "work done" callback of that submission. Dropping a
+//! handle gives its slot back: at once for a tile that was never uploaded (the view moved
+//! on), after the GPU's copy for one that was.
+//!
+//! # Promises
+//! - A slot has one owner at a time: the free list, one `StagedTile`, or the callback of
+//!   the one submission that copies it. Bytes are written only through
+//!   [`StagedTile::bytes_mut`], which takes the handle by `&mut`, and the GPU reads them
+//!   only after the handle has moved into the callback: the CPU and the GPU never touch a
+//!   slot at the same time.
+//! - An empty free list is not an error: [`TileStaging::take`] returns `None` and the
+//!   loader reads the tile into ordinary memory instead (the uploader's path).
+//! - Where the device cannot give host memory (not Vulkan, or a Vulkan call fails) or a
+//!   tile row is not a multiple of the 256-byte copy pitch (R8 and RG8 tiles),
+//!   [`TileStaging::new`] returns `None` and every tile takes the uploader's path.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::gpu::{HostBuffer, HostPlacement};
+use crate::Gpu;
+
+/// The slots and their free list, shared by every [`StagedTile`].
+pub(crate) struct TileStaging {
+    host: HostBuffer,
+    tile_bytes: usize,
+    free: Mutex<Vec<u32>>,
+}
+
+impl TileStaging {
+    /// `count` slots of `tile_bytes` (rows of `row_bytes`), or `None` where tiles must take
+    /// the uploader's path (see the module docs).
+    pub fn new(gpu: &Gpu, count: u32, tile_bytes: usize, row_bytes: u32) -> Option<Arc<Self>> {
+        if count == 0 || !row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT) {
+            return None;
+        }
+        let size = u64::from(count).checked_mul(tile_bytes as u64)?;
+        let host = HostBuffer::new(
+            gpu,
+            size,
+            wgpu::BufferUsages::COPY_SRC,
+            HostPlacement::System,
+            "vramkit vt tile staging",
+        )?;
+        Some(Arc::new(TileStaging {
+            host,
+            tile_bytes,
+            free: Mutex::new((0..count).rev().collect()),
+        }))
+    }
+
+    /// A free slot, or `None` when every slot is taken.
+    pub fn take(self: &Arc<Self>) -> Option<StagedTile> {
+        let slot = self.free.lock().pop()?;
+        Some(StagedTile {
+            pool: self.clone(),
+            slot,
+        })
+    }
+
+    /// The buffer the GPU copies from.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        self.host.buffer()
+    }
+
+    /// Free slots now (for tests and statistics).
+    pub fn free_slots(&self) -> usize {
+        self.free.lock().len()
+    }
+}
+
+/// One slot of [`TileStaging`], owned; dropping it gives the slot back.
+pub(crate) struct StagedTile {
+    pool: Arc<TileStaging>,
+    slot: u32,
+}
+
+impl StagedTile {
+    /// The slot's bytes, one tile long, for the loader to write.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let start = self.slot as usize * self.pool.tile_bytes;
+        // SAFETY: this handle is the slot's only owner (module docs); the GPU copies the
+        // slot only after the handle has moved into the callback of that copy's
+        // submission, where nothing calls this.
+        unsafe {
+            self.pool
+                .host
+                .bytes_mut(start..start + self.pool.tile_bytes)
+        }
+    }
+
+    /// Byte offset of the slot in [`TileStaging::buffer`].
+    pub fn offset(&self) -> u64 {
+        u64::from(self.slot) * self.pool.tile_bytes as u64
+    }
+
+    /// The buffer the slot lives in.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        self.pool.buffer()
+    }
+}
+
+impl Drop for StagedTile {
+    fn drop(&mut self) {
+        self.pool.free.lock().push(self.slot);
+    }
+}
