@@ -7,6 +7,7 @@ effects (clocks, memory placement) last for a process's lifetime.
 
     python3 scripts/spread.py -n 3 -- ./target/release/examples/bench kernels
     python3 scripts/spread.py -n 3 --max-spread 5 -- ./bench kernels   # exit 1 past 5 %
+    python3 scripts/spread.py -n 3 --save out/kernels -- ./bench kernels  # keep each output
 """
 import argparse
 import re
@@ -21,6 +22,8 @@ def main():
     parser.add_argument("-n", type=int, default=3, help="fresh processes (default 3)")
     parser.add_argument("--max-spread", type=float, default=None,
                         help="exit 1 when any figure spreads more than this many percent")
+    parser.add_argument("--save", default=None,
+                        help="also write run K's whole output to SAVE.K.txt")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -29,6 +32,9 @@ def main():
     runs = []
     for i in range(args.n):
         out = subprocess.run(command, capture_output=True, text=True)
+        if args.save:
+            with open(f"{args.save}.{i + 1}.txt", "w") as f:
+                f.write(out.stdout + out.stderr)
         if out.returncode != 0:
             sys.stderr.write(out.stdout + out.stderr)
             sys.exit(f"run {i + 1} failed with exit code {out.returncode}")

@@ -130,9 +130,42 @@ fn time_batch<'a>(
     (0..3).map(|_| run(reps)).fold(f64::MAX, f64::min) / reps as f64
 }
 
-/// Runs axpy batches until the GPU's clocks have ramped up: at least 0.5 s, and until
-/// three batches in a row agree within 2 % (at most 10 s). A GPU idles at a low clock
-/// (345 MHz on the H100) and the first kernels of a fresh process ran at half speed.
+/// Runs `step` (which returns the seconds it measured) until the machine is warm: at
+/// least 0.5 s, and until three steps in a row agree within 2 % (at most 10 s). A GPU
+/// idles at a low clock (345 MHz on the H100) and the first kernels and transfers of a
+/// fresh process ran at half speed. Prints and records `{what}_warmup_ms`.
+pub fn warm_until_steady(what: &str, figures: &mut Figures, mut step: impl FnMut() -> f64) {
+    let start = Instant::now();
+    let mut last: Vec<f64> = Vec::new();
+    let mut steps = 0;
+    let steady = loop {
+        last.push(step());
+        steps += 1;
+        if last.len() > 3 {
+            last.remove(0);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let (lo, hi) = last
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        let steady = last.len() == 3 && hi <= lo * 1.02;
+        if (elapsed >= 0.5 && steady) || elapsed > 10.0 {
+            break steady;
+        }
+    };
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "{what} warm-up: {steps} steps, {ms:.0} ms, {}",
+        if steady {
+            "last three within 2 %"
+        } else {
+            "NOT steady after 10 s"
+        }
+    );
+    figures.add(format!("{what}_warmup_ms"), format!("{ms:.0}"));
+}
+
+/// Axpy batches until the clocks have ramped up ([`warm_until_steady`]).
 fn warm_up(
     gpu: &Gpu,
     kernels: &vramkit::kernels::Kernels,
@@ -141,29 +174,11 @@ fn warm_up(
     figures: &mut Figures,
 ) {
     let n = x.len() as u64;
-    let start = Instant::now();
-    let mut last: Vec<f64> = Vec::new();
-    let mut batches = 0;
-    loop {
-        let secs = time_batch(gpu, kernels, 10, |b| {
+    warm_until_steady("kernel", figures, || {
+        time_batch(gpu, kernels, 10, |b| {
             b.axpy(n, 1e-6, x, y).expect("axpy");
-        });
-        batches += 1;
-        last.push(secs);
-        if last.len() > 3 {
-            last.remove(0);
-        }
-        let elapsed = start.elapsed().as_secs_f64();
-        let (lo, hi) = last
-            .iter()
-            .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
-        if (elapsed >= 0.5 && last.len() == 3 && hi <= lo * 1.02) || elapsed > 10.0 {
-            break;
-        }
-    }
-    let ms = start.elapsed().as_secs_f64() * 1e3;
-    println!("warm-up: {batches} batches, {ms:.0} ms, last three within 2 %");
-    figures.add("kernel_warmup_ms", format!("{ms:.0}"));
+        })
+    });
 }
 
 pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
@@ -438,6 +453,21 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         }
     }
     let uploader = Uploader::new(gpu, UploaderConfig::default());
+    // Uploads and downloads until their times agree: the first process of a device call
+    // ran every host path at half the rate of the next two.
+    {
+        let downloader = vramkit::stream::Downloader::new(gpu, Default::default());
+        let mut out = vec![0u8; size as usize];
+        warm_until_steady("stream", figures, || {
+            let t = Instant::now();
+            uploader.upload(&dst, 0, &data).expect("upload");
+            gpu.wait_idle().expect("wait");
+            downloader
+                .download_into(&dst, 0, &mut out)
+                .expect("download");
+            t.elapsed().as_secs_f64()
+        });
+    }
     let ours = best(&mut || uploader.upload(&dst, 0, &data).expect("upload"));
     let mapped_uploader = Uploader::new(
         gpu,

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use super::bench_gpu::best_of as best;
+use super::bench_gpu::{best_of as best, warm_until_steady};
 use super::vt_demo::{camera, Demo};
 use super::Figures;
+use std::time::Instant;
 use vramkit::vt::{
     ProceduralSource, ReferenceSampler, TileSource, VirtualTexture, VtConfig, TILE, TILE_BYTES,
 };
@@ -149,6 +150,14 @@ pub fn suite_vt(gpu: &Gpu, figures: &mut Figures) {
         depth_or_array_layers: 1,
     };
     let in_order: Vec<_> = regions.iter().map(|r| (r.0, r.2)).collect();
+    warm_until_steady("vt", figures, || {
+        let t = Instant::now();
+        uploader
+            .upload_texture_tiles(&cache, tile, &in_order)
+            .expect("tiles");
+        gpu.wait_idle().expect("wait");
+        t.elapsed().as_secs_f64()
+    });
     let tiled = best(gpu, reps, &mut || {
         uploader
             .upload_texture_tiles(&cache, tile, &in_order)

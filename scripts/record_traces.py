@@ -1,0 +1,233 @@
+"""Records allocation traces of PyTorch's CUDA caching allocator for a varied set of
+workloads built from code (no downloaded weights), in the format of
+`examples/data/trace_resnet50_train.csv.gz`: `seq,action,addr,size` with `alloc` and
+`free_completed` events, plus a JSON of what PyTorch's allocator reported (peak allocated
+and peak reserved bytes).
+
+The set spans what issue 20 asks an allocator policy to hold on: MLPs, a CNN and
+transformers, training and inference, a growing KV cache, batch sizes that change
+between steps, and peaks from about 100 MiB to tens of GiB.
+
+    python3 scripts/record_traces.py OUT_DIR [NAME ...]      # on the GPU machine
+"""
+import gzip
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEV = "cuda"
+
+
+def mlp(width, depth, d_in, d_out):
+    layers = [nn.Linear(d_in, width), nn.GELU()]
+    for _ in range(depth - 2):
+        layers += [nn.Linear(width, width), nn.GELU()]
+    layers.append(nn.Linear(width, d_out))
+    return nn.Sequential(*layers).to(DEV)
+
+
+def train_steps(model, batches, make_batch, opt):
+    for b in batches:
+        x, y = make_batch(b)
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+def w_mlp_train_small():
+    """About 100 MiB: a small MLP, SGD, batch sizes changing every step."""
+    m = mlp(1024, 4, 512, 10)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+    sizes = [64, 256, 128, 512, 32, 384]
+    train_steps(m, sizes, lambda b: (torch.randn(b, 512, device=DEV),
+                                     torch.randint(0, 10, (b,), device=DEV)), opt)
+
+
+def w_mlp_train_big():
+    """Tens of GiB: a wide MLP with Adam (weights, gradients and two moments)."""
+    m = mlp(16384, 6, 4096, 1000)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+    train_steps(m, [4096, 8192, 6144], lambda b: (torch.randn(b, 4096, device=DEV),
+                                                  torch.randint(0, 1000, (b,), device=DEV)), opt)
+
+
+class Block(nn.Module):
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(c_out)
+        self.c2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(c_out)
+        self.skip = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+                     if stride != 1 or c_in != c_out else nn.Identity())
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(self.b2(self.c2(y)) + self.skip(x))
+
+
+def cnn():
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    c = 64
+    for c_out, n in [(64, 2), (128, 2), (256, 2), (512, 2)]:
+        for i in range(n):
+            layers.append(Block(c, c_out, 2 if i == 0 and c_out != 64 else 1))
+            c = c_out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 100)]
+    return nn.Sequential(*layers).to(DEV)
+
+
+def w_cnn_train():
+    """A ResNet-18-like CNN, SGD, 160x160 images, batch sizes 48, 96, 64."""
+    m = cnn()
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+    train_steps(m, [48, 96, 64], lambda b: (torch.randn(b, 3, 160, 160, device=DEV),
+                                            torch.randint(0, 100, (b,), device=DEV)), opt)
+
+
+def w_cnn_infer_varbatch():
+    """The same CNN, inference under no_grad, batch sizes drawn at random."""
+    m = cnn().eval()
+    rng = random.Random(7)
+    with torch.no_grad():
+        for _ in range(12):
+            m(torch.randn(rng.choice([1, 3, 8, 17, 32, 64]), 3, 224, 224, device=DEV))
+    torch.cuda.synchronize()
+
+
+class Decoder(nn.Module):
+    """A GPT-style decoder with an explicit KV cache that grows by concatenation."""
+
+    def __init__(self, d, layers, heads, vocab):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.heads = heads
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.out = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.ff = nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+                                for _ in range(layers))
+        self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens, cache=None):
+        x = self.emb(tokens)
+        b, t, d = x.shape
+        h = self.heads
+        new_cache = []
+        for i in range(len(self.qkv)):
+            q, k, v = self.qkv[i](self.ln1[i](x)).split(d, dim=-1)
+            q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
+            if cache is not None:
+                k = torch.cat([cache[i][0], k], dim=2)
+                v = torch.cat([cache[i][1], v], dim=2)
+            new_cache.append((k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
+            x = x + self.out[i](a.transpose(1, 2).reshape(b, t, d))
+            x = x + self.ff[i](self.ln2[i](x))
+        return self.head(x), new_cache
+
+
+def w_gpt_generate():
+    """Generation with a growing KV cache (the held-out kind of trace): GPT-2-medium-like
+    sizes, batch 4, a 64-token prompt, 192 new tokens, greedy."""
+    m = Decoder(1024, 24, 16, 50257).to(DEV).eval()
+    with torch.no_grad():
+        tokens = torch.randint(0, 50257, (4, 64), device=DEV)
+        logits, cache = m(tokens)
+        for _ in range(192):
+            nxt = logits[:, -1:].argmax(-1)
+            logits, cache = m(nxt, cache)
+    torch.cuda.synchronize()
+
+
+def w_transformer_train():
+    """A transformer encoder (d 1024, 12 layers), AdamW, sequence lengths and batch sizes
+    that change between steps."""
+    layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, norm_first=True)
+    m = nn.TransformerEncoder(layer, 12).to(DEV)
+    head = nn.Linear(1024, 1000).to(DEV)
+    opt = torch.optim.AdamW(list(m.parameters()) + list(head.parameters()), lr=1e-4)
+    for b, t in [(8, 512), (16, 256), (4, 1024), (12, 384)]:
+        x = torch.randn(b, t, 1024, device=DEV)
+        y = torch.randint(0, 1000, (b * t,), device=DEV)
+        loss = F.cross_entropy(head(m(x)).reshape(b * t, 1000), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+def w_transformer_train_bf16():
+    """The decoder trained under bf16 autocast (mixed precision: fp32 master weights,
+    bf16 activations), batch 8 x 1024 tokens, two steps."""
+    m = Decoder(1536, 16, 16, 32000).to(DEV)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for b in [8, 6]:
+        tokens = torch.randint(0, 32000, (b, 1024), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits, _ = m(tokens)
+            loss = F.cross_entropy(logits.float().reshape(-1, 32000), tokens.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+WORKLOADS = {name[2:]: f for name, f in globals().items() if name.startswith("w_")}
+
+
+def record(name, fn, out_dir):
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(0)
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                             max_entries=2_000_000)
+    t = time.time()
+    fn()
+    secs = time.time() - t
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    stats = torch.cuda.memory_stats()
+    events = [e for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_completed")]
+    path = os.path.join(out_dir, f"trace_{name}.csv.gz")
+    with gzip.open(path, "wt") as f:
+        f.write("seq,action,addr,size\n")
+        for i, e in enumerate(events):
+            f.write(f"{i},{e['action']},{e['addr']},{e['size']}\n")
+    keys = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms",
+            "allocation.all.allocated", "segment.all.allocated", "inactive_split_bytes.all.peak"]
+    info = {k: stats.get(k) for k in keys}
+    info["events"] = len(events)
+    info["what"] = fn.__doc__.strip().replace("\n   ", "").replace("  ", " ")
+    info["device"] = torch.cuda.get_device_name()
+    info["torch"] = torch.__version__
+    with open(os.path.join(out_dir, f"trace_{name}.json"), "w") as f:
+        json.dump(info, f)
+    ratio = info["reserved_bytes.all.peak"] / max(1, info["allocated_bytes.all.peak"])
+    print(f"{name}: {len(events)} events, peak allocated {info['allocated_bytes.all.peak'] / 2**30:.3f} GiB, "
+          f"reserved/allocated {ratio:.3f}, {secs:.1f} s", flush=True)
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
+    os.makedirs(out_dir, exist_ok=True)
+    names = sys.argv[2:] or list(WORKLOADS)
+    for name in names:
+        try:
+            record(name, WORKLOADS[name], out_dir)
+        except Exception as e:  # one failing workload must not lose the others
+            torch.cuda.memory._record_memory_history(enabled=None)
+            print(f"{name}: FAILED: {e!r}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
