@@ -26,15 +26,17 @@
 //!   through the [`Downloader`] without blocking.
 //! - **Residency** ([`VirtualTexture::begin_frame`]): requested tiles that are resident
 //!   are marked used; the others, with their missing ancestors, are queued for the worker
-//!   threads coarse level first. Read tiles are uploaded, at most
-//!   `max_uploads_per_frame` a frame, in one batched upload whose tiles in neighbouring
-//!   slots share a copy
-//!   ([`Uploader::upload_texture_tiles`](crate::stream::Uploader::upload_texture_tiles))
-//!   into free slots or slots not sampled for `keep_frames` frames (least recently used
-//!   first), and the page table is rewritten once. When the view wants more tiles than the
-//!   cache holds, requests move to coarser levels (a residency mip bias fed to
-//!   `vt_feedback`) instead of evicting tiles still on screen: it degrades, it does not
-//!   thrash.
+//!   threads coarse level first. The workers decode each tile straight into a slot of
+//!   host-memory **tile staging** (`staging.rs`, [`VtConfig::staged_tiles`]) that the GPU
+//!   copies from, so the frame thread moves no tile bytes. Ready tiles are uploaded, at
+//!   most `max_uploads_per_frame` a frame, into free slots or slots not sampled for
+//!   `keep_frames` frames (least recently used first): one copy command per staged tile
+//!   and one submit; tiles that could not be staged (no free slot, not Vulkan) go through
+//!   [`Uploader::upload_texture_tiles`](crate::stream::Uploader::upload_texture_tiles),
+//!   whose tiles in neighbouring slots share a copy. The page table is rewritten once.
+//!   When the view wants more tiles than the cache holds, requests move to coarser levels
+//!   (a residency mip bias fed to `vt_feedback`) instead of evicting tiles still on
+//!   screen: it degrades, it does not thrash.
 //!
 //! # Frame order
 //! `begin_frame()` (feedback in, tiles and page table out), then the host records and
