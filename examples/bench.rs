@@ -108,6 +108,12 @@ fn main() {
         .collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s || a == "all");
     let mut figures = Figures::default();
+    // Built with `--features metrics`, the facade calls reach a real recorder, so the
+    // arena figures include what the feature costs.
+    #[cfg(feature = "metrics")]
+    if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+        eprintln!("no Prometheus recorder: {e}");
+    }
     if want("alloc") {
         suite_alloc(&mut figures);
     }

@@ -4,6 +4,8 @@
 #![cfg(feature = "metrics")]
 
 mod common;
+#[path = "../examples/support/observe.rs"]
+mod observe;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -138,4 +140,135 @@ fn every_metric_is_published_consistently_and_counters_only_grow() {
     assert!(get("vramkit_out_of_memory_total") >= 1.0);
     assert_eq!(get("vramkit_live_allocations"), 0.0);
     assert_eq!(get("vramkit_allocated_bytes"), 0.0);
+}
+
+/// A Prometheus text-format scrape, checked strictly: every sample line is
+/// `name{label="value",...} number`, every name has a `# TYPE` line before it (histogram
+/// and summary series by their base name), and no series appears twice. Returns
+/// `series -> value` and `base name -> type`.
+fn parse_scrape(text: &str) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {
+    let mut samples = BTreeMap::new();
+    let mut types = BTreeMap::new();
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let (name, ty) = (parts.next().unwrap(), parts.next().unwrap());
+            assert!(name_ok(name), "TYPE name {name:?}");
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&ty),
+                "{line}"
+            );
+            types.insert(name.to_string(), ty.to_string());
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
+        let name = series.split('{').next().unwrap();
+        assert!(name_ok(name), "{line}");
+        if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
+            let inner = labels
+                .strip_prefix('{')
+                .and_then(|l| l.strip_suffix('}'))
+                .unwrap_or_else(|| panic!("labels in {line}"));
+            for pair in inner.split("\",") {
+                let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("{line}"));
+                assert!(name_ok(k), "label {k:?} in {line}");
+                assert!(!v.trim_end_matches('"').contains('"'), "{line}");
+            }
+        }
+        let base = ["_sum", "_count", "_bucket"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|b| types.contains_key(*b)))
+            .unwrap_or(name);
+        assert!(types.contains_key(base), "no TYPE before {line}");
+        assert!(
+            samples.insert(series.to_string(), value).is_none(),
+            "{series} twice"
+        );
+    }
+    (samples, types)
+}
+
+#[test]
+fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let rt = vramkit::Runtime::new(
+        common::gpu(),
+        vramkit::RuntimeConfig {
+            arena: ArenaConfig {
+                name: "scrape".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    rt.kernels().set_profiling(true).unwrap();
+    let scrape = || {
+        metrics::with_local_recorder(&recorder, || {
+            let report = observe::mixed_workload(&rt, 80, 40, 3).unwrap();
+            assert_eq!(report.mismatches, 0, "axpy against the CPU");
+            assert!(report.ooms >= 1, "the spike ran out");
+            rt.kernels().collect_profile(true).unwrap();
+            rt.arena().publish_metrics();
+        });
+        parse_scrape(&handle.render())
+    };
+    let (first, types) = scrape();
+    let value = |m: &BTreeMap<String, f64>, series: &str| -> f64 {
+        *m.get(series)
+            .unwrap_or_else(|| panic!("{series} in the scrape: {:?}", m.keys()))
+    };
+    for (name, ty) in [
+        ("vramkit_allocated_bytes", "gauge"),
+        ("vramkit_active_bytes", "gauge"),
+        ("vramkit_reserved_bytes", "gauge"),
+        ("vramkit_cached_bytes", "gauge"),
+        ("vramkit_live_allocations", "gauge"),
+        ("vramkit_fragmentation_ratio", "gauge"),
+        ("vramkit_pool_reserved_bytes", "gauge"),
+        ("vramkit_pool_used_bytes", "gauge"),
+        ("vramkit_allocations_total", "counter"),
+        ("vramkit_frees_total", "counter"),
+        ("vramkit_retries_total", "counter"),
+        ("vramkit_out_of_memory_total", "counter"),
+        ("vramkit_uploaded_bytes_total", "counter"),
+        ("vramkit_downloaded_bytes_total", "counter"),
+        ("vramkit_kernels_dispatched_total", "counter"),
+        ("vramkit_allocation_seconds", "summary"),
+        ("vramkit_kernel_gpu_seconds", "summary"),
+    ] {
+        assert_eq!(types.get(name).map(String::as_str), Some(ty), "{name}");
+    }
+    let arena = |name: &str| format!("{name}{{arena=\"scrape\"}}");
+    assert!(
+        value(&first, &arena("vramkit_allocated_bytes"))
+            <= value(&first, &arena("vramkit_reserved_bytes"))
+    );
+    assert!(value(&first, &arena("vramkit_out_of_memory_total")) >= 1.0);
+    assert!(value(&first, "vramkit_kernels_dispatched_total") >= 80.0);
+    assert!(value(&first, "vramkit_uploaded_bytes_total") > 0.0);
+    assert!(value(&first, "vramkit_kernel_gpu_seconds_count{kernel=\"axpy\"}") >= 80.0);
+    let (second, _) = scrape();
+    for (series, v) in &first {
+        let name = series.split('{').next().unwrap();
+        if types.get(name).map(String::as_str) == Some("counter") {
+            assert!(value(&second, series) >= *v, "{series} went back");
+        }
+    }
+    assert!(
+        value(&second, &arena("vramkit_allocations_total"))
+            > value(&first, &arena("vramkit_allocations_total"))
+    );
 }

@@ -105,6 +105,56 @@ pub fn suite_arena(gpu: &Gpu, figures: &mut Figures) {
             format!("{:.4}", created as f64 / iters as f64),
         );
     }
+    observability_cost(gpu, figures);
+}
+
+/// What observing the arena costs an alloc+free pair of 256 B: the memory history on
+/// against off in this process, each the best of 5 runs of 20 000 pairs, interleaved.
+/// (The `metrics` feature's cost is this suite's `arena_alloc_free_us_*` in a binary
+/// built with `--features metrics`, which installs a Prometheus recorder, against one
+/// built without.)
+fn observability_cost(gpu: &Gpu, figures: &mut Figures) {
+    let arena = bench_arena(gpu);
+    let iters = 20_000;
+    let run = |history: bool| {
+        arena.record_history(history.then(Default::default));
+        for _ in 0..1024 {
+            drop(arena.alloc(256, "bench").expect("alloc"));
+        }
+        per_op(iters, |i| {
+            drop(arena.alloc(256, "bench").expect("alloc"));
+            if i + 1 == iters {
+                arena.maintain();
+            }
+        })
+    };
+    let (mut off, mut on) = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        off = off.min(run(false));
+        on = on.min(run(true));
+    }
+    arena.record_history(None);
+    println!(
+        "memory history: alloc+free 256 B {:.3} us off, {:.3} us on ({:.2}x){}",
+        off * 1e6,
+        on * 1e6,
+        on / off,
+        if cfg!(feature = "metrics") {
+            ", metrics feature on"
+        } else {
+            ""
+        }
+    );
+    figures.add(
+        "arena_alloc_free_us_256B_history_off",
+        format!("{:.4}", off * 1e6),
+    );
+    figures.add(
+        "arena_alloc_free_us_256B_history_on",
+        format!("{:.4}", on * 1e6),
+    );
+    figures.add("arena_history_cost_ratio", format!("{:.3}", on / off));
+    figures.add("metrics_feature", u8::from(cfg!(feature = "metrics")));
 }
 
 /// Kernel bandwidth and CPU cost per dispatch inside a batch.

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use parking_lot::MutexGuard;
 
 use super::block::BlockBuffer;
+use super::history::EventKind;
 use super::state::{CachedRange, LiveRecord, Placed, State};
 use super::{guard, Allocation, Shared};
 use crate::alloc::AllocError;
@@ -82,6 +83,8 @@ struct Request<'a> {
     polled_for_cache: bool,
     /// Times a limit was hit.
     retries: u32,
+    /// A cached range of this size served it (recorded in the history).
+    reused: bool,
 }
 
 impl Shared {
@@ -226,6 +229,7 @@ impl Shared {
             reclaimed: false,
             polled_for_cache: false,
             retries: 0,
+            reused: false,
         };
         let range = loop {
             match self.step(&mut st, &mut req) {
@@ -278,6 +282,22 @@ impl Shared {
                 .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
         });
         st.note_alloc(label_index, placed.size);
+        if let Some(h) = st.history.as_mut() {
+            let kind = if req.reused {
+                EventKind::Reuse
+            } else {
+                EventKind::Alloc
+            };
+            h.push(
+                kind,
+                id,
+                placed.size,
+                label_index,
+                pool,
+                placed.block.0,
+                offset,
+            );
+        }
         // A reference handed back by a dropped allocation, or a new one.
         let shared = st.stock.pop().unwrap_or_else(|| self.clone());
         let reuse = req.reuse;
@@ -301,6 +321,7 @@ impl Shared {
     fn step(&self, st: &mut State, req: &mut Request<'_>) -> Step {
         if req.reuse {
             if let Some(range) = st.take_ready(req.pool, req.total) {
+                req.reused = true;
                 return Step::Placed(range);
             }
             // No range of this size is ready but frees are in flight: a poll (cheap
@@ -469,6 +490,18 @@ impl Shared {
         );
         for id in released {
             if let Some(b) = p.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+                if let Some(h) = st.history.as_mut() {
+                    let size = b.buffer().size();
+                    h.push(
+                        EventKind::BlockRelease,
+                        0,
+                        size,
+                        u32::MAX,
+                        req.pool,
+                        id.0,
+                        0,
+                    );
+                }
                 st.doomed.push(b);
                 st.counters.blocks_released += 1;
             }
@@ -486,6 +519,18 @@ impl Shared {
             let i = placed.block.0 as usize;
             if p.buffers.len() <= i {
                 p.buffers.resize_with(i + 1, || None);
+            }
+            if let Some(h) = st.history.as_mut() {
+                let size = buffer.buffer().size();
+                h.push(
+                    EventKind::BlockCreate,
+                    0,
+                    size,
+                    u32::MAX,
+                    req.pool,
+                    placed.block.0,
+                    0,
+                );
             }
             p.buffers[i] = Some(Arc::new(buffer));
             st.counters.blocks_created += 1;
@@ -526,7 +571,21 @@ impl Shared {
             largest_free: p.largest_free(),
             new_block: None,
             retries,
+            top_labels: top_labels(st, 5),
             hint: hint.to_string(),
         }))
     }
+}
+
+/// The `n` labels holding the most live bytes, largest first.
+fn top_labels(st: &State, n: usize) -> Vec<(String, u64)> {
+    let mut labels: Vec<(String, u64)> = st
+        .label_stats
+        .iter()
+        .filter(|(_, l)| l.bytes > 0)
+        .map(|(name, l)| (name.to_string(), l.bytes))
+        .collect();
+    labels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    labels.truncate(n);
+    labels
 }

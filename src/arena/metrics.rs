@@ -17,18 +17,58 @@
 //!   `vramkit_blocks_created_total`, `vramkit_blocks_released_total` (set with
 //!   `absolute`, so publishing twice never double-counts).
 //!
+//!
+//! Published as they happen, not by `publish_metrics`: the histogram
+//! `vramkit_allocation_seconds` (one allocation in [`LATENCY_SAMPLE`] per thread is
+//! timed), the counters `vramkit_uploaded_bytes_total`, `vramkit_downloaded_bytes_total`
+//! and `vramkit_kernels_dispatched_total`, and, while kernel profiling is on, the
+//! histogram `vramkit_kernel_gpu_seconds{kernel="..."}`. Eviction and restore counters
+//! and per-tier gauges come with tiered memory, which does not exist yet.
+//!
 //! # Cost
-//! Nothing on the allocation path: the arena already keeps these counters; publishing is
-//! a snapshot (one lock, a walk over the blocks) plus one facade call per metric. Call it
-//! where a dashboard needs fresh values: once a frame or step, or from a timer thread.
+//! On the allocation path, a thread-local counter (the latency sample); the arena
+//! already keeps the other counters. Publishing is a snapshot (one lock, a walk over the
+//! blocks) plus one facade call per metric. Call it where a dashboard needs fresh values:
+//! once a frame or step, or from a timer thread.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use metrics::{counter, gauge};
+use metrics::{counter, gauge, histogram};
+
+/// One allocation in this many (per thread) is timed for `vramkit_allocation_seconds`:
+/// two clock reads on every allocation would cost more than the 5 % the feature may.
+pub const LATENCY_SAMPLE: u32 = 64;
+
+thread_local! {
+    static UNTIL_SAMPLE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether this allocation is the thread's sampled one.
+#[inline]
+pub(super) fn sample_latency() -> bool {
+    UNTIL_SAMPLE.with(|c| {
+        let n = c.get();
+        if n == 0 {
+            c.set(LATENCY_SAMPLE - 1);
+            true
+        } else {
+            c.set(n - 1);
+            false
+        }
+    })
+}
 
 use super::Arena;
 
 impl Arena {
+    /// Records one sampled allocation's latency.
+    pub(super) fn publish_latency(&self, took: Duration) {
+        histogram!("vramkit_allocation_seconds", "arena" => self.shared().config.name.clone())
+            .record(took.as_secs_f64());
+    }
+
     /// Publishes a snapshot of the statistics through the `metrics` facade (see the module
     /// docs of `arena::metrics` for the names). Without an installed recorder this costs
     /// the snapshot and does nothing else.

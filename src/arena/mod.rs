@@ -32,6 +32,7 @@ mod allocation;
 mod block;
 mod config;
 mod guard;
+pub mod history;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod report;
@@ -43,6 +44,7 @@ pub use allocation::{Allocation, Elements, Typed};
 pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
+pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats};
 
@@ -229,6 +231,13 @@ impl Arena {
                 "use a PoolId returned by this arena's add_pool, pool or default_pool",
             ));
         }
+        #[cfg(feature = "metrics")]
+        if metrics::sample_latency() {
+            let start = std::time::Instant::now();
+            let result = self.shared().alloc(pool.index, size, label);
+            self.publish_latency(start.elapsed());
+            return result;
+        }
         self.shared().alloc(pool.index, size, label)
     }
 
@@ -396,7 +405,18 @@ impl Shared {
         let shared = unsafe { &*shared };
         let mut st = shared.state.lock();
         let size = pending.range.placed.size;
-        st.live.remove(slot);
+        let record = st.live.remove(slot);
+        if let (Some(h), Some(r)) = (st.history.as_mut(), record) {
+            h.push(
+                history::EventKind::Free,
+                r.id,
+                size,
+                label_index,
+                pending.pool,
+                pending.range.placed.block.0,
+                r.offset,
+            );
+        }
         st.counters.frees += 1;
         st.counters.allocated -= size;
         st.counters.pending += size;

@@ -12,6 +12,7 @@ use crate::alloc::{BlockAlloc, BlockId, BlockSet, RangeHandle};
 
 use super::block::BlockBuffer;
 use super::config::PoolConfig;
+use super::history::EventKind;
 
 pub(crate) type Placed = BlockAlloc<RangeHandle>;
 
@@ -135,13 +136,11 @@ impl LiveSlab {
         }
     }
 
-    pub fn remove(&mut self, slot: u32) {
-        if let Some(s) = self.slots.get_mut(slot as usize) {
-            if s.take().is_some() {
-                self.len -= 1;
-                self.free.push(slot);
-            }
-        }
+    pub fn remove(&mut self, slot: u32) -> Option<LiveRecord> {
+        let record = self.slots.get_mut(slot as usize)?.take()?;
+        self.len -= 1;
+        self.free.push(slot);
+        Some(record)
     }
 
     pub fn len(&self) -> usize {
@@ -193,6 +192,8 @@ pub(crate) struct State {
     /// Blocks given back while the lock was held, destroyed once it is released
     /// (`Shared::unlock`): destroying a buffer may run a wgpu map callback.
     pub doomed: Vec<Arc<BlockBuffer>>,
+    /// The memory history, while recording (`Arena::record_history`).
+    pub history: Option<Box<super::history::HistoryRing>>,
 }
 
 /// At most this many spare labels per label and arena references are kept.
@@ -220,6 +221,7 @@ impl State {
             closed: false,
             harvested: 0,
             doomed: Vec::new(),
+            history: None,
         }
     }
 
@@ -358,11 +360,15 @@ impl State {
     /// Gives back empty blocks beyond `keep` bytes in every pool; returns bytes released.
     pub fn release_empty(&mut self, keep: u64) -> u64 {
         let mut total = 0;
-        for pool in &mut self.pools {
+        for (index, pool) in self.pools.iter_mut().enumerate() {
             let mut gone = Vec::new();
             total += pool.set.release_empty(keep, |id| gone.push(id));
             for id in gone {
                 if let Some(b) = pool.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+                    if let Some(h) = self.history.as_mut() {
+                        let size = b.buffer().size();
+                        h.push(EventKind::BlockRelease, 0, size, u32::MAX, index, id.0, 0);
+                    }
                     self.doomed.push(b);
                     self.counters.blocks_released += 1;
                 }

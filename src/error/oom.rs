@@ -38,6 +38,10 @@ pub struct OutOfMemory {
     pub new_block: Option<u64>,
     /// Empty-block releases tried before giving up.
     pub retries: u32,
+    /// The labels that held the most live bytes at that moment, largest first (at most
+    /// five): who to ask for memory back. The arena's memory history
+    /// ([`Arena::record_history`](crate::Arena::record_history)) shows how they got there.
+    pub top_labels: Vec<(String, u64)>,
     /// What to do about it.
     pub hint: String,
 }
@@ -53,7 +57,7 @@ impl std::fmt::Display for OutOfMemory {
         write!(
             f,
             "out of GPU memory: '{}' asked for {} in pool '{}'{}, which would exceed {}{}; \
-             allocated {}, reserved {}, largest free range {}, after {} retries. {}",
+             allocated {}, reserved {}, largest free range {}, after {} retries{}. {}",
             self.label,
             fmt_bytes(self.requested),
             self.pool,
@@ -68,6 +72,16 @@ impl std::fmt::Display for OutOfMemory {
             fmt_bytes(self.reserved),
             fmt_bytes(self.largest_free),
             self.retries,
+            if self.top_labels.is_empty() {
+                String::new()
+            } else {
+                let holders: Vec<String> = self
+                    .top_labels
+                    .iter()
+                    .map(|(l, b)| format!("'{l}' {}", fmt_bytes(*b)))
+                    .collect();
+                format!("; largest holders: {}", holders.join(", "))
+            },
             self.hint
         )
     }

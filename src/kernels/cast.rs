@@ -10,7 +10,7 @@ use crate::{shaders, Result};
 impl<'a> Batch<'a> {
     fn cast(
         &mut self,
-        entry: &str,
+        entry: &'static str,
         n: u64,
         f32s: &'a Allocation,
         f16s: &'a Allocation,

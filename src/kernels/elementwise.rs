@@ -128,7 +128,7 @@ impl<'a> Batch<'a> {
     pub(super) fn elementwise_bound(
         &mut self,
         n: u64,
-        entry: &str,
+        entry: &'static str,
         op: u32,
         [alpha, beta, value]: [f32; 3],
         io: Bindings,
@@ -152,6 +152,7 @@ impl<'a> Batch<'a> {
         if body > 0 {
             let pipeline = k.pipeline(&shaders::ELEMENTWISE_VEC4, entry)?;
             self.dispatch(
+                entry,
                 &pipeline,
                 params(body, 0),
                 io.clone(),
@@ -161,6 +162,7 @@ impl<'a> Batch<'a> {
         if tail > 0 {
             let pipeline = k.pipeline(&shaders::ELEMENTWISE, entry)?;
             self.dispatch(
+                entry,
                 &pipeline,
                 params(n, body * 4),
                 io,

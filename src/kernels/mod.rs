@@ -26,6 +26,7 @@
 pub mod cast;
 pub mod elementwise;
 pub mod matmul;
+pub mod profile;
 pub mod reduce;
 pub mod scan;
 pub mod softmax;
@@ -174,6 +175,7 @@ pub struct Kernels {
     subgroups: bool,
     native_f16: bool,
     shared: Arc<Shared>,
+    profiler: Arc<profile::Profiler>,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -248,6 +250,7 @@ impl Kernels {
                     groups: HashMap::new(),
                 }),
             }),
+            profiler: Default::default(),
         })
     }
 
@@ -314,6 +317,7 @@ impl Kernels {
             staged: Vec::new(),
             dispatches: 0,
             scratch: Vec::new(),
+            profile: profile::BatchProfile::start(self),
             _borrows: PhantomData,
         }
     }
@@ -411,6 +415,8 @@ pub struct Batch<'a> {
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     staged: Vec<u8>,
     dispatches: usize,
+    /// Timestamp queries of this batch while profiling is on (`profile.rs`).
+    profile: Option<profile::BatchProfile>,
     _borrows: PhantomData<&'a Allocation>,
 }
 
@@ -605,6 +611,7 @@ impl<'a> Batch<'a> {
     /// the next slot of the batch's uniform ring.
     fn dispatch(
         &mut self,
+        name: &'static str,
         pipeline: &wgpu::ComputePipeline,
         params: Params,
         io: Bindings,
@@ -620,6 +627,20 @@ impl<'a> Batch<'a> {
             k.bind_group(chunk, io)
         };
         let offset = self.push_params(&params);
+        if let Some(writes) = self.profile.as_mut().and_then(|p| p.next(name)) {
+            // Profiling: a pass of its own, timed at its beginning and end.
+            self.pass = None;
+            let mut pass = self
+                .encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(name),
+                    timestamp_writes: Some(writes),
+                });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[offset]);
+            pass.dispatch_workgroups(gx, gy, 1);
+            return Ok(());
+        }
         let pass = self.pass();
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[offset]);
@@ -631,13 +652,13 @@ impl<'a> Batch<'a> {
     fn record(
         &mut self,
         shader: &shaders::Shader,
-        entry: &str,
+        entry: &'static str,
         params: Params,
         io: Bindings,
         groups: (u32, u32),
     ) -> Result<()> {
         let pipeline = self.kernels.pipeline(shader, entry)?;
-        self.dispatch(&pipeline, params, io, groups)?;
+        self.dispatch(entry, &pipeline, params, io, groups)?;
         self.dispatches += 1;
         Ok(())
     }
@@ -662,11 +683,23 @@ impl<'a> Batch<'a> {
     pub fn submit(mut self) -> Result<wgpu::SubmissionIndex> {
         self.pass = None;
         self.flush_params();
-        let gpu = self.kernels.arena.gpu().clone();
+        let kernels = self.kernels;
+        let profile = self
+            .profile
+            .take()
+            .and_then(|p| p.finish(kernels, &mut self.encoder));
+        let gpu = kernels.arena.gpu().clone();
         let encoder = self.encoder;
         let index = gpu.scoped("submitting a kernel batch", || {
             gpu.submit([encoder.finish()])
         })?;
+        #[cfg(feature = "metrics")]
+        metrics::counter!("vramkit_kernels_dispatched_total").increment(self.dispatches as u64);
+        if let Some((names, readback)) = profile {
+            kernels.profiler.submitted(names, readback);
+            // Earlier batches' timestamps that have come back: filed without waiting.
+            kernels.collect_profile(false)?;
+        }
         drop(self.chunks);
         drop(self.scratch);
         Ok(index)

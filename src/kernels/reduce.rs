@@ -68,7 +68,7 @@ impl<'a> Batch<'a> {
             0,
         ];
         let groups = grid(pass.rows, 1, self.gpu());
-        self.dispatch(&pipeline, params, io, groups)
+        self.dispatch("reduce_rows", &pipeline, params, io, groups)
     }
 
     /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed

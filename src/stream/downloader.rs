@@ -262,15 +262,19 @@ impl Downloader {
     }
 
     /// [`super::check_range`] for a download from `src`: same device, inside, `COPY_SRC`.
+    /// Checks a download's source range; every download path starts here, so this is
+    /// also where its bytes are counted for the `metrics` facade.
     fn check_src(&self, src: &Allocation, offset: u64, len: u64) -> Result<u64> {
-        super::check_range(
+        let end = super::check_range(
             &self.gpu,
             src,
             offset,
             len,
             wgpu::BufferUsages::COPY_SRC,
             "download",
-        )
+        )?;
+        super::publish_moved(super::DOWNLOADED, len);
+        Ok(end)
     }
 
     /// Staging buffers of the idle rings (`depth` per ring; one ring per download that

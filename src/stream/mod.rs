@@ -39,6 +39,21 @@ pub use view::DownloadView;
 use crate::arena::Allocation;
 use crate::{Error, Result};
 
+/// The `metrics` counter of bytes uploaded by every [`Uploader`].
+pub(crate) const UPLOADED: &str = "vramkit_uploaded_bytes_total";
+/// The `metrics` counter of bytes downloaded by every [`Downloader`].
+pub(crate) const DOWNLOADED: &str = "vramkit_downloaded_bytes_total";
+
+/// Adds `bytes` to the `metrics` counter `name` (cargo feature `metrics`; nothing
+/// without it).
+#[inline]
+pub(crate) fn publish_moved(name: &'static str, bytes: u64) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(name).increment(bytes);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, bytes);
+}
+
 /// A ring's chunk size: `requested` rounded up to whole words and capped at the device's
 /// largest buffer (a larger staging buffer would fail to create).
 fn chunk_size(gpu: &crate::Gpu, requested: u64) -> u64 {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::poller::LazyPoller;
 use super::staging::{copy_parallel, Staging, Writer};
+use super::UPLOADED;
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
 
@@ -200,6 +201,7 @@ impl Uploader {
                 .write_buffer(dst.buffer(), dst.offset() + offset, data);
             let mut ring = self.ring.lock();
             ring.stats.bytes += len;
+            super::publish_moved(UPLOADED, len);
             ring.stats.small += 1;
             return Ok(());
         }
@@ -210,6 +212,7 @@ impl Uploader {
         {
             let mut ring = self.ring.lock();
             ring.stats.bytes += len;
+            super::publish_moved(UPLOADED, len);
             ring.stats.direct += 1;
             return Ok(());
         }
@@ -221,6 +224,7 @@ impl Uploader {
         }
         self.patch_edges(dst, offset, data, first_word, last_word)?;
         self.ring.lock().stats.bytes += len;
+        super::publish_moved(UPLOADED, len);
         Ok(())
     }
 
@@ -345,6 +349,7 @@ impl Uploader {
             pos += n;
         }
         self.ring.lock().stats.bytes += len;
+        super::publish_moved(UPLOADED, len);
         Ok(())
     }
 
@@ -433,6 +438,7 @@ impl Uploader {
     /// Counts bytes uploaded by a batch.
     pub(super) fn count_bytes(&self, bytes: u64) {
         self.ring.lock().stats.bytes += bytes;
+        super::publish_moved(UPLOADED, bytes);
     }
 
     /// Bytes per staging buffer.

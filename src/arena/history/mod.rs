@@ -1,0 +1,405 @@
+//! Memory history: an opt-in ring of the arena's last events, to look at *when* memory
+//! was taken and by whom (the dumps of `report.rs` show *where* it sits).
+//!
+//! # How it works
+//! [`Arena::record_history`] starts a ring of at most `capacity` [`MemoryEvent`]s:
+//! allocations (and whether a cached range served them), frees, and blocks created and
+//! released, each with its time, size, label, pool, block and offset, and optionally a
+//! backtrace. GPU work joins it on its own track as [`GpuSpan`]s measured with timestamp
+//! queries ([`Kernels::set_profiling`](crate::kernels::Kernels::set_profiling)).
+//! [`Arena::history`] copies the ring out as a [`MemoryHistory`], which exports a Chrome
+//! trace / Perfetto JSON ([`MemoryHistory::to_chrome_trace`]) and a timeline picture
+//! ([`MemoryHistory::to_timeline_svg`]): bytes over time stacked by label under the
+//! reserved line, like PyTorch's memory viz.
+//!
+//! # Promises
+//! - **Bounded.** The ring holds at most `capacity` events and `capacity` GPU spans; when
+//!   full, the oldest event is folded into a baseline (live bytes per label, reserved bytes
+//!   per pool at the ring's first event), so the timeline stays exact from its first
+//!   event on, and [`MemoryHistory::dropped`] counts what fell out.
+//! - **Balanced.** Every allocation in a snapshot either has its free in the ring or is
+//!   listed in [`MemoryHistory::live`]; a free whose allocation fell out of the ring is
+//!   marked as such in the trace.
+//! - **Off costs a branch.** Recording runs under the arena's lock where the counters are
+//!   kept already; with no history, each event site tests one `Option`. Tiers
+//!   (eviction and restore events) do not exist yet.
+
+mod chrome;
+mod timeline;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Arena;
+
+/// Settings of [`Arena::record_history`].
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryConfig {
+    /// Most events kept (and most GPU spans); older ones fold into the baseline.
+    pub capacity: usize,
+    /// Capture a backtrace with every allocation (slow: for finding who allocates).
+    pub backtraces: bool,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            capacity: 100_000,
+            backtraces: false,
+        }
+    }
+}
+
+/// What a [`MemoryEvent`] records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// An allocation carved from a block.
+    Alloc,
+    /// An allocation served by a freed range of the same size (no allocator work).
+    Reuse,
+    /// An allocation dropped (its range waits for the GPU, then returns).
+    Free,
+    /// A block (one wgpu buffer) created.
+    BlockCreate,
+    /// A block given back.
+    BlockRelease,
+}
+
+/// One event of the history.
+#[derive(Clone, Debug)]
+pub struct MemoryEvent {
+    /// Nanoseconds since recording started.
+    pub t_ns: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The allocation's id (0 for block events).
+    pub id: u64,
+    /// Bytes the event adds or removes: the allocation's range (guards and alignment
+    /// included, as [`ArenaStats::allocated`](super::ArenaStats::allocated) counts it) or
+    /// the block's size.
+    pub size: u64,
+    /// Index into [`MemoryHistory::labels`] (`u32::MAX` for block events).
+    pub label: u32,
+    /// Index into [`MemoryHistory::pools`].
+    pub pool: u32,
+    /// The block (its index in the pool).
+    pub block: u32,
+    /// Where the allocation's range starts in its block (0 for block events).
+    pub offset: u64,
+    /// Where the allocation was made, when [`HistoryConfig::backtraces`] is on.
+    pub backtrace: Option<Arc<std::backtrace::Backtrace>>,
+}
+
+/// A stretch of GPU work measured with timestamp queries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSpan {
+    /// What ran: a kernel family ("axpy", "matmul", ...).
+    pub name: String,
+    /// Start, in nanoseconds since recording started. GPU clocks are not the host's: a
+    /// batch's first span is placed at the host time it was submitted and the rest keep
+    /// their GPU offsets from it.
+    pub start_ns: u64,
+    /// Duration measured on the GPU.
+    pub dur_ns: u64,
+}
+
+/// The ring inside the arena's state.
+pub(crate) struct HistoryRing {
+    start: Instant,
+    /// The TSC-based clock events are stamped with (a third of `Instant::now`'s cost
+    /// here, which was most of what recording added to an allocation), and its reading
+    /// at `start`. Events hold raw readings until they are copied out.
+    clock: quanta::Clock,
+    start_raw: u64,
+    config: HistoryConfig,
+    events: VecDeque<MemoryEvent>,
+    gpu: VecDeque<GpuSpan>,
+    dropped: u64,
+    /// Live bytes per label index and reserved bytes per pool at the first event kept.
+    base_label_bytes: Vec<u64>,
+    base_reserved: Vec<u64>,
+}
+
+impl HistoryRing {
+    pub fn new(config: HistoryConfig, label_bytes: Vec<u64>, pool_reserved: Vec<u64>) -> Self {
+        let clock = quanta::Clock::new();
+        let start_raw = clock.raw();
+        HistoryRing {
+            start: Instant::now(),
+            clock,
+            start_raw,
+            config: HistoryConfig {
+                capacity: config.capacity.max(1),
+                ..config
+            },
+            events: VecDeque::new(),
+            gpu: VecDeque::new(),
+            dropped: 0,
+            base_label_bytes: label_bytes,
+            base_reserved: pool_reserved,
+        }
+    }
+
+    /// Nanoseconds since recording started.
+    pub fn now_ns(&self) -> u64 {
+        self.ns_of(self.clock.raw())
+    }
+
+    /// Nanoseconds since recording started at raw clock reading `raw`.
+    fn ns_of(&self, raw: u64) -> u64 {
+        self.clock.delta_as_nanos(self.start_raw, raw)
+    }
+
+    /// The instant recording started (GPU spans are placed relative to it).
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Appends an event stamped now, folding the oldest into the baseline when full.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn push(
+        &mut self,
+        kind: EventKind,
+        id: u64,
+        size: u64,
+        label: u32,
+        pool: usize,
+        block: u32,
+        offset: u64,
+    ) {
+        let backtrace = (self.config.backtraces
+            && matches!(kind, EventKind::Alloc | EventKind::Reuse))
+        .then(|| Arc::new(std::backtrace::Backtrace::force_capture()));
+        let event = MemoryEvent {
+            // A raw clock reading until `Arena::history` converts it.
+            t_ns: self.clock.raw(),
+            kind,
+            id,
+            size,
+            label,
+            pool: pool as u32,
+            block,
+            offset,
+            backtrace,
+        };
+        if self.events.len() >= self.config.capacity {
+            self.fold_oldest();
+        }
+        self.events.push_back(event);
+    }
+
+    pub fn push_gpu(&mut self, span: GpuSpan) {
+        if self.gpu.len() >= self.config.capacity {
+            self.gpu.pop_front();
+        }
+        self.gpu.push_back(span);
+    }
+
+    /// Drops the oldest event into the baseline (out of line: the ring is rarely full).
+    #[cold]
+    fn fold_oldest(&mut self) {
+        if let Some(old) = self.events.pop_front() {
+            self.fold(&old);
+        }
+    }
+
+    fn fold(&mut self, e: &MemoryEvent) {
+        self.dropped += 1;
+        let grow = |v: &mut Vec<u64>, i: usize| {
+            if v.len() <= i {
+                v.resize(i + 1, 0);
+            }
+        };
+        match e.kind {
+            EventKind::Alloc | EventKind::Reuse | EventKind::Free => {
+                let i = e.label as usize;
+                grow(&mut self.base_label_bytes, i);
+                let b = &mut self.base_label_bytes[i];
+                *b = if e.kind == EventKind::Free {
+                    b.saturating_sub(e.size)
+                } else {
+                    *b + e.size
+                };
+            }
+            EventKind::BlockCreate | EventKind::BlockRelease => {
+                let i = e.pool as usize;
+                grow(&mut self.base_reserved, i);
+                let b = &mut self.base_reserved[i];
+                *b = if e.kind == EventKind::BlockRelease {
+                    b.saturating_sub(e.size)
+                } else {
+                    *b + e.size
+                };
+            }
+        }
+    }
+}
+
+/// A copy of the history ([`Arena::history`]).
+#[derive(Clone, Debug)]
+pub struct MemoryHistory {
+    /// The arena's name.
+    pub arena: String,
+    /// Events, oldest first.
+    pub events: Vec<MemoryEvent>,
+    /// GPU work, oldest first.
+    pub gpu_spans: Vec<GpuSpan>,
+    /// Label names by index.
+    pub labels: Vec<String>,
+    /// Pool names by index.
+    pub pools: Vec<String>,
+    /// Events that fell out of the ring.
+    pub dropped: u64,
+    /// Live bytes per label index when the first event kept happened.
+    pub base_label_bytes: Vec<u64>,
+    /// Reserved bytes per pool index when the first event kept happened.
+    pub base_reserved: Vec<u64>,
+    /// Ids of the allocations live when the copy was taken.
+    pub live: Vec<u64>,
+    /// Nanoseconds since recording started when the copy was taken.
+    pub end_ns: u64,
+}
+
+impl MemoryHistory {
+    /// Writes [`to_chrome_trace`](Self::to_chrome_trace) to `path`.
+    pub fn write_chrome_trace(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
+        write(path.as_ref(), self.to_chrome_trace(), "the memory trace")
+    }
+
+    /// Writes [`to_timeline_svg`](Self::to_timeline_svg) to `path`.
+    pub fn write_timeline_svg(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
+        let svg = self.to_timeline_svg(1200, 600)?;
+        write(path.as_ref(), svg, "the memory timeline")
+    }
+
+    /// Live bytes per label (labels with none left out) and reserved bytes after the last
+    /// event: what the timeline ends at, and what [`Arena::stats`] says when nothing
+    /// happened since.
+    pub fn bytes_at_end(&self) -> (Vec<(String, u64)>, u64) {
+        let states = self.replay();
+        let Some((_, labels, reserved)) = states.last() else {
+            return (Vec::new(), 0);
+        };
+        let by_label = labels
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b > 0)
+            .map(|(i, &b)| (self.labels.get(i).cloned().unwrap_or_default(), b))
+            .collect();
+        (by_label, *reserved)
+    }
+
+    /// Live bytes per label and reserved bytes in total after each event, starting from
+    /// the baseline: `(t_ns, per label, reserved)`. The timeline's and the trace's
+    /// counters.
+    pub(crate) fn replay(&self) -> Vec<(u64, Vec<u64>, u64)> {
+        let mut labels = self.base_label_bytes.clone();
+        labels.resize(self.labels.len().max(labels.len()), 0);
+        let mut reserved: u64 = self.base_reserved.iter().sum();
+        let mut out = Vec::with_capacity(self.events.len() + 1);
+        out.push((
+            self.events.first().map_or(0, |e| e.t_ns),
+            labels.clone(),
+            reserved,
+        ));
+        for e in &self.events {
+            match e.kind {
+                EventKind::Alloc | EventKind::Reuse => {
+                    if let Some(b) = labels.get_mut(e.label as usize) {
+                        *b += e.size;
+                    }
+                }
+                EventKind::Free => {
+                    if let Some(b) = labels.get_mut(e.label as usize) {
+                        *b = b.saturating_sub(e.size);
+                    }
+                }
+                EventKind::BlockCreate => reserved += e.size,
+                EventKind::BlockRelease => reserved = reserved.saturating_sub(e.size),
+            }
+            out.push((e.t_ns, labels.clone(), reserved));
+        }
+        out
+    }
+}
+
+fn write(path: &std::path::Path, text: String, what: &str) -> crate::Result<()> {
+    std::fs::write(path, text).map_err(|e| crate::Error::Io {
+        during: format!("writing {what} to {}", path.display()),
+        source: e,
+    })
+}
+
+impl Arena {
+    /// Starts recording the memory history (or restarts it, empty), or stops it with
+    /// `None`. See the module docs of `arena::history`.
+    ///
+    /// ```no_run
+    /// use vramkit::arena::HistoryConfig;
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// arena.record_history(Some(HistoryConfig::default()));
+    /// let a = arena.alloc(1 << 20, "activations")?;
+    /// drop(a);
+    /// let history = arena.history().expect("recording");
+    /// history.write_chrome_trace("memory_trace.json")?; // open in ui.perfetto.dev
+    /// history.write_timeline_svg("memory_timeline.svg")?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn record_history(&self, config: Option<HistoryConfig>) {
+        let mut st = self.shared().state.lock();
+        let ring = config.map(|c| {
+            let labels = st.label_stats.iter().map(|(_, l)| l.bytes).collect();
+            let reserved = st.pools.iter().map(|p| p.set.stats().reserved).collect();
+            Box::new(HistoryRing::new(c, labels, reserved))
+        });
+        st.history = ring;
+    }
+
+    /// A copy of the history recorded so far, or `None` when not recording.
+    pub fn history(&self) -> Option<MemoryHistory> {
+        let st = self.shared().state.lock();
+        let h = st.history.as_ref()?;
+        let mut live: Vec<u64> = st.live.iter().map(|(id, _)| *id).collect();
+        live.sort_unstable();
+        Some(MemoryHistory {
+            arena: self.shared().config.name.clone(),
+            events: h
+                .events
+                .iter()
+                .map(|e| MemoryEvent {
+                    t_ns: h.ns_of(e.t_ns),
+                    ..e.clone()
+                })
+                .collect(),
+            gpu_spans: h.gpu.iter().cloned().collect(),
+            labels: st.label_stats.iter().map(|(l, _)| l.to_string()).collect(),
+            pools: st.pools.iter().map(|p| p.name.clone()).collect(),
+            dropped: h.dropped,
+            base_label_bytes: h.base_label_bytes.clone(),
+            base_reserved: h.base_reserved.clone(),
+            live,
+            end_ns: h.now_ns(),
+        })
+    }
+
+    /// Adds GPU spans measured elsewhere (kernel profiling) to the history, if recording.
+    /// `submitted` is when their work was submitted; offsets are from the first span.
+    pub(crate) fn note_gpu_spans(&self, submitted: Instant, spans: &[(String, u64, u64)]) {
+        let mut st = self.shared().state.lock();
+        let Some(h) = st.history.as_mut() else {
+            return;
+        };
+        let base = submitted.saturating_duration_since(h.start()).as_nanos() as u64;
+        let first = spans.iter().map(|s| s.1).min().unwrap_or(0);
+        for (name, start, end) in spans {
+            h.push_gpu(GpuSpan {
+                name: name.clone(),
+                start_ns: base + (start - first),
+                dur_ns: end.saturating_sub(*start),
+            });
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The history as a timeline picture (SVG, drawn with `plotters`): live bytes over time
+//! stacked by label, the largest labels each in their colour and the rest as "other",
+//! with the reserved bytes as a line above them, like PyTorch's memory viz.
+
+use plotters::prelude::*;
+
+use super::MemoryHistory;
+use crate::{Error, Result};
+
+/// Labels drawn in their own colour; the rest are summed as "other".
+const TOP_LABELS: usize = 8;
+/// Points per series at most: longer histories are sampled (the extremes of each bucket
+/// kept), so the file stays small.
+const MAX_POINTS: usize = 2000;
+
+impl MemoryHistory {
+    /// The timeline as an SVG document of `width` x `height` pixels (see the module docs
+    /// of `arena::history`).
+    pub fn to_timeline_svg(&self, width: u32, height: u32) -> Result<String> {
+        let states = self.replay();
+        // The labels that held the most at their peak, largest first.
+        let n_labels = states.first().map_or(0, |s| s.1.len());
+        let mut peak = vec![0u64; n_labels];
+        for (_, labels, _) in &states {
+            for (p, &b) in peak.iter_mut().zip(labels) {
+                *p = (*p).max(b);
+            }
+        }
+        let mut order: Vec<usize> = (0..n_labels).filter(|&i| peak[i] > 0).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(peak[i]));
+        let top: Vec<usize> = order.iter().copied().take(TOP_LABELS).collect();
+        let has_other = order.len() > top.len();
+        // Series rows: the top labels, then "other"; cumulative from the bottom.
+        let rows = sample(&states, MAX_POINTS);
+        let t0 = rows.first().map_or(0, |r| r.0);
+        let secs = |t: u64| (t.saturating_sub(t0)) as f64 / 1e9;
+        let stacks: Vec<(f64, Vec<u64>, u64)> = rows
+            .iter()
+            .map(|(t, labels, reserved)| {
+                let mut acc = 0u64;
+                let mut cum = Vec::with_capacity(top.len() + 1);
+                for &i in &top {
+                    acc += labels.get(i).copied().unwrap_or(0);
+                    cum.push(acc);
+                }
+                let total: u64 = labels.iter().sum();
+                if has_other {
+                    cum.push(total);
+                }
+                (secs(*t), cum, *reserved)
+            })
+            .collect();
+        let y_max = stacks
+            .iter()
+            .map(|(_, c, r)| c.last().copied().unwrap_or(0).max(*r))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let (unit, scale) = unit_for(y_max);
+        let x_max = stacks.last().map_or(0.0, |s| s.0).max(1e-6);
+        let mut names: Vec<String> = top
+            .iter()
+            .map(|&i| self.labels.get(i).cloned().unwrap_or_default())
+            .collect();
+        if has_other {
+            names.push(format!("other ({} labels)", order.len() - top.len()));
+        }
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+            let e = |e: &dyn std::fmt::Display| {
+                Error::invalid(format!("drawing the memory timeline: {e}"), "report this")
+            };
+            root.fill(&WHITE).map_err(|x| e(&x))?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(
+                    format!(
+                        "vramkit arena '{}': live bytes by label, reserved above{}",
+                        self.arena,
+                        if self.dropped > 0 {
+                            format!(" ({} older events folded)", self.dropped)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    ("sans-serif", 18),
+                )
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(70)
+                .build_cartesian_2d(0.0..x_max, 0.0..(y_max as f64 / scale) * 1.05)
+                .map_err(|x| e(&x))?;
+            chart
+                .configure_mesh()
+                .x_desc("seconds")
+                .y_desc(unit)
+                .draw()
+                .map_err(|x| e(&x))?;
+            // Top of the stack first, so each lower band paints over the one above it.
+            for k in (0..names.len()).rev() {
+                let colour = Palette99::pick(k).mix(0.85);
+                let points = steps(&stacks, |(_, cum, _)| {
+                    cum.get(k).copied().unwrap_or(0) as f64 / scale
+                });
+                chart
+                    .draw_series(AreaSeries::new(points, 0.0, colour.filled()))
+                    .map_err(|x| e(&x))?
+                    .label(names[k].clone())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
+                    });
+            }
+            let reserved = steps(&stacks, |(_, _, r)| *r as f64 / scale);
+            chart
+                .draw_series(LineSeries::new(reserved, BLACK.stroke_width(2)))
+                .map_err(|x| e(&x))?
+                .label("reserved")
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|x| e(&x))?;
+            root.present().map_err(|x| e(&x))?;
+        }
+        Ok(svg)
+    }
+}
+
+/// A step line through `rows`: each value holds until the next row's time, so a burst
+/// of events shows at its height however short it was.
+fn steps(
+    rows: &[(f64, Vec<u64>, u64)],
+    value: impl Fn(&(f64, Vec<u64>, u64)) -> f64,
+) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(2 * rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let v = value(row);
+        out.push((row.0, v));
+        if let Some(next) = rows.get(i + 1) {
+            out.push((next.0, v));
+        }
+    }
+    out
+}
+
+/// The unit for bytes up to `max`: its name and bytes per unit.
+fn unit_for(max: u64) -> (&'static str, f64) {
+    match max {
+        m if m >= 1 << 30 => ("GiB", (1u64 << 30) as f64),
+        m if m >= 1 << 20 => ("MiB", (1u64 << 20) as f64),
+        m if m >= 1 << 10 => ("KiB", 1024.0),
+        _ => ("bytes", 1.0),
+    }
+}
+
+/// At most about `max` of `states`: every state when few, else per bucket the state of
+/// highest total and the last one (peaks stay visible), in time order.
+fn sample(states: &[(u64, Vec<u64>, u64)], max: usize) -> Vec<(u64, Vec<u64>, u64)> {
+    if states.len() <= max {
+        return states.to_vec();
+    }
+    let bucket = states.len().div_ceil(max / 2);
+    let mut out = Vec::with_capacity(max + 2);
+    for chunk in states.chunks(bucket) {
+        let highest = chunk
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, s)| s.1.iter().sum::<u64>().max(s.2))
+            .map_or(0, |(i, _)| i);
+        out.push(chunk[highest].clone());
+        if highest + 1 != chunk.len() {
+            if let Some(last) = chunk.last() {
+                out.push(last.clone());
+            }
+        }
+    }
+    out
+}

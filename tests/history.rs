@@ -1,0 +1,190 @@
+//! The memory history on a real adapter: the ring stays bounded and its timeline exact,
+//! the Perfetto trace parses and balances, the timeline is well-formed SVG, profiled
+//! kernels land on the GPU track, and an out-of-memory error names who holds the memory.
+
+mod common;
+#[path = "../examples/support/observe.rs"]
+mod observe;
+
+use std::collections::{HashMap, HashSet};
+
+use rand::Rng;
+use vramkit::arena::{Budget, HistoryConfig};
+use vramkit::{Arena, ArenaConfig, Error, Runtime, RuntimeConfig};
+
+#[test]
+fn the_ring_is_bounded_and_its_timeline_ends_where_the_arena_is() {
+    let arena = Arena::new(common::gpu(), Default::default()).unwrap();
+    let mut rng = common::rng();
+    // Allocations made before recording starts are the baseline.
+    let early: Vec<_> = (0..5)
+        .map(|i| arena.alloc(4096 << i, "early").unwrap())
+        .collect();
+    let capacity = 64;
+    arena.record_history(Some(HistoryConfig {
+        capacity,
+        backtraces: false,
+    }));
+    let labels = ["a", "b", "c"];
+    let mut live = Vec::new();
+    let mut events = 0u64;
+    for _ in 0..600 {
+        if live.is_empty() || rng.gen_bool(0.55) {
+            let size = rng.gen_range(1..256 << 10);
+            live.push(arena.alloc(size, labels[rng.gen_range(0..3)]).unwrap());
+        } else {
+            live.swap_remove(rng.gen_range(0..live.len()));
+        }
+        events += 1;
+        if rng.gen_bool(0.02) {
+            arena.synchronize().unwrap();
+            arena.trim();
+        }
+    }
+    drop(early);
+    let h = arena.history().unwrap();
+    assert!(h.events.len() <= capacity, "{} events kept", h.events.len());
+    // 605 allocations and frees at least (block events come on top) through 64 places.
+    assert!(
+        h.dropped >= events + 5 - capacity as u64,
+        "dropped {}",
+        h.dropped
+    );
+    // Folding kept the baseline exact: the timeline ends where the arena is.
+    let (by_label, reserved) = h.bytes_at_end();
+    let stats = arena.stats();
+    let want: Vec<(String, u64)> = stats
+        .per_label
+        .iter()
+        .filter(|(_, l)| l.bytes > 0)
+        .map(|(n, l)| (n.clone(), l.bytes))
+        .collect();
+    let got: HashMap<_, _> = by_label.into_iter().collect();
+    assert_eq!(got, want.into_iter().collect::<HashMap<_, _>>());
+    assert_eq!(reserved, stats.reserved);
+    assert!(
+        !got.contains_key("early"),
+        "the early allocations were freed"
+    );
+}
+
+#[test]
+fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
+    let rt = Runtime::new(
+        common::gpu(),
+        RuntimeConfig {
+            arena: ArenaConfig {
+                name: "trace".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    rt.arena().record_history(Some(HistoryConfig::default()));
+    rt.kernels().set_profiling(true).unwrap();
+    let report = observe::mixed_workload(&rt, 30, 15, 7).unwrap();
+    assert_eq!(report.mismatches, 0, "axpy against the CPU");
+    assert_eq!(report.ooms, 2, "each spike ends in an out-of-memory error");
+    let filed = rt.kernels().collect_profile(true).unwrap();
+    let h = rt.arena().history().unwrap();
+    let json: serde_json::Value = serde_json::from_str(&h.to_chrome_trace()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let live: HashSet<u64> = json["vramkit"]["live"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let ids = |ph: &str| -> HashSet<u64> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph)
+            .map(|e| e["id"].as_u64().unwrap())
+            .collect()
+    };
+    let (begun, ended) = (ids("b"), ids("e"));
+    assert!(!begun.is_empty());
+    for id in &begun {
+        assert!(
+            ended.contains(id) != live.contains(id),
+            "allocation {id}: freed in the trace or live at the copy, exactly one"
+        );
+    }
+    assert!(ended.is_subset(&begun), "every end has its begin");
+    for e in events.iter().filter(|e| e["ph"] == "C") {
+        let (a, r) = (
+            e["args"]["allocated"].as_u64(),
+            e["args"]["reserved"].as_u64(),
+        );
+        assert!(a.is_some() && r.is_some(), "{e}");
+    }
+    // The kernels, timed on the GPU, on their own track.
+    let gpu: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(
+        filed > 0 && gpu.len() >= filed,
+        "{filed} filed, {} spans",
+        gpu.len()
+    );
+    assert!(gpu.iter().all(|e| e["name"] == "axpy" && e["pid"] == 2));
+    assert!(gpu.iter().any(|e| e["dur"].as_f64().unwrap() > 0.0));
+    let labels: HashSet<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "b")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        labels.contains("spike") && labels.contains("weights"),
+        "{labels:?}"
+    );
+}
+
+#[test]
+fn the_timeline_is_well_formed_svg_with_a_legend() {
+    let arena = Arena::new(common::gpu(), Default::default()).unwrap();
+    arena.record_history(Some(HistoryConfig::default()));
+    let mut kept = Vec::new();
+    for i in 0..200u64 {
+        let label = ["weights & biases", "acts <fp16>", "scratch"][(i % 3) as usize];
+        kept.push(arena.alloc(1024 * (1 + i % 17), label).unwrap());
+        if i % 4 == 3 {
+            kept.remove(0);
+        }
+    }
+    let svg = arena.history().unwrap().to_timeline_svg(800, 400).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let text: String = doc
+        .descendants()
+        .filter(|n| n.is_text())
+        .map(|n| n.text().unwrap_or(""))
+        .collect();
+    for want in ["weights & biases", "acts <fp16>", "reserved"] {
+        assert!(text.contains(want), "legend has {want:?}");
+    }
+}
+
+#[test]
+fn out_of_memory_names_the_labels_that_hold_the_memory() {
+    let arena = Arena::new(
+        common::gpu(),
+        ArenaConfig {
+            budget: Budget::Bytes(16 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let _big = arena.alloc(9 << 20, "big tensor").unwrap();
+    let _small = arena.alloc(1 << 20, "small").unwrap();
+    let Err(Error::OutOfMemory(oom)) = arena.alloc(8 << 20, "too much") else {
+        panic!("expected an out-of-memory error");
+    };
+    assert_eq!(oom.top_labels[0].0, "big tensor");
+    assert!(oom.top_labels[0].1 >= 9 << 20);
+    assert_eq!(oom.top_labels[1].0, "small");
+    let message = oom.to_string();
+    assert!(
+        message.contains("largest holders: 'big tensor'"),
+        "{message}"
+    );
+}
