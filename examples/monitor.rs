@@ -57,7 +57,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let rt = Runtime::headless()?;
     eprintln!("{}", rt.gpu().describe());
     rt.arena().record_history(Some(HistoryConfig::default()));
-    rt.kernels().set_profiling(true)?;
+    rt.gpu().set_profiling(true)?;
     let deadline = Instant::now() + Duration::from_secs(if once { 0 } else { seconds });
     let mut total = observe::Report::default();
     let mut round = 0;
@@ -68,7 +68,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         total.ooms += r.ooms;
         total.bytes_trimmed += r.bytes_trimmed;
         total.last_oom = r.last_oom.or(total.last_oom);
-        rt.kernels().collect_profile(true)?;
+        rt.gpu().collect_profile(true)?;
         rt.arena().publish_metrics();
         round += 1;
         if Instant::now() >= deadline {

@@ -75,6 +75,9 @@ fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
         RuntimeConfig {
             arena: ArenaConfig {
                 name: "trace".into(),
+                // Device memory even on CPU adapters: uploads then go through staging
+                // and a GPU copy, which the profile times.
+                block_memory: vramkit::arena::BlockMemory::Device,
                 ..Default::default()
             },
             ..Default::default()
@@ -82,11 +85,11 @@ fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
     )
     .unwrap();
     rt.arena().record_history(Some(HistoryConfig::default()));
-    rt.kernels().set_profiling(true).unwrap();
+    rt.gpu().set_profiling(true).unwrap();
     let report = observe::mixed_workload(&rt, 30, 15, 7).unwrap();
     assert_eq!(report.mismatches, 0, "axpy against the CPU");
     assert_eq!(report.ooms, 2, "each spike ends in an out-of-memory error");
-    let filed = rt.kernels().collect_profile(true).unwrap();
+    let filed = rt.gpu().collect_profile(true).unwrap();
     let h = rt.arena().history().unwrap();
     let json: serde_json::Value = serde_json::from_str(&h.to_chrome_trace()).unwrap();
     let events = json["traceEvents"].as_array().unwrap();
@@ -119,14 +122,26 @@ fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
         );
         assert!(a.is_some() && r.is_some(), "{e}");
     }
-    // The kernels, timed on the GPU, on their own track.
+    // Kernels, uploads and downloads, timed on the GPU, on their own track.
     let gpu: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
     assert!(
         filed > 0 && gpu.len() >= filed,
         "{filed} filed, {} spans",
         gpu.len()
     );
-    assert!(gpu.iter().all(|e| e["name"] == "axpy" && e["pid"] == 2));
+    assert!(gpu.iter().all(|e| e["pid"] == 2));
+    let work: HashSet<&str> = gpu.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(work.contains("axpy"), "{work:?}");
+    if common::gpu().has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS) {
+        assert!(
+            work.contains("upload") && work.contains("download"),
+            "{work:?}"
+        );
+    }
+    assert!(
+        work.is_subset(&["axpy", "upload", "download"].into()),
+        "{work:?}"
+    );
     assert!(gpu.iter().any(|e| e["dur"].as_f64().unwrap() > 0.0));
     let labels: HashSet<&str> = events
         .iter()

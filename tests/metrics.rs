@@ -214,13 +214,13 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
         },
     )
     .unwrap();
-    rt.kernels().set_profiling(true).unwrap();
+    rt.gpu().set_profiling(true).unwrap();
     let scrape = || {
         metrics::with_local_recorder(&recorder, || {
             let report = observe::mixed_workload(&rt, 80, 40, 3).unwrap();
             assert_eq!(report.mismatches, 0, "axpy against the CPU");
             assert!(report.ooms >= 1, "the spike ran out");
-            rt.kernels().collect_profile(true).unwrap();
+            rt.gpu().collect_profile(true).unwrap();
             rt.arena().publish_metrics();
         });
         parse_scrape(&handle.render())
@@ -247,7 +247,7 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
         ("vramkit_downloaded_bytes_total", "counter"),
         ("vramkit_kernels_dispatched_total", "counter"),
         ("vramkit_allocation_seconds", "summary"),
-        ("vramkit_kernel_gpu_seconds", "summary"),
+        ("vramkit_gpu_work_seconds", "summary"),
     ] {
         assert_eq!(types.get(name).map(String::as_str), Some(ty), "{name}");
     }
@@ -259,7 +259,7 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
     assert!(value(&first, &arena("vramkit_out_of_memory_total")) >= 1.0);
     assert!(value(&first, "vramkit_kernels_dispatched_total") >= 80.0);
     assert!(value(&first, "vramkit_uploaded_bytes_total") > 0.0);
-    assert!(value(&first, "vramkit_kernel_gpu_seconds_count{kernel=\"axpy\"}") >= 80.0);
+    assert!(value(&first, "vramkit_gpu_work_seconds_count{work=\"axpy\"}") >= 80.0);
     let (second, _) = scrape();
     for (series, v) in &first {
         let name = series.split('{').next().unwrap();

@@ -21,8 +21,9 @@
 //! Published as they happen, not by `publish_metrics`: the histogram
 //! `vramkit_allocation_seconds` (one allocation in [`LATENCY_SAMPLE`] per thread is
 //! timed), the counters `vramkit_uploaded_bytes_total`, `vramkit_downloaded_bytes_total`
-//! and `vramkit_kernels_dispatched_total`, and, while kernel profiling is on, the
-//! histogram `vramkit_kernel_gpu_seconds{kernel="..."}`. Eviction and restore counters
+//! and `vramkit_kernels_dispatched_total`, and, while GPU profiling is on
+//! ([`Gpu::set_profiling`](crate::Gpu::set_profiling)), the histogram
+//! `vramkit_gpu_work_seconds{work="..."}` (a kernel's name, "upload" or "download"). Eviction and restore counters
 //! and per-tier gauges come with tiered memory, which does not exist yet.
 //!
 //! # Cost

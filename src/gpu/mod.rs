@@ -6,6 +6,7 @@
 
 mod host_buffer;
 mod lost;
+pub(crate) mod profile;
 mod select;
 mod submit;
 mod timer;
@@ -70,6 +71,8 @@ struct GpuInner {
     limits: wgpu::Limits,
     pipelines: PipelineCache,
     timer: timer::TimerState,
+    /// GPU profiling (`profile.rs`).
+    profiler: profile::Profiler,
     device_memory: Option<u64>,
     submits: submit::SubmitGate,
     /// Whether and why the device was lost (`lost.rs`).
@@ -189,6 +192,7 @@ impl Gpu {
                 limits,
                 pipelines: PipelineCache::default(),
                 timer: timer::TimerState::default(),
+                profiler: Default::default(),
                 device_memory,
                 submits: submit::SubmitGate::default(),
                 lost: Arc::default(),

@@ -26,7 +26,6 @@
 pub mod cast;
 pub mod elementwise;
 pub mod matmul;
-pub mod profile;
 pub mod reduce;
 pub mod scan;
 pub mod softmax;
@@ -47,6 +46,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::arena::{Allocation, PoolConfig, PoolId};
+use crate::gpu::profile::BatchProfile;
 use crate::shaders::{self, NamedLayout};
 use crate::{Arena, Error, Gpu, Result};
 
@@ -175,7 +175,6 @@ pub struct Kernels {
     subgroups: bool,
     native_f16: bool,
     shared: Arc<Shared>,
-    profiler: Arc<profile::Profiler>,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -250,7 +249,6 @@ impl Kernels {
                     groups: HashMap::new(),
                 }),
             }),
-            profiler: Default::default(),
         })
     }
 
@@ -317,7 +315,7 @@ impl Kernels {
             staged: Vec::new(),
             dispatches: 0,
             scratch: Vec::new(),
-            profile: profile::BatchProfile::start(self),
+            profile: BatchProfile::start(self.arena.gpu()),
             _borrows: PhantomData,
         }
     }
@@ -415,8 +413,8 @@ pub struct Batch<'a> {
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     staged: Vec<u8>,
     dispatches: usize,
-    /// Timestamp queries of this batch while profiling is on (`profile.rs`).
-    profile: Option<profile::BatchProfile>,
+    /// Timestamp queries of this batch while profiling is on (`gpu/profile.rs`).
+    profile: Option<BatchProfile>,
     _borrows: PhantomData<&'a Allocation>,
 }
 
@@ -687,7 +685,7 @@ impl<'a> Batch<'a> {
         let profile = self
             .profile
             .take()
-            .and_then(|p| p.finish(kernels, &mut self.encoder));
+            .and_then(|p| p.finish(kernels.arena.gpu(), &mut self.encoder));
         let gpu = kernels.arena.gpu().clone();
         let encoder = self.encoder;
         let index = gpu.scoped("submitting a kernel batch", || {
@@ -696,9 +694,7 @@ impl<'a> Batch<'a> {
         #[cfg(feature = "metrics")]
         metrics::counter!("vramkit_kernels_dispatched_total").increment(self.dispatches as u64);
         if let Some((names, readback)) = profile {
-            kernels.profiler.submitted(names, readback);
-            // Earlier batches' timestamps that have come back: filed without waiting.
-            kernels.collect_profile(false)?;
+            gpu.profiled_submitted(names, readback);
         }
         drop(self.chunks);
         drop(self.scratch);

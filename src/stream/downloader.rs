@@ -229,7 +229,7 @@ impl Downloader {
             .flatten();
         let submitted = self.gpu.scoped(during, || {
             self.gpu
-                .submit(std::iter::once(encoder.finish()).chain(barrier))
+                .submit_timed("download", std::iter::once(encoder.finish()).chain(barrier))
         });
         staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Read, len, done);
         submitted

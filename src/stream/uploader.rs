@@ -398,7 +398,7 @@ impl Uploader {
     ) -> Result<()> {
         staging.to_gpu();
         let submitted = self.gpu.scoped("submitting an upload chunk", || {
-            self.gpu.submit([encoder.finish()])
+            self.gpu.submit_timed("upload", [encoder.finish()])
         });
         let tx = self.ready_tx.clone();
         // Even after a failed submit: the buffer must come back to the ring.

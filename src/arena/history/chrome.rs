@@ -36,7 +36,12 @@ impl MemoryHistory {
         ev.push(meta(1, Some(1), "thread_name", "allocations"));
         ev.push(meta(1, Some(2), "thread_name", "blocks"));
         ev.push(meta(2, None, "process_name", "GPU"));
-        ev.push(meta(2, Some(1), "thread_name", "kernels"));
+        ev.push(meta(
+            2,
+            Some(1),
+            "thread_name",
+            "kernels, uploads, downloads",
+        ));
         // The category of each allocation whose begin is in the ring, so its end matches.
         let begun: FxHashMap<u64, &str> = self
             .events

@@ -6,17 +6,19 @@
 //! allocations (and whether a cached range served them), frees, and blocks created and
 //! released, each with its time, size, label, pool, block and offset, and optionally a
 //! backtrace. GPU work joins it on its own track as [`GpuSpan`]s measured with timestamp
-//! queries ([`Kernels::set_profiling`](crate::kernels::Kernels::set_profiling)).
+//! queries while [`Gpu::set_profiling`](crate::Gpu::set_profiling) is on (kernels,
+//! uploads, downloads; `gpu/profile.rs`).
 //! [`Arena::history`] copies the ring out as a [`MemoryHistory`], which exports a Chrome
 //! trace / Perfetto JSON ([`MemoryHistory::to_chrome_trace`]) and a timeline picture
 //! ([`MemoryHistory::to_timeline_svg`]): bytes over time stacked by label under the
 //! reserved line, like PyTorch's memory viz.
 //!
 //! # Promises
-//! - **Bounded.** The ring holds at most `capacity` events and `capacity` GPU spans; when
-//!   full, the oldest event is folded into a baseline (live bytes per label, reserved bytes
-//!   per pool at the ring's first event), so the timeline stays exact from its first
-//!   event on, and [`MemoryHistory::dropped`] counts what fell out.
+//! - **Bounded.** The ring holds at most `capacity` events (GPU spans live in the GPU's
+//!   own ring of at most 100 000). When full, the oldest event is folded into a baseline
+//!   (live bytes per label, reserved bytes per pool at the ring's first event), so the
+//!   timeline stays exact from its first event on, and [`MemoryHistory::dropped`] counts
+//!   what fell out.
 //! - **Balanced.** Every allocation in a snapshot either has its free in the ring or is
 //!   listed in [`MemoryHistory::live`]; a free whose allocation fell out of the ring is
 //!   marked as such in the trace.
@@ -94,11 +96,11 @@ pub struct MemoryEvent {
 /// A stretch of GPU work measured with timestamp queries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSpan {
-    /// What ran: a kernel family ("axpy", "matmul", ...).
+    /// What ran: a kernel ("axpy", "matmul", ...), "upload" or "download".
     pub name: String,
     /// Start, in nanoseconds since recording started. GPU clocks are not the host's: a
-    /// batch's first span is placed at the host time it was submitted and the rest keep
-    /// their GPU offsets from it.
+    /// submission's first span is placed at the host time it was submitted and the rest
+    /// keep their GPU offsets from it.
     pub start_ns: u64,
     /// Duration measured on the GPU.
     pub dur_ns: u64,
@@ -114,7 +116,6 @@ pub(crate) struct HistoryRing {
     start_raw: u64,
     config: HistoryConfig,
     events: VecDeque<MemoryEvent>,
-    gpu: VecDeque<GpuSpan>,
     dropped: u64,
     /// Live bytes per label index and reserved bytes per pool at the first event kept.
     base_label_bytes: Vec<u64>,
@@ -134,7 +135,6 @@ impl HistoryRing {
                 ..config
             },
             events: VecDeque::new(),
-            gpu: VecDeque::new(),
             dropped: 0,
             base_label_bytes: label_bytes,
             base_reserved: pool_reserved,
@@ -188,13 +188,6 @@ impl HistoryRing {
             self.fold_oldest();
         }
         self.events.push_back(event);
-    }
-
-    pub fn push_gpu(&mut self, span: GpuSpan) {
-        if self.gpu.len() >= self.config.capacity {
-            self.gpu.pop_front();
-        }
-        self.gpu.push_back(span);
     }
 
     /// Drops the oldest event into the baseline (out of line: the ring is rarely full).
@@ -374,7 +367,16 @@ impl Arena {
                     ..e.clone()
                 })
                 .collect(),
-            gpu_spans: h.gpu.iter().cloned().collect(),
+            gpu_spans: self
+                .gpu()
+                .profile_spans(h.start())
+                .into_iter()
+                .map(|s| GpuSpan {
+                    name: s.name.to_string(),
+                    start_ns: s.start.duration_since(h.start()).as_nanos() as u64,
+                    dur_ns: s.dur_ns,
+                })
+                .collect(),
             labels: st.label_stats.iter().map(|(l, _)| l.to_string()).collect(),
             pools: st.pools.iter().map(|p| p.name.clone()).collect(),
             dropped: h.dropped,
@@ -383,23 +385,5 @@ impl Arena {
             live,
             end_ns: h.now_ns(),
         })
-    }
-
-    /// Adds GPU spans measured elsewhere (kernel profiling) to the history, if recording.
-    /// `submitted` is when their work was submitted; offsets are from the first span.
-    pub(crate) fn note_gpu_spans(&self, submitted: Instant, spans: &[(String, u64, u64)]) {
-        let mut st = self.shared().state.lock();
-        let Some(h) = st.history.as_mut() else {
-            return;
-        };
-        let base = submitted.saturating_duration_since(h.start()).as_nanos() as u64;
-        let first = spans.iter().map(|s| s.1).min().unwrap_or(0);
-        for (name, start, end) in spans {
-            h.push_gpu(GpuSpan {
-                name: name.clone(),
-                start_ns: base + (start - first),
-                dur_ns: end.saturating_sub(*start),
-            });
-        }
     }
 }
