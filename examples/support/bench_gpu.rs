@@ -155,6 +155,21 @@ fn observability_cost(gpu: &Gpu, figures: &mut Figures) {
     );
     figures.add("arena_history_cost_ratio", format!("{:.3}", on / off));
     figures.add("metrics_feature", u8::from(cfg!(feature = "metrics")));
+    // What a timestamp costs here: the history stamps each event with quanta's clock.
+    let clock = quanta::Clock::new();
+    let n = 1_000_000;
+    let mut sink = 0u64;
+    let raw = per_op(n, |_| sink = sink.wrapping_add(clock.raw()));
+    let instant = per_op(n, |_| {
+        sink = sink.wrapping_add(std::time::Instant::now().elapsed().as_nanos() as u64)
+    });
+    println!(
+        "clock reads: quanta raw {:.1} ns, Instant::now + elapsed {:.1} ns ({sink})",
+        raw * 1e9,
+        instant * 1e9
+    );
+    figures.add("clock_quanta_raw_ns", format!("{:.1}", raw * 1e9));
+    figures.add("clock_instant_pair_ns", format!("{:.1}", instant * 1e9));
 }
 
 /// Kernel bandwidth and CPU cost per dispatch inside a batch.

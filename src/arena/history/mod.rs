@@ -29,7 +29,6 @@
 mod chrome;
 mod timeline;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -115,7 +114,12 @@ pub(crate) struct HistoryRing {
     clock: quanta::Clock,
     start_raw: u64,
     config: HistoryConfig,
-    events: VecDeque<MemoryEvent>,
+    /// A ring of `capacity` slots, allocated and written once when recording starts: a
+    /// growing queue paid its reallocations and first-touch page faults on the hot path.
+    /// The events are `len` slots from `head`, oldest first.
+    slots: Vec<MemoryEvent>,
+    head: usize,
+    len: usize,
     dropped: u64,
     /// Live bytes per label index and reserved bytes per pool at the first event kept.
     base_label_bytes: Vec<u64>,
@@ -126,15 +130,26 @@ impl HistoryRing {
     pub fn new(config: HistoryConfig, label_bytes: Vec<u64>, pool_reserved: Vec<u64>) -> Self {
         let clock = quanta::Clock::new();
         let start_raw = clock.raw();
+        let capacity = config.capacity.max(1);
+        let blank = MemoryEvent {
+            t_ns: 0,
+            kind: EventKind::Free,
+            id: 0,
+            size: 0,
+            label: 0,
+            pool: 0,
+            block: 0,
+            offset: 0,
+            backtrace: None,
+        };
         HistoryRing {
             start: Instant::now(),
             clock,
             start_raw,
-            config: HistoryConfig {
-                capacity: config.capacity.max(1),
-                ..config
-            },
-            events: VecDeque::new(),
+            config: HistoryConfig { capacity, ..config },
+            slots: vec![blank; capacity],
+            head: 0,
+            len: 0,
             dropped: 0,
             base_label_bytes: label_bytes,
             base_reserved: pool_reserved,
@@ -184,18 +199,28 @@ impl HistoryRing {
             offset,
             backtrace,
         };
-        if self.events.len() >= self.config.capacity {
-            self.fold_oldest();
+        let capacity = self.slots.len();
+        if self.len < capacity {
+            let at = (self.head + self.len) % capacity;
+            self.slots[at] = event;
+            self.len += 1;
+        } else {
+            self.replace_oldest(event);
         }
-        self.events.push_back(event);
     }
 
-    /// Drops the oldest event into the baseline (out of line: the ring is rarely full).
+    /// Folds the oldest event into the baseline and puts `event` in its slot (out of line:
+    /// only a full ring does this).
     #[cold]
-    fn fold_oldest(&mut self) {
-        if let Some(old) = self.events.pop_front() {
-            self.fold(&old);
-        }
+    fn replace_oldest(&mut self, event: MemoryEvent) {
+        let old = std::mem::replace(&mut self.slots[self.head], event);
+        self.head = (self.head + 1) % self.slots.len();
+        self.fold(&old);
+    }
+
+    /// The events kept, oldest first.
+    fn events(&self) -> impl Iterator<Item = &MemoryEvent> {
+        (0..self.len).map(|k| &self.slots[(self.head + k) % self.slots.len()])
     }
 
     fn fold(&mut self, e: &MemoryEvent) {
@@ -360,8 +385,7 @@ impl Arena {
         Some(MemoryHistory {
             arena: self.shared().config.name.clone(),
             events: h
-                .events
-                .iter()
+                .events()
                 .map(|e| MemoryEvent {
                     t_ns: h.ns_of(e.t_ns),
                     ..e.clone()
