@@ -5,7 +5,13 @@
 //! ```text
 //! cargo run --release --example replay [TRACE.csv.gz]           # default: examples/data/trace_resnet50_train.csv.gz
 //! cargo run --release --example replay -- [TRACE.csv.gz] --arena  # through a real Arena on the GPU
+//! cargo run --release --example replay -- --all [--scales 0.1,1,10]  # every trace in examples/data
 //! ```
+//!
+//! `--all` replays every trace of `examples/data` (sizes multiplied by each scale: the same
+//! program at other model sizes) under the default policy and prints, per trace, peak
+//! reserved over peak allocated and, at scale 1, the one-block speed against
+//! offset-allocator; then the worst of each.
 
 #[path = "support/peers.rs"]
 mod peers;
@@ -137,6 +143,18 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--all") {
+        let scales = match args.iter().position(|a| a == "--scales") {
+            Some(i) => args
+                .get(i + 1)
+                .ok_or("--scales needs a list such as 0.1,1,10")?
+                .split(',')
+                .map(|x| x.parse::<f64>().map_err(|e| format!("scale {x:?}: {e}")))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![1.0],
+        };
+        return replay_all(&scales);
+    }
     let on_gpu = args.iter().any(|a| a == "--arena");
     let path = args
         .iter()
@@ -232,5 +250,74 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // the timed loop, and offset-allocator's constructor fills 128 Ki nodes, so such a
     // ratio would measure constructors. Speed is compared on the one-block rows.
     println!("policy_ns_per_op: {:.2}", good.ns_per_op);
+    Ok(())
+}
+
+/// `--all`: every trace of `examples/data` at every scale (see the module docs).
+fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
+        .collect();
+    paths.sort();
+    let policy = BlockPolicy::for_max_binding(2 << 30);
+    println!(
+        "{:<30} {:>6} {:>12} {:>8} {:>7} {:>10}",
+        "trace", "scale", "peak alloc", "ratio", "blocks", "speed"
+    );
+    let (mut worst, mut over, mut slowest) = (0.0f64, 0, f64::MAX);
+    for path in &paths {
+        let file = std::fs::File::open(path)?;
+        let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file)))?;
+        let name = path.file_name().map_or(String::new(), |n| {
+            n.to_string_lossy().replace(".csv.gz", "")
+        });
+        for &k in scales {
+            let scaled: Vec<TraceEvent> = events
+                .iter()
+                .map(|e| match *e {
+                    TraceEvent::Alloc { id, size } => TraceEvent::Alloc {
+                        id,
+                        size: ((size as f64 * k) as u64).max(1),
+                    },
+                    free => free,
+                })
+                .collect();
+            let r = replay::<WithPlacement<false>>(&scaled, &policy, 256);
+            worst = worst.max(r.ratio());
+            over += usize::from(r.ratio() > 1.05);
+            // Speed at the recorded size only: one block, each allocator built first.
+            let speed = if k == 1.0 {
+                let best = |f: fn(&[TraceEvent], u64, u64) -> ReplayReport| {
+                    (0..8)
+                        .map(|_| f(&scaled, 64 << 30, 256).ns_per_op)
+                        .fold(f64::MAX, f64::min)
+                };
+                let ratio = best(replay_in_one_block::<peers::OffsetAlloc>)
+                    / best(replay_in_one_block::<WithPlacement<false>>);
+                slowest = slowest.min(ratio);
+                format!("{ratio:.2}x")
+            } else {
+                String::new()
+            };
+            println!(
+                "{:<30} {:>6} {:>12} {:>8.3} {:>7} {:>10}",
+                name,
+                k,
+                vramkit::fmt_bytes(r.peak_allocated),
+                r.ratio(),
+                r.blocks_created,
+                speed
+            );
+        }
+    }
+    println!("(speed: offset-allocator's ns/op over vramkit's, whole trace in one block)");
+    println!("traces: {}", paths.len());
+    println!("worst_reserved_over_allocated: {worst:.4}");
+    println!("replays_over_1_05: {over}");
+    if slowest < f64::MAX {
+        println!("min_speed_vs_offset_allocator: {slowest:.3}");
+    }
     Ok(())
 }

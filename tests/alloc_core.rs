@@ -153,7 +153,7 @@ fn a_million_live_ranges() {
 }
 
 #[test]
-fn block_set_grows_geometrically_and_dedicates_huge_requests() {
+fn block_set_grows_by_a_sixteenth_and_dedicates_huge_requests() {
     let policy = BlockPolicy {
         min_block: 1 << 20,
         max_block: 16 << 20,
@@ -179,8 +179,28 @@ fn block_set_grows_geometrically_and_dedicates_huge_requests() {
             .unwrap(),
         );
     }
-    let sizes: Vec<u64> = reserved.iter().map(|r| r.1 >> 20).collect();
-    assert_eq!(&sizes[..4], &[1, 2, 4, 8], "blocks double: {sizes:?}");
+    // Each shared block is a sixteenth of the shared bytes before it (whole MiB, then
+    // whole requests), at least min_block and at most max_block.
+    let unit = (700u64 << 10).next_multiple_of(256);
+    let mut before = 0u64;
+    for &(_, size) in &reserved {
+        let grown = (before / 16)
+            .next_multiple_of(1 << 20)
+            .clamp(1 << 20, 16 << 20);
+        assert_eq!(
+            size,
+            grown.div_ceil(unit) * unit,
+            "after {before} bytes: {reserved:?}"
+        );
+        before += size;
+    }
+    // 40 requests (27.3 MiB) in blocks that hold at most a block's worth more.
+    let live_bytes = 40 * unit;
+    assert!(
+        before <= live_bytes + 2 * unit,
+        "{before} reserved for {live_bytes}"
+    );
+    assert!(reserved.len() < 40, "blocks are shared: {}", reserved.len());
     let huge = set
         .allocate::<AllocError>(
             5 << 20,
