@@ -27,6 +27,7 @@
 //!   (eviction and restore events) do not exist yet.
 
 mod chrome;
+mod clock;
 mod timeline;
 
 use std::sync::Arc;
@@ -107,12 +108,8 @@ pub struct GpuSpan {
 
 /// The ring inside the arena's state.
 pub(crate) struct HistoryRing {
-    start: Instant,
-    /// The TSC-based clock events are stamped with (a third of `Instant::now`'s cost
-    /// here, which was most of what recording added to an allocation), and its reading
-    /// at `start`. Events hold raw readings until they are copied out.
-    clock: quanta::Clock,
-    start_raw: u64,
+    /// What events are stamped with (`clock.rs`); they hold raw readings until copied out.
+    clock: clock::EventClock,
     config: HistoryConfig,
     /// A ring of `capacity` slots, allocated and written once when recording starts: a
     /// growing queue paid its reallocations and first-touch page faults on the hot path.
@@ -128,8 +125,6 @@ pub(crate) struct HistoryRing {
 
 impl HistoryRing {
     pub fn new(config: HistoryConfig, label_bytes: Vec<u64>, pool_reserved: Vec<u64>) -> Self {
-        let clock = quanta::Clock::new();
-        let start_raw = clock.raw();
         let capacity = config.capacity.max(1);
         let blank = MemoryEvent {
             t_ns: 0,
@@ -143,9 +138,7 @@ impl HistoryRing {
             backtrace: None,
         };
         HistoryRing {
-            start: Instant::now(),
-            clock,
-            start_raw,
+            clock: clock::EventClock::new(),
             config: HistoryConfig { capacity, ..config },
             slots: vec![blank; capacity],
             head: 0,
@@ -156,19 +149,9 @@ impl HistoryRing {
         }
     }
 
-    /// Nanoseconds since recording started.
-    pub fn now_ns(&self) -> u64 {
-        self.ns_of(self.clock.raw())
-    }
-
-    /// Nanoseconds since recording started at raw clock reading `raw`.
-    fn ns_of(&self, raw: u64) -> u64 {
-        self.clock.delta_as_nanos(self.start_raw, raw)
-    }
-
     /// The instant recording started (GPU spans are placed relative to it).
     pub fn start(&self) -> Instant {
-        self.start
+        self.clock.start()
     }
 
     /// Appends an event stamped now, folding the oldest into the baseline when full.
@@ -189,7 +172,7 @@ impl HistoryRing {
         .then(|| Arc::new(std::backtrace::Backtrace::force_capture()));
         let event = MemoryEvent {
             // A raw clock reading until `Arena::history` converts it.
-            t_ns: self.clock.raw(),
+            t_ns: self.clock.now(),
             kind,
             id,
             size,
@@ -382,12 +365,13 @@ impl Arena {
         let h = st.history.as_ref()?;
         let mut live: Vec<u64> = st.live.iter().map(|(id, _)| *id).collect();
         live.sort_unstable();
+        let ns = h.clock.to_ns();
         Some(MemoryHistory {
             arena: self.shared().config.name.clone(),
             events: h
                 .events()
                 .map(|e| MemoryEvent {
-                    t_ns: h.ns_of(e.t_ns),
+                    t_ns: ns(e.t_ns),
                     ..e.clone()
                 })
                 .collect(),
@@ -407,7 +391,7 @@ impl Arena {
             base_label_bytes: h.base_label_bytes.clone(),
             base_reserved: h.base_reserved.clone(),
             live,
-            end_ns: h.now_ns(),
+            end_ns: h.start().elapsed().as_nanos() as u64,
         })
     }
 }
