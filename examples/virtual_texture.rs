@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example virtual_texture                      # procedural 2^20
 //! cargo run --release --example virtual_texture -- --pack big.vtpack # a pack file
-//! options: --frames N  --size WxH  --slots N  --out contact.png
+//! options: --frames N  --size WxH  --slots N  --max-uploads N (per frame)  --out contact.png
 //! ```
 
 use std::sync::Arc;
@@ -26,6 +26,7 @@ struct Args {
     frames: u32,
     size: (u32, u32),
     slots: u32,
+    max_uploads: u32,
     out: std::path::PathBuf,
 }
 
@@ -35,6 +36,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         frames: 240,
         size: (512, 384),
         slots: 256,
+        max_uploads: VtConfig::default().max_uploads_per_frame,
         out: std::env::temp_dir().join("vramkit_vt_contact.png"),
     };
     let mut it = std::env::args().skip(1);
@@ -44,6 +46,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--pack" => a.pack = Some(v()?),
             "--frames" => a.frames = v()?.parse()?,
             "--slots" => a.slots = v()?.parse()?,
+            "--max-uploads" => a.max_uploads = v()?.parse()?,
             "--out" => a.out = v()?.into(),
             "--size" => {
                 let s = v()?;
@@ -76,6 +79,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = VtConfig {
         cache_slots: a.slots,
         render_size: a.size,
+        max_uploads_per_frame: a.max_uploads,
         ..Default::default()
     };
     let mut vt = VirtualTexture::new(&gpu, &arena, source.clone(), config)?;

@@ -1,5 +1,6 @@
 //! Worker threads that read (and decode) tiles from the source, most wanted first:
-//! straight into tile staging when a slot is free, into ordinary memory otherwise.
+//! straight into tile staging (waiting for a slot when all are taken), or into ordinary
+//! memory where the device has no tile staging.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,7 +73,15 @@ impl Loader {
                             shared.wake.wait(&mut q);
                         }
                     };
-                    let bytes = read(source.as_ref(), staging.as_ref(), tile, tile_bytes);
+                    let bytes = match &staging {
+                        Some(pool) => match pool.take_waiting(&shared.stop) {
+                            Some(mut slot) => source
+                                .read_tile_into(tile, slot.bytes_mut())
+                                .map(|()| TileBytes::Staged(slot)),
+                            None => return, // stopping
+                        },
+                        None => read_heap(source.as_ref(), tile, tile_bytes),
+                    };
                     if tx.send((tile, bytes)).is_err() {
                         return;
                     }
@@ -117,19 +126,8 @@ impl Loader {
     }
 }
 
-/// Reads `tile` into a staging slot when one is free, else into ordinary memory.
-fn read(
-    source: &dyn TileSource,
-    staging: Option<&Arc<TileStaging>>,
-    tile: TileId,
-    tile_bytes: usize,
-) -> Result<TileBytes> {
-    if let Some(mut slot) = staging.and_then(TileStaging::take) {
-        // On an error the slot goes back when `slot` drops.
-        return source
-            .read_tile_into(tile, slot.bytes_mut())
-            .map(|()| TileBytes::Staged(slot));
-    }
+/// Reads `tile` into ordinary memory (no tile staging on this device).
+fn read_heap(source: &dyn TileSource, tile: TileId, tile_bytes: usize) -> Result<TileBytes> {
     let b = source.read_tile(tile)?;
     if b.len() != tile_bytes {
         return Err(Error::Tile {
