@@ -489,22 +489,7 @@ impl Shared {
             |id| released.push(id),
         );
         for id in released {
-            if let Some(b) = p.buffers.get_mut(id.0 as usize).and_then(Option::take) {
-                if let Some(h) = st.history.as_mut() {
-                    let size = b.buffer().size();
-                    h.push(
-                        EventKind::BlockRelease,
-                        0,
-                        size,
-                        u32::MAX,
-                        req.pool,
-                        id.0,
-                        0,
-                    );
-                }
-                st.doomed.push(b);
-                st.counters.blocks_released += 1;
-            }
+            st.retire_block(req.pool, id);
         }
         let placed = match result {
             Ok(placed) => placed,
@@ -517,19 +502,16 @@ impl Shared {
         };
         if let Some(buffer) = created {
             let i = placed.block.0 as usize;
+            let p = &mut st.pools[req.pool];
             if p.buffers.len() <= i {
                 p.buffers.resize_with(i + 1, || None);
             }
             if let Some(h) = st.history.as_mut() {
-                let size = buffer.buffer().size();
-                h.push(
+                h.push_block(
                     EventKind::BlockCreate,
-                    0,
-                    size,
-                    u32::MAX,
+                    buffer.buffer().size(),
                     req.pool,
                     placed.block.0,
-                    0,
                 );
             }
             p.buffers[i] = Some(Arc::new(buffer));

@@ -360,21 +360,33 @@ impl State {
     /// Gives back empty blocks beyond `keep` bytes in every pool; returns bytes released.
     pub fn release_empty(&mut self, keep: u64) -> u64 {
         let mut total = 0;
-        for (index, pool) in self.pools.iter_mut().enumerate() {
+        for index in 0..self.pools.len() {
             let mut gone = Vec::new();
-            total += pool.set.release_empty(keep, |id| gone.push(id));
+            total += self.pools[index]
+                .set
+                .release_empty(keep, |id| gone.push(id));
             for id in gone {
-                if let Some(b) = pool.buffers.get_mut(id.0 as usize).and_then(Option::take) {
-                    if let Some(h) = self.history.as_mut() {
-                        let size = b.buffer().size();
-                        h.push(EventKind::BlockRelease, 0, size, u32::MAX, index, id.0, 0);
-                    }
-                    self.doomed.push(b);
-                    self.counters.blocks_released += 1;
-                }
+                self.retire_block(index, id);
             }
         }
         total
+    }
+
+    /// Takes the buffer of block `id` of `pool`, which its block set just released: it is
+    /// destroyed once the lock is released (`doomed`), counted, and recorded.
+    pub fn retire_block(&mut self, pool: usize, id: BlockId) {
+        let Some(b) = self.pools[pool]
+            .buffers
+            .get_mut(id.0 as usize)
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        if let Some(h) = self.history.as_mut() {
+            h.push_block(EventKind::BlockRelease, b.buffer().size(), pool, id.0);
+        }
+        self.doomed.push(b);
+        self.counters.blocks_released += 1;
     }
 }
 

@@ -192,6 +192,11 @@ impl HistoryRing {
         }
     }
 
+    /// A block of `size` bytes created or released in `pool`.
+    pub fn push_block(&mut self, kind: EventKind, size: u64, pool: usize, block: u32) {
+        self.push(kind, 0, size, u32::MAX, pool, block, 0);
+    }
+
     /// Folds the oldest event into the baseline and puts `event` in its slot (out of line:
     /// only a full ring does this).
     #[cold]
