@@ -184,7 +184,11 @@ impl HistoryRing {
         };
         let capacity = self.slots.len();
         if self.len < capacity {
-            let at = (self.head + self.len) % capacity;
+            // A subtraction rather than `%`, a 64-bit division, on every event.
+            let mut at = self.head + self.len;
+            if at >= capacity {
+                at -= capacity;
+            }
             self.slots[at] = event;
             self.len += 1;
         } else {
@@ -202,7 +206,10 @@ impl HistoryRing {
     #[cold]
     fn replace_oldest(&mut self, event: MemoryEvent) {
         let old = std::mem::replace(&mut self.slots[self.head], event);
-        self.head = (self.head + 1) % self.slots.len();
+        self.head += 1;
+        if self.head == self.slots.len() {
+            self.head = 0;
+        }
         self.fold(&old);
     }
 
