@@ -8,6 +8,7 @@
 
 mod bins;
 mod block_set;
+pub mod plan;
 mod tlsf;
 pub mod trace;
 

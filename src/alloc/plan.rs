@@ -1,0 +1,216 @@
+//! Offline memory planning: given every allocation of a program with its size, alignment
+//! and lifetime, offsets in one block that keep the peak near the least possible. What
+//! compilers do for static graphs (TFLite's arena planner, XLA's buffer assignment),
+//! for a recorded loop iteration of eager code.
+//!
+//! # How it works
+//! An [`Interval`] is live from step `first` to step `last`, inclusive. Each heuristic
+//! orders the intervals, then places each one, in that order, at the lowest aligned
+//! offset where it fits between the intervals already placed that overlap it in time
+//! (best fit among the gaps, else above them all). The orders ([`Heuristic`]):
+//! - **by size**: largest first (Pisarchyk and Lee's greedy by size, TFLite's default);
+//! - **by breadth**: largest size x lifetime first;
+//! - **by lifetime**: longest-lived first, so that short-lived intervals pack around them.
+//!
+//! [`plan`] runs all of them and keeps the lowest peak. [`lower_bound`] is the most bytes
+//! live at any step: no placement can peak below it.
+//!
+//! Placed intervals are indexed by time in buckets of [`BUCKET`] steps, each kept sorted
+//! by offset, so finding those that overlap a new one looks at nearby buckets, not at
+//! everything placed, and a query within one bucket needs no sort.
+//!
+//! # Promises
+//! Two intervals that overlap in time never overlap in memory; every offset is a
+//! multiple of its interval's alignment; the peak is at least the lower bound; the same
+//! input gives the same plan.
+
+use super::trace::TraceEvent;
+
+/// Steps per time bucket of the index of placed intervals.
+pub const BUCKET: u32 = 64;
+
+/// One allocation to place: `size` bytes aligned to `align` (a power of two), live from
+/// step `first` to step `last` inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    /// Bytes.
+    pub size: u64,
+    /// Alignment of the offset (a power of two; 0 and 1 mean none).
+    pub align: u64,
+    /// First step it is live.
+    pub first: u32,
+    /// Last step it is live (>= `first`).
+    pub last: u32,
+}
+
+/// The order in which a greedy planner places intervals (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heuristic {
+    /// Largest first.
+    BySize,
+    /// Largest size x lifetime first.
+    ByBreadth,
+    /// Longest-lived first.
+    ByLifetime,
+}
+
+/// Offsets for every interval, in input order, and the bytes they span.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Offset of each interval, in the order given.
+    pub offsets: Vec<u64>,
+    /// The highest end of any interval: the block the plan needs.
+    pub peak: u64,
+    /// The order that produced it.
+    pub heuristic: Heuristic,
+}
+
+/// The most bytes live at any step: no plan peaks below it.
+pub fn lower_bound(intervals: &[Interval]) -> u64 {
+    let mut deltas: Vec<(u32, i128)> = Vec::with_capacity(2 * intervals.len());
+    for i in intervals {
+        deltas.push((i.first, i128::from(i.size)));
+        deltas.push((i.last.saturating_add(1), -i128::from(i.size)));
+    }
+    // Frees at a step come before allocations at the same step (`last` is inclusive, so
+    // an interval ending at s - 1 is gone at s).
+    deltas.sort_unstable_by_key(|&(t, d)| (t, d > 0));
+    let (mut live, mut peak) = (0i128, 0i128);
+    for (_, d) in deltas {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak as u64
+}
+
+/// The best plan of all [`Heuristic`]s (the lowest peak; the first on ties).
+///
+/// ```
+/// use vramkit::alloc::plan::{lower_bound, plan, Interval};
+/// let i = |size, first, last| Interval { size, align: 256, first, last };
+/// let intervals = [i(1000, 0, 1), i(3000, 1, 2), i(1000, 2, 3)];
+/// let p = plan(&intervals);
+/// assert!(p.peak >= lower_bound(&intervals));
+/// // The first and last never meet: they can share bytes.
+/// assert_eq!(p.offsets[0], p.offsets[2]);
+/// ```
+pub fn plan(intervals: &[Interval]) -> Plan {
+    [
+        Heuristic::BySize,
+        Heuristic::ByBreadth,
+        Heuristic::ByLifetime,
+    ]
+    .into_iter()
+    .map(|h| plan_with(intervals, h))
+    .min_by_key(|p| p.peak)
+    .unwrap_or(Plan {
+        offsets: Vec::new(),
+        peak: 0,
+        heuristic: Heuristic::BySize,
+    })
+}
+
+/// The plan of one heuristic.
+pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
+    let n = intervals.len();
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let key = |i: &u32| {
+        let v = intervals[*i as usize];
+        let life = u64::from(v.last.saturating_sub(v.first)) + 1;
+        let primary = match heuristic {
+            Heuristic::BySize => u128::from(v.size),
+            Heuristic::ByBreadth => u128::from(v.size) * u128::from(life),
+            Heuristic::ByLifetime => (u128::from(life) << 64) | u128::from(v.size),
+        };
+        // Descending, then by start and input order: deterministic.
+        (std::cmp::Reverse(primary), v.first, *i)
+    };
+    order.sort_unstable_by_key(key);
+    let steps = intervals.iter().map(|v| v.last).max().map_or(0, |m| m + 1);
+    // Per bucket: (offset, interval) of every placed interval live in it, by offset.
+    let mut buckets: Vec<Vec<(u64, u32)>> =
+        vec![Vec::new(); steps.div_ceil(BUCKET).max(1) as usize];
+    let mut offsets = vec![0u64; n];
+    let mut peak = 0u64;
+    let mut seen = vec![u32::MAX; n];
+    let mut neighbours: Vec<(u64, u64)> = Vec::new();
+    for (round, &i) in order.iter().enumerate() {
+        let v = intervals[i as usize];
+        let (b0, b1) = ((v.first / BUCKET) as usize, (v.last / BUCKET) as usize);
+        neighbours.clear();
+        for bucket in &buckets[b0..=b1] {
+            for &(at, j) in bucket {
+                // An interval spanning several buckets is seen once per placement.
+                if seen[j as usize] == round as u32 {
+                    continue;
+                }
+                seen[j as usize] = round as u32;
+                let w = intervals[j as usize];
+                if w.first <= v.last && v.first <= w.last {
+                    neighbours.push((at, at + w.size));
+                }
+            }
+        }
+        if b0 != b1 {
+            // Several buckets' sorted runs: merge them.
+            neighbours.sort_unstable();
+        }
+        let align = v.align.max(1);
+        // Best fit: the smallest gap between neighbours that holds it; else above all.
+        let (mut best, mut best_gap) = (None, u64::MAX);
+        let mut floor = 0u64;
+        for &(start, end) in &neighbours {
+            let at = floor.next_multiple_of(align);
+            if start > at && start - at >= v.size && start - floor < best_gap {
+                best = Some(at);
+                best_gap = start - floor;
+            }
+            floor = floor.max(end);
+        }
+        let at = best.unwrap_or_else(|| floor.next_multiple_of(align));
+        offsets[i as usize] = at;
+        peak = peak.max(at + v.size);
+        for bucket in &mut buckets[b0..=b1] {
+            let k = bucket.partition_point(|&(o, _)| o < at);
+            bucket.insert(k, (at, i));
+        }
+    }
+    Plan {
+        offsets,
+        peak,
+        heuristic,
+    }
+}
+
+/// The intervals of a recorded trace, one per allocation in the order they were made,
+/// with step = event index and every allocation aligned to `align`. An allocation never
+/// freed lives to the end; an id allocated again before its free ends the first one there
+/// (as the replay does).
+pub fn intervals_from_trace(events: &[TraceEvent], align: u64) -> Vec<Interval> {
+    let end = events.len().saturating_sub(1) as u32;
+    // Id -> index of its open interval.
+    let mut open: std::collections::HashMap<u32, usize> = Default::default();
+    let mut out: Vec<Interval> = Vec::new();
+    for (step, e) in events.iter().enumerate() {
+        let step = step as u32;
+        match *e {
+            TraceEvent::Alloc { id, size } => {
+                if let Some(old) = open.insert(id, out.len()) {
+                    out[old].last = step.max(out[old].first);
+                }
+                out.push(Interval {
+                    size,
+                    align,
+                    first: step,
+                    last: end,
+                });
+            }
+            TraceEvent::Free { id } => {
+                if let Some(k) = open.remove(&id) {
+                    out[k].last = step;
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,106 @@
+//! The memory planner (pure CPU): random interval sets keep every promise of
+//! `alloc::plan`, and the real traces plan close to their lower bound.
+
+use std::io::BufReader;
+
+use proptest::prelude::*;
+use vramkit::alloc::plan::{
+    intervals_from_trace, lower_bound, plan, plan_with, Heuristic, Interval,
+};
+use vramkit::alloc::trace::parse_csv;
+
+/// Checks a plan against the brute-force definition: intervals live at the same step
+/// share no byte, offsets are aligned, the peak is the highest end and not below the
+/// bound.
+fn assert_valid(intervals: &[Interval], offsets: &[u64], peak: u64) {
+    assert_eq!(offsets.len(), intervals.len());
+    let mut top = 0;
+    for (i, (a, &oa)) in intervals.iter().zip(offsets).enumerate() {
+        assert_eq!(oa % a.align.max(1), 0, "interval {i} misaligned");
+        top = top.max(oa + a.size);
+        for (j, (b, &ob)) in intervals.iter().zip(offsets).enumerate().skip(i + 1) {
+            let in_time = a.first <= b.last && b.first <= a.last;
+            let in_memory = oa < ob + b.size && ob < oa + a.size;
+            assert!(
+                !(in_time && in_memory),
+                "{i} {a:?} at {oa} and {j} {b:?} at {ob} overlap"
+            );
+        }
+    }
+    assert_eq!(peak, top);
+    assert!(peak >= lower_bound(intervals));
+}
+
+fn intervals() -> impl Strategy<Value = Vec<Interval>> {
+    prop::collection::vec((1u64..5000, 0u32..9, 0u32..300, 0u32..120), 0..120).prop_map(|v| {
+        v.into_iter()
+            .map(|(size, a, first, life)| Interval {
+                size,
+                align: 1 << a,
+                first,
+                last: first + life,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn every_heuristic_keeps_the_promises(v in intervals()) {
+        for h in [Heuristic::BySize, Heuristic::ByBreadth, Heuristic::ByLifetime] {
+            let p = plan_with(&v, h);
+            assert_valid(&v, &p.offsets, p.peak);
+            // Deterministic.
+            prop_assert_eq!(&p, &plan_with(&v, h));
+        }
+        let best = plan(&v);
+        assert_valid(&v, &best.offsets, best.peak);
+        for h in [Heuristic::BySize, Heuristic::ByBreadth, Heuristic::ByLifetime] {
+            prop_assert!(best.peak <= plan_with(&v, h).peak);
+        }
+    }
+}
+
+#[test]
+fn the_lower_bound_is_the_most_bytes_live_at_once() {
+    let i = |size, first, last| Interval {
+        size,
+        align: 1,
+        first,
+        last,
+    };
+    // 10 + 20 live at step 1; 20 + 5 at step 2 (the first ended at 1).
+    assert_eq!(lower_bound(&[i(10, 0, 1), i(20, 1, 2), i(5, 2, 3)]), 30);
+    assert_eq!(lower_bound(&[]), 0);
+    // Disjoint in time: the plan reuses the bytes and meets the bound.
+    let v = [i(100, 0, 0), i(100, 1, 1), i(100, 2, 2)];
+    let p = plan(&v);
+    assert_eq!((p.peak, lower_bound(&v)), (100, 100));
+}
+
+#[test]
+fn the_resnet_trace_plans_within_one_percent_of_its_bound() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/data/trace_resnet50_train.csv.gz"
+    );
+    let file = std::fs::File::open(path).unwrap();
+    let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file))).unwrap();
+    let v = intervals_from_trace(&events, 256);
+    assert_eq!(
+        v.len(),
+        events
+            .iter()
+            .filter(|e| matches!(e, vramkit::alloc::trace::TraceEvent::Alloc { .. }))
+            .count()
+    );
+    let p = plan(&v);
+    let bound = lower_bound(&v);
+    assert!(
+        (p.peak as f64) <= 1.01 * bound as f64,
+        "planned {} over a bound of {bound}",
+        p.peak
+    );
+}
