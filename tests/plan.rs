@@ -5,7 +5,7 @@ use std::io::BufReader;
 
 use proptest::prelude::*;
 use vramkit::alloc::plan::{
-    intervals_from_trace, lower_bound, plan, plan_with, Heuristic, Interval,
+    intervals_from_trace, lower_bound, plan, plan_with, Interval, HEURISTICS,
 };
 use vramkit::alloc::trace::parse_csv;
 
@@ -49,7 +49,7 @@ proptest! {
 
     #[test]
     fn every_heuristic_keeps_the_promises(v in intervals()) {
-        for h in [Heuristic::BySize, Heuristic::ByBreadth, Heuristic::ByLifetime] {
+        for h in HEURISTICS {
             let p = plan_with(&v, h);
             assert_valid(&v, &p.offsets, p.peak);
             // Deterministic.
@@ -57,7 +57,7 @@ proptest! {
         }
         let best = plan(&v);
         assert_valid(&v, &best.offsets, best.peak);
-        for h in [Heuristic::BySize, Heuristic::ByBreadth, Heuristic::ByLifetime] {
+        for h in HEURISTICS {
             prop_assert!(best.peak <= plan_with(&v, h).peak);
         }
     }
@@ -81,7 +81,7 @@ fn the_lower_bound_is_the_most_bytes_live_at_once() {
 }
 
 #[test]
-fn the_resnet_trace_plans_within_one_percent_of_its_bound() {
+fn the_resnet_trace_plans_at_its_bound() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/data/trace_resnet50_train.csv.gz"
@@ -99,7 +99,7 @@ fn the_resnet_trace_plans_within_one_percent_of_its_bound() {
     let p = plan(&v);
     let bound = lower_bound(&v);
     assert!(
-        (p.peak as f64) <= 1.01 * bound as f64,
+        (p.peak as f64) <= 1.001 * bound as f64,
         "planned {} over a bound of {bound}",
         p.peak
     );

@@ -10,9 +10,12 @@
 //! (best fit among the gaps, else above them all). The orders ([`Heuristic`]):
 //! - **by size**: largest first (Pisarchyk and Lee's greedy by size, TFLite's default);
 //! - **by breadth**: largest size x lifetime first;
-//! - **by lifetime**: longest-lived first, so that short-lived intervals pack around them.
+//! - **by lifetime**: longest-lived first, so that short-lived intervals pack around them;
+//! - **by pressure**: first those live where the most bytes are live at once (the most,
+//!   over their lifetime, of the bytes live per step), then by size: the steps that set
+//!   the bound are packed before anything can fragment them.
 //!
-//! [`plan`] runs all of them and keeps the lowest peak. [`lower_bound`] is the most bytes
+//! [`plan`] runs all of them ([`HEURISTICS`]) and keeps the lowest peak. [`lower_bound`] is the most bytes
 //! live at any step: no placement can peak below it.
 //!
 //! Placed intervals are indexed by time in buckets of [`BUCKET`] steps, each kept sorted
@@ -52,7 +55,17 @@ pub enum Heuristic {
     ByBreadth,
     /// Longest-lived first.
     ByLifetime,
+    /// Most bytes live at once during the lifetime first, then largest.
+    ByPressure,
 }
+
+/// Every heuristic, in the order [`plan`] tries them.
+pub const HEURISTICS: [Heuristic; 4] = [
+    Heuristic::BySize,
+    Heuristic::ByBreadth,
+    Heuristic::ByLifetime,
+    Heuristic::ByPressure,
+];
 
 /// Offsets for every interval, in input order, and the bytes they span.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,25 +108,22 @@ pub fn lower_bound(intervals: &[Interval]) -> u64 {
 /// assert_eq!(p.offsets[0], p.offsets[2]);
 /// ```
 pub fn plan(intervals: &[Interval]) -> Plan {
-    [
-        Heuristic::BySize,
-        Heuristic::ByBreadth,
-        Heuristic::ByLifetime,
-    ]
-    .into_iter()
-    .map(|h| plan_with(intervals, h))
-    .min_by_key(|p| p.peak)
-    .unwrap_or(Plan {
-        offsets: Vec::new(),
-        peak: 0,
-        heuristic: Heuristic::BySize,
-    })
+    HEURISTICS
+        .into_iter()
+        .map(|h| plan_with(intervals, h))
+        .min_by_key(|p| p.peak)
+        .unwrap_or(Plan {
+            offsets: Vec::new(),
+            peak: 0,
+            heuristic: Heuristic::BySize,
+        })
 }
 
 /// The plan of one heuristic.
 pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
     let n = intervals.len();
     let mut order: Vec<u32> = (0..n as u32).collect();
+    let pressure = (heuristic == Heuristic::ByPressure).then(|| pressure(intervals));
     let key = |i: &u32| {
         let v = intervals[*i as usize];
         let life = u64::from(v.last.saturating_sub(v.first)) + 1;
@@ -121,6 +131,10 @@ pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
             Heuristic::BySize => u128::from(v.size),
             Heuristic::ByBreadth => u128::from(v.size) * u128::from(life),
             Heuristic::ByLifetime => (u128::from(life) << 64) | u128::from(v.size),
+            Heuristic::ByPressure => {
+                let p = pressure.as_ref().map_or(0, |p| p[*i as usize]);
+                (u128::from(p) << 64) | u128::from(v.size)
+            }
         };
         // Descending, then by start and input order: deterministic.
         (std::cmp::Reverse(primary), v.first, *i)
@@ -180,6 +194,53 @@ pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
         peak,
         heuristic,
     }
+}
+
+/// For each interval, the most bytes live at once at any step of its lifetime: the live
+/// bytes per step from a prefix sum, then a range maximum per interval over a segment tree
+/// of the steps (O((n + steps) log steps)).
+fn pressure(intervals: &[Interval]) -> Vec<u64> {
+    let steps = intervals
+        .iter()
+        .map(|v| v.last as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut delta = vec![0i128; steps + 1];
+    for v in intervals {
+        delta[v.first as usize] += i128::from(v.size);
+        delta[v.last as usize + 1] -= i128::from(v.size);
+    }
+    // Leaves at size.., inner nodes below: tree[k] = max(tree[2k], tree[2k + 1]).
+    let size = steps.next_power_of_two().max(1);
+    let mut tree = vec![0u64; 2 * size];
+    let mut live = 0i128;
+    for t in 0..steps {
+        live += delta[t];
+        tree[size + t] = live.max(0) as u64;
+    }
+    for k in (1..size).rev() {
+        tree[k] = tree[2 * k].max(tree[2 * k + 1]);
+    }
+    intervals
+        .iter()
+        .map(|v| {
+            let (mut a, mut b) = (v.first as usize + size, v.last as usize + size + 1);
+            let mut most = 0;
+            while a < b {
+                if a & 1 == 1 {
+                    most = most.max(tree[a]);
+                    a += 1;
+                }
+                if b & 1 == 1 {
+                    b -= 1;
+                    most = most.max(tree[b]);
+                }
+                a /= 2;
+                b /= 2;
+            }
+            most
+        })
+        .collect()
 }
 
 /// The intervals of a recorded trace, one per allocation in the order they were made,
