@@ -52,8 +52,10 @@ impl MemoryHistory {
                 _ => None,
             })
             .collect();
-        let counters = self.replay();
-        for (e, (_, labels, reserved)) in self.events.iter().zip(counters.iter().skip(1)) {
+        self.replay(|state| {
+            let Some(e) = state.event else {
+                return;
+            };
             let label = self.labels.get(e.label as usize).map_or("", String::as_str);
             let pool = self.pools.get(e.pool as usize).map_or("", String::as_str);
             let args = format!(
@@ -89,11 +91,11 @@ impl MemoryHistory {
                     e.block
                 )),
             }
-            let allocated: u64 = labels.iter().sum();
             ev.push(format!(
-                "{{\"ph\":\"C\",\"name\":\"memory\",\"pid\":1,\"ts\":{t:.3},\"args\":{{\"allocated\":{allocated},\"reserved\":{reserved}}}}}"
+                "{{\"ph\":\"C\",\"name\":\"memory\",\"pid\":1,\"ts\":{t:.3},\"args\":{{\"allocated\":{},\"reserved\":{}}}}}",
+                state.allocated, state.reserved
             ));
-        }
+        });
         for s in &self.gpu_spans {
             ev.push(format!(
                 "{{\"ph\":\"X\",\"cat\":\"gpu\",\"name\":\"{}\",\"pid\":2,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3}}}",

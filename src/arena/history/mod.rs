@@ -291,51 +291,72 @@ impl MemoryHistory {
     /// event: what the timeline ends at, and what [`Arena::stats`] says when nothing
     /// happened since.
     pub fn bytes_at_end(&self) -> (Vec<(String, u64)>, u64) {
-        let states = self.replay();
-        let Some((_, labels, reserved)) = states.last() else {
-            return (Vec::new(), 0);
-        };
+        let (labels, reserved) = self.replay(|_| {});
         let by_label = labels
             .iter()
             .enumerate()
             .filter(|(_, &b)| b > 0)
             .map(|(i, &b)| (self.labels.get(i).cloned().unwrap_or_default(), b))
             .collect();
-        (by_label, *reserved)
+        (by_label, reserved)
     }
 
-    /// Live bytes per label and reserved bytes in total after each event, starting from
-    /// the baseline: `(t_ns, per label, reserved)`. The timeline's and the trace's
-    /// counters.
-    pub(crate) fn replay(&self) -> Vec<(u64, Vec<u64>, u64)> {
+    /// Replays the events from the baseline, calling `visit` with the state before the
+    /// first event and after each one; returns the final live bytes per label and
+    /// reserved bytes. The timeline's and the trace's counters. One state at a time: a
+    /// copy of every state would take events x labels words.
+    pub(crate) fn replay(&self, mut visit: impl FnMut(&State<'_>)) -> (Vec<u64>, u64) {
         let mut labels = self.base_label_bytes.clone();
         labels.resize(self.labels.len().max(labels.len()), 0);
+        let mut allocated: u64 = labels.iter().sum();
         let mut reserved: u64 = self.base_reserved.iter().sum();
-        let mut out = Vec::with_capacity(self.events.len() + 1);
-        out.push((
-            self.events.first().map_or(0, |e| e.t_ns),
-            labels.clone(),
+        visit(&State {
+            event: None,
+            t_ns: self.events.first().map_or(0, |e| e.t_ns),
+            labels: &labels,
+            allocated,
             reserved,
-        ));
+        });
         for e in &self.events {
             match e.kind {
                 EventKind::Alloc | EventKind::Reuse => {
                     if let Some(b) = labels.get_mut(e.label as usize) {
                         *b += e.size;
+                        allocated += e.size;
                     }
                 }
                 EventKind::Free => {
                     if let Some(b) = labels.get_mut(e.label as usize) {
-                        *b = b.saturating_sub(e.size);
+                        let freed = e.size.min(*b);
+                        *b -= freed;
+                        allocated -= freed;
                     }
                 }
                 EventKind::BlockCreate => reserved += e.size,
                 EventKind::BlockRelease => reserved = reserved.saturating_sub(e.size),
             }
-            out.push((e.t_ns, labels.clone(), reserved));
+            visit(&State {
+                event: Some(e),
+                t_ns: e.t_ns,
+                labels: &labels,
+                allocated,
+                reserved,
+            });
         }
-        out
+        (labels, reserved)
     }
+}
+
+/// One state of [`MemoryHistory::replay`].
+pub(crate) struct State<'a> {
+    /// The event that led to it (`None`: the baseline).
+    pub event: Option<&'a MemoryEvent>,
+    pub t_ns: u64,
+    /// Live bytes per label index.
+    pub labels: &'a [u64],
+    /// Their sum.
+    pub allocated: u64,
+    pub reserved: u64,
 }
 
 fn write(path: &std::path::Path, text: String, what: &str) -> crate::Result<()> {

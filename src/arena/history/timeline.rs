@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::MemoryHistory;
+use super::{MemoryHistory, State};
 use crate::{Error, Result};
 
 /// Labels drawn in their own colour; the rest are summed as "other".
@@ -17,38 +17,50 @@ impl MemoryHistory {
     /// The timeline as an SVG document of `width` x `height` pixels (see the module docs
     /// of `arena::history`).
     pub fn to_timeline_svg(&self, width: u32, height: u32) -> Result<String> {
-        let states = self.replay();
         // The labels that held the most at their peak, largest first.
-        let n_labels = states.first().map_or(0, |s| s.1.len());
+        let n_labels = self.labels.len().max(self.base_label_bytes.len());
         let mut peak = vec![0u64; n_labels];
-        for (_, labels, _) in &states {
-            for (p, &b) in peak.iter_mut().zip(labels) {
-                *p = (*p).max(b);
+        let mut states = 0usize;
+        self.replay(|state| {
+            states += 1;
+            match state.event {
+                // Only the event's label changed.
+                Some(e) => {
+                    let i = e.label as usize;
+                    if let (Some(p), Some(&b)) = (peak.get_mut(i), state.labels.get(i)) {
+                        *p = (*p).max(b);
+                    }
+                }
+                None => {
+                    for (p, &b) in peak.iter_mut().zip(state.labels) {
+                        *p = (*p).max(b);
+                    }
+                }
             }
-        }
+        });
         let mut order: Vec<usize> = (0..n_labels).filter(|&i| peak[i] > 0).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(peak[i]));
         let top: Vec<usize> = order.iter().copied().take(TOP_LABELS).collect();
         let has_other = order.len() > top.len();
         // Series rows: the top labels, then "other"; cumulative from the bottom.
-        let rows = sample(&states, MAX_POINTS);
+        let row = |state: &State<'_>| -> Row {
+            let mut acc = 0u64;
+            let mut cum = Vec::with_capacity(top.len() + 1);
+            for &i in &top {
+                acc += state.labels.get(i).copied().unwrap_or(0);
+                cum.push(acc);
+            }
+            if has_other {
+                cum.push(state.allocated);
+            }
+            (state.t_ns, cum, state.reserved)
+        };
+        let rows = sample(self, states, MAX_POINTS, row);
         let t0 = rows.first().map_or(0, |r| r.0);
         let secs = |t: u64| (t.saturating_sub(t0)) as f64 / 1e9;
         let stacks: Vec<(f64, Vec<u64>, u64)> = rows
-            .iter()
-            .map(|(t, labels, reserved)| {
-                let mut acc = 0u64;
-                let mut cum = Vec::with_capacity(top.len() + 1);
-                for &i in &top {
-                    acc += labels.get(i).copied().unwrap_or(0);
-                    cum.push(acc);
-                }
-                let total: u64 = labels.iter().sum();
-                if has_other {
-                    cum.push(total);
-                }
-                (secs(*t), cum, *reserved)
-            })
+            .into_iter()
+            .map(|(t, cum, reserved)| (secs(t), cum, reserved))
             .collect();
         let y_max = stacks
             .iter()
@@ -156,26 +168,44 @@ fn unit_for(max: u64) -> (&'static str, f64) {
     }
 }
 
-/// At most about `max` of `states`: every state when few, else per bucket the state of
-/// highest total and the last one (peaks stay visible), in time order.
-fn sample(states: &[(u64, Vec<u64>, u64)], max: usize) -> Vec<(u64, Vec<u64>, u64)> {
-    if states.len() <= max {
-        return states.to_vec();
+/// A row of the series: time, cumulative bytes of the stacked labels, reserved bytes.
+type Row = (u64, Vec<u64>, u64);
+
+/// The rows of at most about `max` of the history's `states` replayed states: every
+/// state when few, else per bucket the state of highest total (the last of equals) and
+/// the last one (peaks stay visible), in time order.
+fn sample(
+    history: &MemoryHistory,
+    states: usize,
+    max: usize,
+    row: impl Fn(&State<'_>) -> Row,
+) -> Vec<Row> {
+    let mut out = Vec::with_capacity(states.min(max + 2));
+    if states <= max {
+        history.replay(|state| out.push(row(state)));
+        return out;
     }
-    let bucket = states.len().div_ceil(max / 2);
-    let mut out = Vec::with_capacity(max + 2);
-    for chunk in states.chunks(bucket) {
-        let highest = chunk
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, s)| s.1.iter().sum::<u64>().max(s.2))
-            .map_or(0, |(i, _)| i);
-        out.push(chunk[highest].clone());
-        if highest + 1 != chunk.len() {
-            if let Some(last) = chunk.last() {
-                out.push(last.clone());
-            }
+    let bucket = states.div_ceil(max / 2);
+    // The best state of the current bucket so far, with its score.
+    let mut best: Option<(u64, Row)> = None;
+    let (mut k, mut in_bucket) = (0usize, 0usize);
+    history.replay(|state| {
+        let score = state.allocated.max(state.reserved);
+        let is_best = best.as_ref().is_none_or(|b| score >= b.0);
+        if is_best {
+            best = Some((score, row(state)));
         }
-    }
+        in_bucket += 1;
+        k += 1;
+        if in_bucket == bucket || k == states {
+            if let Some((_, b)) = best.take() {
+                out.push(b);
+            }
+            if !is_best {
+                out.push(row(state));
+            }
+            in_bucket = 0;
+        }
+    });
     out
 }
