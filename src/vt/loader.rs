@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use super::layout::TileId;
-use super::source::TileSource;
+use super::source::{read_checked, TileSource};
 use super::staging::{StagedTile, TileStaging};
 use crate::{Error, Result};
 
@@ -80,7 +80,10 @@ impl Loader {
                                 .map(|()| TileBytes::Staged(slot)),
                             None => return, // stopping
                         },
-                        None => read_heap(source.as_ref(), tile, tile_bytes),
+                        // No tile staging on this device: ordinary memory.
+                        None => {
+                            read_checked(source.as_ref(), tile, tile_bytes).map(TileBytes::Heap)
+                        }
                     };
                     if tx.send((tile, bytes)).is_err() {
                         return;
@@ -124,19 +127,6 @@ impl Loader {
     pub fn next(&self) -> Option<Loaded> {
         self.results.recv().ok()
     }
-}
-
-/// Reads `tile` into ordinary memory (no tile staging on this device).
-fn read_heap(source: &dyn TileSource, tile: TileId, tile_bytes: usize) -> Result<TileBytes> {
-    let b = source.read_tile(tile)?;
-    if b.len() != tile_bytes {
-        return Err(Error::Tile {
-            place: tile.to_string(),
-            what: format!("the source gave {} bytes, a tile is {tile_bytes}", b.len()),
-            hint: "return TILE x TILE texels of the source's format, border included".into(),
-        });
-    }
-    Ok(TileBytes::Heap(b))
 }
 
 impl Drop for Loader {

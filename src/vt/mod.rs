@@ -594,20 +594,7 @@ impl VirtualTexture {
         let tile_bytes = self.tile_bytes;
         let read: Vec<(TileId, Vec<u8>)> = tiles
             .par_iter()
-            .map(|&t| {
-                let bytes = source.read_tile(t)?;
-                if bytes.len() != tile_bytes {
-                    return Err(Error::Tile {
-                        place: t.to_string(),
-                        what: format!(
-                            "the source gave {} bytes for a pinned tile, a tile is {tile_bytes}",
-                            bytes.len()
-                        ),
-                        hint: "return TILE x TILE RGBA8 texels, border included".into(),
-                    });
-                }
-                Ok((t, bytes))
-            })
+            .map(|&t| Ok((t, source::read_checked(source.as_ref(), t, tile_bytes)?)))
             .collect::<Result<_>>()?;
         let mut regions = Vec::with_capacity(read.len());
         for (tile, _) in &read {

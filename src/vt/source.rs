@@ -32,19 +32,7 @@ pub trait TileSource: Send + Sync {
     /// [`read_tile`](Self::read_tile) and copies; override it when the source can write
     /// in place (a decompressor, a generator). Bytes of the wrong length are an error.
     fn read_tile_into(&self, tile: TileId, dst: &mut [u8]) -> Result<()> {
-        let bytes = self.read_tile(tile)?;
-        if bytes.len() != dst.len() {
-            return Err(Error::Tile {
-                place: tile.to_string(),
-                what: format!(
-                    "the source gave {} bytes, a tile is {}",
-                    bytes.len(),
-                    dst.len()
-                ),
-                hint: "return TILE x TILE texels of the source's format, border included".into(),
-            });
-        }
-        dst.copy_from_slice(&bytes);
+        dst.copy_from_slice(&read_checked(self, tile, dst.len())?);
         Ok(())
     }
 
@@ -225,6 +213,26 @@ pub(crate) fn check_tile(layout: &VtLayout, tile: TileId) -> Result<()> {
         ),
         hint: "ask for tiles of the source's layout".into(),
     })
+}
+
+/// `source.read_tile(tile)`, with bytes of any length but `tile_bytes` a typed error.
+pub(crate) fn read_checked<S: TileSource + ?Sized>(
+    source: &S,
+    tile: TileId,
+    tile_bytes: usize,
+) -> Result<Vec<u8>> {
+    let bytes = source.read_tile(tile)?;
+    if bytes.len() != tile_bytes {
+        return Err(Error::Tile {
+            place: tile.to_string(),
+            what: format!(
+                "the source gave {} bytes, a tile is {tile_bytes}",
+                bytes.len()
+            ),
+            hint: "return TILE x TILE texels of the source's format, border included".into(),
+        });
+    }
+    Ok(bytes)
 }
 
 /// A typed error for a destination that is not one tile long.
