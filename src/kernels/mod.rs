@@ -625,24 +625,30 @@ impl<'a> Batch<'a> {
             k.bind_group(chunk, io)
         };
         let offset = self.push_params(&params);
-        if let Some(writes) = self.profile.as_mut().and_then(|p| p.next(name)) {
-            // Profiling: a pass of its own, timed at its beginning and end.
-            self.pass = None;
-            let mut pass = self
-                .encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(name),
-                    timestamp_writes: Some(writes),
-                });
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind, &[offset]);
-            pass.dispatch_workgroups(gx, gy, 1);
-            return Ok(());
-        }
+        // Profiling: a pass of its own, timed at its beginning and end, ended after it.
+        let timed = match self.profile.as_mut().and_then(|p| p.next(name)) {
+            Some(writes) => {
+                // The shared pass must end before another begins on the encoder.
+                self.pass = None;
+                self.pass = Some(
+                    self.encoder
+                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some(name),
+                            timestamp_writes: Some(writes),
+                        })
+                        .forget_lifetime(),
+                );
+                true
+            }
+            None => false,
+        };
         let pass = self.pass();
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[offset]);
         pass.dispatch_workgroups(gx, gy, 1);
+        if timed {
+            self.pass = None;
+        }
         Ok(())
     }
 
