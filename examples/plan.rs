@@ -7,12 +7,14 @@
 //! cargo run --release --example plan -- --all           # every trace in examples/data
 //! ```
 
-use std::io::BufReader;
 use std::time::Instant;
 
 use vramkit::alloc::plan::{intervals_from_trace, lower_bound, plan, Interval};
-use vramkit::alloc::trace::{parse_csv, replay, replay_in_one_block, TraceEvent};
+use vramkit::alloc::trace::{replay, replay_in_one_block, TraceEvent};
 use vramkit::alloc::{BlockPolicy, RangeAllocator};
+
+#[path = "support/traces.rs"]
+mod traces;
 
 const ALIGN: u64 = 256;
 
@@ -25,29 +27,21 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data");
     let paths: Vec<std::path::PathBuf> = if args.iter().any(|a| a == "--all") {
-        let mut p: Vec<_> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
-            .collect();
-        p.sort();
-        p
+        traces::all()?
     } else {
         vec![args
             .iter()
             .find(|a| !a.starts_with("--"))
             .map_or_else(
-                || format!("{dir}/trace_resnet50_train.csv.gz"),
+                || format!("{}/trace_resnet50_train.csv.gz", traces::DATA),
                 Clone::clone,
             )
             .into()]
     };
     let mut worst = 0.0f64;
     for path in &paths {
-        let file = std::fs::File::open(path)
-            .map_err(|e| format!("cannot open trace {}: {e}", path.display()))?;
-        let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file)))?;
+        let events = traces::load(path)?;
         println!("\ntrace: {}", path.display());
         worst = worst.max(one(&events)?);
     }

@@ -15,8 +15,8 @@
 
 #[path = "support/peers.rs"]
 mod peers;
-
-use std::io::BufReader;
+#[path = "support/traces.rs"]
+mod traces;
 
 /// The trace shipped with the repository (34 KB; see examples/data/README.md).
 const DEFAULT_TRACE: &str = concat!(
@@ -24,7 +24,7 @@ const DEFAULT_TRACE: &str = concat!(
     "/examples/data/trace_resnet50_train.csv.gz"
 );
 
-use vramkit::alloc::trace::{parse_csv, replay, replay_in_one_block, ReplayReport, TraceEvent};
+use vramkit::alloc::trace::{replay, replay_in_one_block, ReplayReport, TraceEvent};
 use vramkit::alloc::{BlockPolicy, Placement, RangeAllocator, SubAllocator};
 
 /// vramkit's allocator with an explicit placement, to compare good-fit and best-fit.
@@ -161,8 +161,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .find(|a| !a.starts_with("--"))
         .cloned()
         .unwrap_or_else(|| DEFAULT_TRACE.to_string());
-    let file = std::fs::File::open(&path).map_err(|e| format!("cannot open trace {path}: {e}"))?;
-    let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file)))?;
+    let events = traces::load(path.as_ref())?;
     let json_path = path.replace(".csv.gz", ".json");
     let pytorch = std::fs::read_to_string(&json_path)
         .ok()
@@ -255,12 +254,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `--all`: every trace of `examples/data` at every scale (see the module docs).
 fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data");
-    let mut paths: Vec<_> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
-        .collect();
-    paths.sort();
+    let paths = traces::all()?;
     let policy = BlockPolicy::for_max_binding(2 << 30);
     println!(
         "{:<30} {:>6} {:>12} {:>8} {:>7} {:>10}",
@@ -268,8 +262,7 @@ fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
     );
     let (mut worst, mut over, mut slowest) = (0.0f64, 0, f64::MAX);
     for path in &paths {
-        let file = std::fs::File::open(path)?;
-        let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file)))?;
+        let events = traces::load(path)?;
         let name = path.file_name().map_or(String::new(), |n| {
             n.to_string_lossy().replace(".csv.gz", "")
         });
