@@ -53,6 +53,7 @@ pub mod readback;
 mod runtime;
 pub mod shaders;
 pub mod stream;
+pub mod tier;
 pub mod vt;
 
 pub use arena::{Allocation, Arena, ArenaConfig};

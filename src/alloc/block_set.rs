@@ -132,6 +132,8 @@ struct Block<A> {
     size: u64,
     dedicated: bool,
     live: usize,
+    /// Being emptied by a defragmentation: no new range goes here.
+    draining: bool,
 }
 
 /// A set of blocks run by a [`BlockPolicy`]; the caller backs each block with memory.
@@ -291,6 +293,7 @@ impl<A: SubAllocator> BlockSet<A> {
             size: block_size,
             dedicated,
             live: 1,
+            draining: false,
         };
         if (id.0 as usize) == self.blocks.len() {
             self.blocks.push(Some(slot));
@@ -324,7 +327,7 @@ impl<A: SubAllocator> BlockSet<A> {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, b)| b.as_ref().map(|b| (i, b)))
-                .filter(|(_, b)| b.dedicated && b.live == 0)
+                .filter(|(_, b)| b.dedicated && b.live == 0 && !b.draining)
                 .filter(|(_, b)| b.size >= size && b.size <= size + size / 8 + slack)
                 .min_by_key(|(_, b)| b.size)
                 .map(|(i, _)| i)?
@@ -334,7 +337,7 @@ impl<A: SubAllocator> BlockSet<A> {
             let mut hit = None;
             for (i, b) in self.blocks.iter_mut().enumerate() {
                 let Some(b) = b else { continue };
-                if b.dedicated || b.size < size {
+                if b.dedicated || b.draining || b.size < size {
                     continue;
                 }
                 if let Some(found) = b.allocator.allocate(size, align) {
@@ -407,6 +410,19 @@ impl<A: SubAllocator> BlockSet<A> {
             .position(Option::is_none)
             .unwrap_or(self.blocks.len());
         BlockId(i as u32)
+    }
+
+    /// Marks block `id` as being emptied (`on`) or not: while it drains, no new range is
+    /// placed in it, so moving its allocations elsewhere leaves it empty. Returns false
+    /// when `id` is not a live block.
+    pub fn set_draining(&mut self, id: BlockId, on: bool) -> bool {
+        match self.blocks.get_mut(id.0 as usize) {
+            Some(Some(b)) => {
+                b.draining = on;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Frees an allocation made by [`allocate`](Self::allocate). Empty blocks stay cached.

@@ -27,7 +27,7 @@ use parking_lot::MutexGuard;
 use super::block::BlockBuffer;
 use super::history::EventKind;
 use super::state::{CachedRange, LiveRecord, Placed, State};
-use super::{guard, Allocation, Shared};
+use super::{guard, AllocMode, Allocation, Shared};
 use crate::alloc::AllocError;
 use crate::error::{Limit, OutOfMemory};
 use crate::{Error, Result};
@@ -44,6 +44,9 @@ enum Step {
     /// Seal, release the lock, wait for all submitted work, re-lock, collect, and give
     /// cached ranges and empty blocks back.
     Wait,
+    /// Release the lock, ask the pressure hook for `bytes` ([`super::Relief`]), and if it
+    /// gave any back, wait for the GPU and collect as [`Step::Wait`] does.
+    Relieve { bytes: u64, whole_blocks: bool },
     /// Give up with this error; the arena is unchanged.
     Fail(Error),
 }
@@ -75,6 +78,12 @@ struct Request<'a> {
     label: &'a str,
     /// Ranges of this size may come from the by-size cache.
     reuse: bool,
+    /// What this request may do ([`AllocMode`]).
+    mode: AllocMode,
+    /// Times the pressure hook was asked.
+    relieved: u32,
+    /// Times the loop waited for the GPU.
+    waits: u32,
     /// Growth is allowed (after a reclaim, or when there was nothing to reclaim).
     allow_new: bool,
     /// The loop has polled to reclaim before growing.
@@ -185,6 +194,7 @@ impl Shared {
         pool: usize,
         size: u64,
         label: &str,
+        mode: AllocMode,
     ) -> Result<Allocation> {
         if size == 0 {
             return Err(AllocError::ZeroSize.into());
@@ -224,7 +234,10 @@ impl Shared {
             label: &label,
             // Ranges are kept by request size for reuse unless guards need refilling or
             // the request gets a dedicated block (those go back to their block).
-            reuse: guard == 0 && total < dedicated_threshold,
+            reuse: mode.cache && guard == 0 && total < dedicated_threshold,
+            mode,
+            relieved: 0,
+            waits: 0,
             allow_new: false,
             reclaimed: false,
             polled_for_cache: false,
@@ -239,13 +252,32 @@ impl Shared {
                     st = self.poll_unlocked(st, flush);
                     st.last_poll_at = st.counters.allocations;
                 }
-                Step::Wait => match self.wait_unlocked(st) {
-                    Ok(mut relocked) => {
+                Step::Wait => {
+                    req.waits += 1;
+                    let mut relocked = self.wait_unlocked(st)?;
+                    relocked.release_empty(0);
+                    st = relocked;
+                }
+                Step::Relieve {
+                    bytes,
+                    whole_blocks,
+                } => {
+                    if whole_blocks {
+                        // Pending frees hold blocks too: collect them first, so the hook
+                        // sees which blocks only its allocations keep.
+                        st = self.wait_unlocked(st)?;
+                        req.waits += 1;
+                    }
+                    self.unlock(st);
+                    let hook = self.relief.lock().as_ref().and_then(|w| w.upgrade());
+                    let given = hook.map_or(0, |h| h.relieve(pool, bytes, whole_blocks));
+                    st = self.state.lock();
+                    if given > 0 {
+                        let mut relocked = self.wait_unlocked(st)?;
                         relocked.release_empty(0);
                         st = relocked;
                     }
-                    Err(e) => return Err(e),
-                },
+                }
                 Step::Fail(e) => {
                     self.unlock(st);
                     return Err(e);
@@ -364,6 +396,11 @@ impl Shared {
     /// for a dedicated block always poll first: a new large buffer costs more than the
     /// poll. The budget still bounds growth.
     fn before_growing(&self, st: &mut State, req: &mut Request<'_>) -> Step {
+        if !req.mode.grow {
+            st.counters.ooms += 1;
+            let (pool, size, label) = (req.pool, req.size, req.label);
+            return Step::Fail(self.oom(st, pool, size, label, Limit::Budget, st.budget, 0));
+        }
         if st.counters.cached > 0 {
             st.flush_ready();
             return Step::Again;
@@ -410,7 +447,26 @@ impl Shared {
                 return Step::Again;
             }
         }
-        if req.retries <= 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
+        // Movable allocations of a tier go to host memory before anything waits: what
+        // they free comes back after the copies, and the wait below collects it.
+        let hook = req.mode.relieve && req.relieved < 2 && self.relief.lock().is_some();
+        if hook && !matches!(limit, Limit::MaxBufferSize) {
+            req.relieved += 1;
+            // First holes for the request in its own pool (cheap: the request's bytes);
+            // then whole blocks as large as the one it needed, when the budget is what
+            // stops it (holes do not lower reserved bytes) or the holes were too scattered.
+            return match (req.relieved, block) {
+                (1, _) => Step::Relieve {
+                    bytes: req.total,
+                    whole_blocks: false,
+                },
+                (_, block) => Step::Relieve {
+                    bytes: block.unwrap_or(req.total).max(req.total),
+                    whole_blocks: true,
+                },
+            };
+        }
+        if req.waits < 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
             return Step::Wait;
         }
         st.counters.ooms += 1;
@@ -541,6 +597,7 @@ impl Shared {
             Limit::MaxBufferSize => {
                 "split the data into several allocations no larger than the max buffer size"
             }
+            Limit::HostTier => "drop movable allocations or raise the host tier's budget",
         };
         Error::OutOfMemory(Box::new(OutOfMemory {
             requested: size,

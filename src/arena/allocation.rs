@@ -99,6 +99,11 @@ impl Allocation {
         ))
     }
 
+    /// The block this range lies in, and the index of its pool in its arena.
+    pub(crate) fn place(&self) -> (crate::alloc::BlockId, usize) {
+        (self.placed.block, self.pool)
+    }
+
     /// The label given at allocation.
     pub fn label(&self) -> &str {
         &self.label
@@ -326,6 +331,26 @@ impl<T: bytemuck::Pod> Clone for Elements<'_, T> {
 impl<T: bytemuck::Pod> Copy for Elements<'_, T> {}
 
 impl<'a, T: bytemuck::Pod> Elements<'a, T> {
+    /// The first `len` elements of `allocation`, checked like [`Allocation::typed`].
+    pub(crate) fn of(allocation: &'a Allocation, len: u64) -> crate::Result<Self> {
+        let elem = std::mem::size_of::<T>() as u64;
+        let fits = len.checked_mul(elem).is_some_and(|b| b <= allocation.size);
+        if elem == 0 || len == 0 || !fits || !allocation.offset.is_multiple_of(elem) {
+            return Err(crate::Error::invalid(
+                format!(
+                    "allocation '{}' of {} bytes at offset {} cannot hold {len} whole {elem}-byte elements",
+                    &**allocation.label, allocation.size, allocation.offset
+                ),
+                "allocate a multiple of the element size",
+            ));
+        }
+        Ok(Elements {
+            allocation,
+            len: len as usize,
+            _element: PhantomData,
+        })
+    }
+
     /// The allocation the elements live in.
     pub fn allocation(&self) -> &'a Allocation {
         self.allocation

@@ -35,6 +35,7 @@ mod guard;
 pub mod history;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod relief;
 mod report;
 mod state;
 mod stats;
@@ -45,6 +46,7 @@ pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
+pub(crate) use relief::{AllocMode, Relief};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats};
 
@@ -52,7 +54,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::alloc::{BlockPolicy, BlockSet};
+use crate::alloc::{BlockId, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
 use allocation::Freed;
 use state::{Completion, Pool, State, MAX_SPARES};
@@ -65,6 +67,13 @@ const SEAL_BATCH: usize = 64;
 pub struct PoolId {
     arena: u64,
     index: usize,
+}
+
+impl PoolId {
+    /// The pool's index in its arena.
+    pub(crate) fn index(self) -> usize {
+        self.index
+    }
 }
 
 /// A sub-allocating GPU buffer arena. Cheap to clone (all clones share one arena), `Send`
@@ -103,6 +112,9 @@ pub(crate) struct Shared {
     completion: Arc<Completion>,
     /// Blocks go to host-visible memory ([`BlockMemory`], resolved for this device).
     host_visible_blocks: bool,
+    /// The pressure hook of the tier that owns this arena's movable allocations, if any
+    /// (weak: the tier holds the arena, not the other way round).
+    relief: Mutex<Option<std::sync::Weak<dyn Relief>>>,
 }
 
 impl Arena {
@@ -125,6 +137,7 @@ impl Arena {
             state: Mutex::new(State::new(budget)),
             completion: Arc::new(Completion::default()),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
+            relief: Mutex::new(None),
             config,
         });
         let arena = Arena {
@@ -225,20 +238,92 @@ impl Arena {
     /// empty blocks, then waits for in-flight frees, and only then returns
     /// [`Error::OutOfMemory`]; the arena stays usable either way.
     pub fn alloc_in(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
+        self.check_pool(pool)?;
+        #[cfg(feature = "metrics")]
+        if metrics::sample_latency() {
+            let start = std::time::Instant::now();
+            let result = self
+                .shared()
+                .alloc(pool.index, size, label, AllocMode::NORMAL);
+            self.publish_latency(start.elapsed());
+            return result;
+        }
+        self.shared()
+            .alloc(pool.index, size, label, AllocMode::NORMAL)
+    }
+
+    /// [`alloc_in`](Self::alloc_in) with some of its means switched off (`mode`).
+    pub(crate) fn alloc_mode(
+        &self,
+        pool: PoolId,
+        size: u64,
+        label: &str,
+        mode: AllocMode,
+    ) -> Result<Allocation> {
+        self.check_pool(pool)?;
+        self.shared().alloc(pool.index, size, label, mode)
+    }
+
+    /// Fails unless `pool` belongs to this arena.
+    pub(crate) fn check_pool(&self, pool: PoolId) -> Result<()> {
         if pool.arena != self.shared().id {
             return Err(Error::invalid(
                 format!("pool #{} belongs to another arena", pool.index),
                 "use a PoolId returned by this arena's add_pool, pool or default_pool",
             ));
         }
-        #[cfg(feature = "metrics")]
-        if metrics::sample_latency() {
-            let start = std::time::Instant::now();
-            let result = self.shared().alloc(pool.index, size, label);
-            self.publish_latency(start.elapsed());
-            return result;
+        Ok(())
+    }
+
+    /// Installs the pressure hook ([`Relief`]); fails if one is installed and alive.
+    pub(crate) fn set_relief(&self, relief: std::sync::Weak<dyn Relief>) -> Result<()> {
+        let mut slot = self.shared().relief.lock();
+        if slot.as_ref().is_some_and(|w| w.strong_count() > 0) {
+            return Err(Error::invalid(
+                "this arena already has tiered memory (tier::Tiers) attached",
+                "create one Tiers per arena and share it (it is cheap to clone)",
+            ));
         }
-        self.shared().alloc(pool.index, size, label)
+        *slot = Some(relief);
+        Ok(())
+    }
+
+    /// Per block of `pool`: `(block, bytes, dedicated, live ranges, used bytes)`. Ranges
+    /// pending or cached count as live; call [`synchronize`](Self::synchronize) first to
+    /// see only allocations.
+    pub(crate) fn block_usage(&self, pool: PoolId) -> Vec<(BlockId, u64, bool, usize, u64)> {
+        let st = self.shared().state.lock();
+        let Some(p) = st.pools.get(pool.index) else {
+            return Vec::new();
+        };
+        p.set
+            .blocks()
+            .map(|(id, size, dedicated, live)| {
+                let used = p.set.block(id).map_or(0, |a| a.used_bytes());
+                (id, size, dedicated, live, used)
+            })
+            .collect()
+    }
+
+    /// Gives back every empty block now, whatever `trim_keep` says (a defragmentation
+    /// emptied them on purpose). Returns the bytes given back.
+    pub(crate) fn release_all_empty(&self) -> u64 {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        st.flush_ready();
+        let released = st.release_empty(0);
+        shared.unlock(st);
+        released
+    }
+
+    /// Marks blocks of `pool` as draining or not ([`BlockSet::set_draining`]).
+    pub(crate) fn set_draining(&self, pool: PoolId, blocks: &[BlockId], on: bool) {
+        let mut st = self.shared().state.lock();
+        if let Some(p) = st.pools.get_mut(pool.index) {
+            for &id in blocks {
+                p.set.set_draining(id, on);
+            }
+        }
     }
 
     /// Polls the device (without blocking) and makes the frees the GPU has finished with

@@ -13,6 +13,9 @@ pub enum Limit {
     Device,
     /// Larger than the largest buffer the device can create.
     MaxBufferSize,
+    /// The host tier's budget ([`crate::tier::TierConfig::host_budget`]): evicting to host
+    /// memory would cross it while the device budget is full too.
+    HostTier,
 }
 
 /// A request that did not fit. The arena is unchanged and still usable.
@@ -53,6 +56,7 @@ impl std::fmt::Display for OutOfMemory {
             Limit::PoolQuota(p) => format!("the quota of pool '{p}'"),
             Limit::Device => "device memory (wgpu reported out-of-memory)".to_string(),
             Limit::MaxBufferSize => "the device's max buffer size".to_string(),
+            Limit::HostTier => "the host tier's budget".to_string(),
         };
         write!(
             f,

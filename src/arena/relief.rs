@@ -1,0 +1,49 @@
+//! The pressure hook: how a layer above the arena (the tiered memory of
+//! [`crate::tier`]) gives device memory back when an allocation would cross a limit.
+//!
+//! The arena knows nothing of what the hook does; it only promises *when* it calls it:
+//! on the allocation path, after cached ranges and empty blocks went back and before it
+//! waits for in-flight frees or reports out-of-memory, with **no lock of the arena held**
+//! (the hook drops allocations, records copies and submits, all of which take the arena's
+//! lock or may run wgpu callbacks). After a hook reports bytes given back, the arena waits
+//! for the GPU (the given-back ranges come back once the copies that read them finish)
+//! and tries again. An allocation made *for* the hook's owner can opt out
+//! ([`AllocMode::relieve`]) so the hook never runs inside itself.
+
+/// Gives device memory back under pressure; see the module docs.
+pub(crate) trait Relief: Send + Sync {
+    /// Frees at least `bytes` of allocations in the arena (pool index `pool` preferred) if
+    /// it can; with `whole_blocks`, only allocations whose blocks then hold nothing else,
+    /// so that at least `bytes` of blocks can be given back (a budget counts reserved
+    /// bytes: holes in blocks do not make room for a new block). Returns the bytes it
+    /// dropped (0: nothing to give).
+    fn relieve(&self, pool: usize, bytes: u64, whole_blocks: bool) -> u64;
+}
+
+/// How one allocation may be served; [`AllocMode::NORMAL`] is what `Arena::alloc` does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AllocMode {
+    /// May take a range of the same size from the by-size cache, and its range goes back
+    /// to that cache when freed.
+    pub cache: bool,
+    /// May create a new block.
+    pub grow: bool,
+    /// May call the pressure hook.
+    pub relieve: bool,
+}
+
+impl AllocMode {
+    /// Everything allowed.
+    pub const NORMAL: AllocMode = AllocMode {
+        cache: true,
+        grow: true,
+        relieve: true,
+    };
+    /// A defragmentation's destination: only free space of existing blocks that are not
+    /// draining; never a cached range (it may lie in a draining block), never the hook.
+    pub const INTO_EXISTING: AllocMode = AllocMode {
+        cache: false,
+        grow: false,
+        relieve: false,
+    };
+}

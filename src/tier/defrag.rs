@@ -1,0 +1,310 @@
+//! Defragmentation: movable allocations leave the emptiest blocks for the free space of
+//! fuller ones, and the emptied blocks go back to the device.
+//!
+//! # How it works
+//! 1. All GPU work is waited for, so pending frees and cached ranges are back in their
+//!    blocks and every in-flight mark has cleared; a block's live ranges are then exactly
+//!    its allocations.
+//! 2. Per pool, a shared block is a *candidate* when every live range in it is an
+//!    unpinned movable (one plain allocation or pinned movable keeps the block).
+//!    Candidates are taken emptiest first while the bytes they hold fit in the free space
+//!    the other blocks would keep, and within the call's [`DefragLimits`].
+//! 3. A candidate is marked *draining* (the allocator core places nothing new in it) and
+//!    each of its movables gets a new range in the other blocks, never a new block. If one
+//!    does not fit (fragmentation), that block is left as it was and the pass stops.
+//! 4. One submission copies every moved allocation (`copy_buffer_to_buffer`), the handles
+//!    point at the new ranges, the old ranges are freed, and once the copies have finished
+//!    the emptied blocks are given back.
+//!
+//! Dedicated blocks (one large allocation each) are never candidates: moving one would
+//! free one block by filling another of the same size.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Entry, Place, Tiers};
+use crate::alloc::BlockId;
+use crate::arena::{AllocMode, Allocation, PoolId};
+use crate::Result;
+
+/// Bounds on one [`Tiers::defragment`] call, for incremental passes (like VMA's); a block
+/// is emptied completely or not at all, so a pass stops before the block that would
+/// cross a bound. The default is unbounded.
+#[derive(Clone, Copy, Debug)]
+pub struct DefragLimits {
+    /// Most bytes to move.
+    pub max_bytes: u64,
+    /// Most allocations to move.
+    pub max_moves: usize,
+}
+
+impl Default for DefragLimits {
+    fn default() -> Self {
+        DefragLimits {
+            max_bytes: u64::MAX,
+            max_moves: usize::MAX,
+        }
+    }
+}
+
+/// What one [`Tiers::defragment`] call did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DefragReport {
+    /// Allocations moved.
+    pub moves: usize,
+    /// Bytes moved (device to device).
+    pub bytes_moved: u64,
+    /// Blocks given back.
+    pub blocks_freed: usize,
+    /// Bytes given back.
+    pub bytes_freed: u64,
+    /// Arena bytes in live allocations before and after.
+    pub allocated_before: u64,
+    /// See `allocated_before`.
+    pub allocated_after: u64,
+    /// Arena bytes held in blocks before and after.
+    pub reserved_before: u64,
+    /// See `reserved_before`.
+    pub reserved_after: u64,
+    /// False when a bound of [`DefragLimits`] stopped the pass with candidates left: call
+    /// again to go on.
+    pub complete: bool,
+    /// Wall time of the call, waits and copies included.
+    pub elapsed: Duration,
+}
+
+impl DefragReport {
+    /// Reserved over allocated before the pass (1.0: no waste).
+    pub fn ratio_before(&self) -> f64 {
+        self.reserved_before as f64 / self.allocated_before.max(1) as f64
+    }
+
+    /// Reserved over allocated after the pass.
+    pub fn ratio_after(&self) -> f64 {
+        self.reserved_after as f64 / self.allocated_after.max(1) as f64
+    }
+}
+
+/// One movable to move: its slot and size.
+struct Candidate {
+    slot: u32,
+    size: u64,
+}
+
+/// One planned move: the old allocation taken out of the entry and its new place.
+struct Move {
+    slot: u32,
+    from: Arc<Allocation>,
+    to: Allocation,
+}
+
+impl Tiers {
+    /// Moves movable allocations into fewer blocks and gives the emptied ones back; see
+    /// the module docs of `tier::defrag`. Waits for all GPU work first.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// # let rt = vramkit::Runtime::headless()?;
+    /// # let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default())?;
+    /// let report = tiers.defragment(Default::default())?;
+    /// println!("{:.2} -> {:.2} reserved/allocated", report.ratio_before(), report.ratio_after());
+    /// # Ok(()) }
+    /// ```
+    pub fn defragment(&self, limits: DefragLimits) -> Result<DefragReport> {
+        let start = Instant::now();
+        let shared = &self.shared;
+        let arena = &shared.arena;
+        arena.synchronize()?;
+        shared.settle()?;
+        let before = arena.stats();
+        let mut report = DefragReport {
+            allocated_before: before.allocated,
+            reserved_before: before.reserved,
+            complete: true,
+            ..Default::default()
+        };
+        // Movables free to move, by pool and block.
+        let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
+        {
+            let st = shared.state.lock();
+            for (slot, e) in st.entries.iter().enumerate() {
+                let Some(Entry {
+                    place: Place::Device(a),
+                    pins: 0,
+                    dropped: false,
+                    pool,
+                    size,
+                    ..
+                }) = e
+                else {
+                    continue;
+                };
+                let (block, _) = a.place();
+                by_block.entry((*pool, block)).or_default().push(Candidate {
+                    slot: slot as u32,
+                    size: *size,
+                });
+            }
+        }
+        let mut pools: Vec<PoolId> = by_block.keys().map(|(p, _)| *p).collect();
+        pools.sort_unstable_by_key(|p| p.index());
+        pools.dedup();
+        let mut moves = Vec::new();
+        let mut drained = Vec::new();
+        for pool in pools {
+            let usage = arena.block_usage(pool);
+            let mut free_elsewhere: u64 = usage.iter().filter(|u| !u.2).map(|u| u.1 - u.4).sum();
+            let mut candidates: Vec<(u64, u64, BlockId)> = usage
+                .iter()
+                .filter(|&&(id, _, dedicated, live, _)| {
+                    !dedicated
+                        && live > 0
+                        && by_block.get(&(pool, id)).is_some_and(|c| c.len() == live)
+                })
+                .map(|&(id, size, _, _, used)| (used, size, id))
+                .collect();
+            candidates.sort_unstable();
+            for (used, size, id) in candidates {
+                // Its own free space no longer counts once it drains.
+                let room = free_elsewhere - (size - used);
+                if used > room {
+                    break;
+                }
+                let Some(members) = by_block.get(&(pool, id)) else {
+                    continue;
+                };
+                if report.bytes_moved + used > limits.max_bytes
+                    || report.moves + members.len() > limits.max_moves
+                {
+                    report.complete = false;
+                    break;
+                }
+                arena.set_draining(pool, &[id], true);
+                drained.push((pool, id));
+                match self.plan_block(pool, members) {
+                    Some(planned) => {
+                        report.moves += planned.len();
+                        report.bytes_moved += planned.iter().map(|m| m.to.size()).sum::<u64>();
+                        moves.extend(planned);
+                        free_elsewhere = room - used;
+                    }
+                    // Fragmented: the block stays, and so do the emptier-first rest.
+                    None => break,
+                }
+            }
+        }
+        self.run_moves(moves);
+        // The old ranges come back once the copies finish; then the drained blocks are
+        // empty and go back to the device.
+        arena.synchronize()?;
+        let blocks_before = arena.stats().blocks;
+        report.bytes_freed = arena.release_all_empty();
+        report.blocks_freed = blocks_before.saturating_sub(arena.stats().blocks);
+        for (pool, id) in drained {
+            arena.set_draining(pool, &[id], false);
+        }
+        let after = arena.stats();
+        report.allocated_after = after.allocated;
+        report.reserved_after = after.reserved;
+        report.elapsed = start.elapsed();
+        Ok(report)
+    }
+
+    /// New places, outside block-draining ranges, for every member of one draining block;
+    /// `None` (nothing changed) when one does not fit.
+    fn plan_block(&self, pool: PoolId, members: &[Candidate]) -> Option<Vec<Move>> {
+        let shared = &self.shared;
+        let mut planned: Vec<Move> = Vec::with_capacity(members.len());
+        let mut label = String::new();
+        for c in members {
+            {
+                let mut st = shared.state.lock();
+                if let Some(e) = st.entry(c.slot) {
+                    label.clear();
+                    label.push_str(&e.label);
+                }
+            }
+            let Ok(to) = shared
+                .arena
+                .alloc_mode(pool, c.size, &label, AllocMode::INTO_EXISTING)
+            else {
+                self.unplan(planned);
+                return None;
+            };
+            let mut st = shared.state.lock();
+            let taken = match st.entry(c.slot) {
+                Some(e) if e.pins == 0 && matches!(e.place, Place::Device(_)) => {
+                    std::mem::replace(&mut e.place, Place::Moving)
+                }
+                _ => Place::Moving,
+            };
+            let Place::Device(from) = taken else {
+                // Pinned meanwhile by another thread: the block cannot empty.
+                drop(st);
+                drop(to);
+                self.unplan(planned);
+                return None;
+            };
+            drop(st);
+            planned.push(Move {
+                slot: c.slot,
+                from,
+                to,
+            });
+        }
+        Some(planned)
+    }
+
+    /// Puts planned moves back as they were.
+    fn unplan(&self, planned: Vec<Move>) {
+        let shared = &self.shared;
+        let mut st = shared.state.lock();
+        let mut unused = Vec::with_capacity(planned.len());
+        for m in planned {
+            shared.commit(&mut st, m.slot, Place::Device(m.from));
+            unused.push(m.to);
+        }
+        shared.moved.notify_all();
+        drop(st);
+        drop(unused);
+    }
+
+    /// Copies every move in one submission and points the handles at the new ranges.
+    fn run_moves(&self, moves: Vec<Move>) {
+        if moves.is_empty() {
+            return;
+        }
+        let shared = &self.shared;
+        let mut encoder =
+            shared
+                .gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit defragment"),
+                });
+        let mut bytes = 0;
+        for m in &moves {
+            encoder.copy_buffer_to_buffer(
+                m.from.buffer(),
+                m.from.offset(),
+                m.to.buffer(),
+                m.to.offset(),
+                m.from.size(),
+            );
+            bytes += m.from.size();
+        }
+        shared.gpu.submit_timed("defragment", [encoder.finish()]);
+        let mut st = shared.state.lock();
+        st.counters.defrag_moves += moves.len() as u64;
+        st.counters.bytes_defrag_moved += bytes;
+        let mut olds = Vec::with_capacity(moves.len());
+        for m in moves {
+            olds.push(m.from);
+            shared.commit(&mut st, m.slot, Place::Device(Arc::new(m.to)));
+        }
+        shared.moved.notify_all();
+        drop(st);
+        drop(olds);
+    }
+}
