@@ -105,13 +105,24 @@ proptest! {
                     prop_assert_eq!(handles[i].tier(), Tier::Host);
                 }
                 Op::Touch(i, j, k) => {
+                    // Two pins in two blocks can leave no block to empty for the kernels'
+                    // parameter pool under this small budget: a typed out-of-memory error
+                    // that changes nothing is a correct answer then.
                     let r = tiers.make_resident(&[&handles[i], &handles[j]]).unwrap();
                     let x = r.elements::<f32>(&handles[i]).unwrap();
                     let mut batch = rt.batch();
-                    batch.scale(1.0, k as f32, x, x).unwrap();
-                    batch.submit().unwrap();
-                    for v in &mut shadow[i] {
-                        *v += k as f32;
+                    let done = match batch.scale(1.0, k as f32, x, x) {
+                        Ok(_) => batch.submit().map(drop),
+                        Err(e) => Err(e),
+                    };
+                    match done {
+                        Ok(_) => {
+                            for v in &mut shadow[i] {
+                                *v += k as f32;
+                            }
+                        }
+                        Err(Error::OutOfMemory(_)) => {}
+                        Err(e) => prop_assert!(false, "touch failed: {}", e),
                     }
                 }
                 Op::Pressure(units) => {
@@ -318,9 +329,10 @@ fn pressure_from_plain_allocations_evicts_least_recently_used_first() {
 fn defragment_after_freeing_half_gives_blocks_back() {
     let mut rng = common::rng();
     let (rt, tiers) = runtime(512 * MIB, None);
-    let n = 16 << 10; // 64 KiB each
+    // 512 movables of 16 KiB to 256 KiB.
     let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..512)
         .map(|i| {
+            let n = rng.gen_range(1usize..17) << 12;
             let m = tiers
                 .alloc(4 * n as u64, &format!("small{}", i % 7))
                 .unwrap();
@@ -339,14 +351,13 @@ fn defragment_after_freeing_half_gives_blocks_back() {
     eprintln!("{report:?}");
     assert!(report.moves > 0);
     assert!(report.ratio_after() < report.ratio_before());
-    // What is left is at most the space of one 4 MiB block (the last one filled) and
-    // the kernel-parameter pool's block.
-    let waste = report.reserved_after - report.allocated_after;
+    // The target: reserved within 5 % of allocated once the pass is done.
     assert!(
-        waste <= 4 * MIB + MIB,
-        "reserved/allocated after: {:.3} ({waste} bytes unused)",
+        report.ratio_after() <= 1.05,
+        "reserved/allocated after: {:.3}",
         report.ratio_after()
     );
+    assert!(report.complete);
     for (m, d) in handles.iter().flatten() {
         assert_eq!(&read(&rt, &tiers, m), d);
     }

@@ -412,6 +412,66 @@ impl<A: SubAllocator> BlockSet<A> {
         BlockId(i as u32)
     }
 
+    /// Reserves an empty shared block of exactly `block_size` bytes through `reserve`
+    /// (for a repacking that fills it with [`allocate_in`](Self::allocate_in)); the
+    /// growth schedule is not consulted.
+    pub fn reserve_block<E>(
+        &mut self,
+        block_size: u64,
+        reserve: impl FnOnce(BlockId, u64) -> Result<(), E>,
+    ) -> Result<BlockId, E>
+    where
+        E: From<AllocError>,
+    {
+        if block_size == 0 || block_size > super::MAX_CAPACITY {
+            return Err(AllocError::TooLarge {
+                size: block_size,
+                capacity: super::MAX_CAPACITY,
+            }
+            .into());
+        }
+        let id = self.free_slot();
+        reserve(id, block_size)?;
+        let slot = Block {
+            allocator: A::with_capacity(block_size),
+            size: block_size,
+            dedicated: false,
+            live: 0,
+            draining: false,
+        };
+        if (id.0 as usize) == self.blocks.len() {
+            self.blocks.push(Some(slot));
+        } else {
+            self.blocks[id.0 as usize] = Some(slot);
+        }
+        self.shared_reserved += block_size;
+        self.stats.blocks += 1;
+        self.stats.blocks_created += 1;
+        self.stats.reserved += block_size;
+        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+        Ok(id)
+    }
+
+    /// Allocates `size` bytes aligned to `align` in block `id` only; `None` when it has no
+    /// room (or is not a live block).
+    pub fn allocate_in(
+        &mut self,
+        id: BlockId,
+        size: u64,
+        align: u64,
+    ) -> Option<BlockAlloc<A::Handle>> {
+        let b = self.blocks.get_mut(id.0 as usize)?.as_mut()?;
+        let (offset, handle) = b.allocator.allocate(size, align)?;
+        b.live += 1;
+        self.note_alloc(size);
+        Some(BlockAlloc {
+            block: id,
+            offset,
+            size,
+            handle,
+        })
+    }
+
     /// Marks block `id` as being emptied (`on`) or not: while it drains, no new range is
     /// placed in it, so moving its allocations elsewhere leaves it empty. Returns false
     /// when `id` is not a live block.

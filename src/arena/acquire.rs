@@ -28,7 +28,7 @@ use super::block::BlockBuffer;
 use super::history::EventKind;
 use super::state::{CachedRange, LiveRecord, Placed, State};
 use super::{guard, AllocMode, Allocation, Shared};
-use crate::alloc::AllocError;
+use crate::alloc::{AllocError, BlockId};
 use crate::error::{Limit, OutOfMemory};
 use crate::{Error, Result};
 
@@ -254,9 +254,7 @@ impl Shared {
                 }
                 Step::Wait => {
                     req.waits += 1;
-                    let mut relocked = self.wait_unlocked(st)?;
-                    relocked.release_empty(0);
-                    st = relocked;
+                    st = self.wait_unlocked(st)?;
                 }
                 Step::Relieve {
                     bytes,
@@ -273,9 +271,7 @@ impl Shared {
                     let given = hook.map_or(0, |h| h.relieve(pool, bytes, whole_blocks));
                     st = self.state.lock();
                     if given > 0 {
-                        let mut relocked = self.wait_unlocked(st)?;
-                        relocked.release_empty(0);
-                        st = relocked;
+                        st = self.wait_unlocked(st)?;
                     }
                 }
                 Step::Fail(e) => {
@@ -351,6 +347,27 @@ impl Shared {
 
     /// Decides the next step for `req` from the state alone (under the lock).
     fn step(&self, st: &mut State, req: &mut Request<'_>) -> Step {
+        if let Some(block) = req.mode.block {
+            let p = &mut st.pools[req.pool];
+            let placed = p.set.allocate_in(block, req.total, req.align);
+            return match placed.and_then(|placed| {
+                let buffer = p.buffer(block).cloned();
+                match buffer {
+                    Some(buffer) => Some(CachedRange { placed, buffer }),
+                    None => {
+                        p.set.free(placed);
+                        None
+                    }
+                }
+            }) {
+                Some(range) => Step::Placed(range),
+                None => {
+                    st.counters.ooms += 1;
+                    let (pool, size, label) = (req.pool, req.size, req.label);
+                    Step::Fail(self.oom(st, pool, size, label, Limit::Budget, st.budget, 0))
+                }
+            };
+        }
         if req.reuse {
             if let Some(range) = st.take_ready(req.pool, req.total) {
                 req.reused = true;
@@ -441,14 +458,19 @@ impl Shared {
     ) -> Step {
         req.retries += 1;
         st.counters.retries += 1;
-        if req.retries == 1 {
-            let flushed = st.flush_ready();
-            if st.release_empty(0) > 0 || flushed > 0 {
-                return Step::Again;
-            }
+        // Cached ranges and empty blocks did not serve this request (placement tries
+        // them first): give them back so the block it needs fits. After every wait too:
+        // the wait may have emptied blocks, which the next placement tries before this.
+        let flushed = st.flush_ready();
+        if st.release_empty(0) > 0 || flushed > 0 {
+            return Step::Again;
         }
-        // Movable allocations of a tier go to host memory before anything waits: what
-        // they free comes back after the copies, and the wait below collects it.
+        let in_flight = !st.sealed.is_empty() || !st.open.is_empty();
+        // Frees in flight come back without moving a byte: wait for them once before
+        // asking a tier to move movable allocations to host memory.
+        if req.waits == 0 && in_flight {
+            return Step::Wait;
+        }
         let hook = req.mode.relieve && req.relieved < 2 && self.relief.lock().is_some();
         if hook && !matches!(limit, Limit::MaxBufferSize) {
             req.relieved += 1;
@@ -466,7 +488,7 @@ impl Shared {
                 },
             };
         }
-        if req.waits < 2 && (!st.sealed.is_empty() || !st.open.is_empty()) {
+        if req.waits < 2 && in_flight {
             return Step::Wait;
         }
         st.counters.ooms += 1;
@@ -574,6 +596,74 @@ impl Shared {
             st.counters.blocks_created += 1;
         }
         Ok(placed)
+    }
+
+    /// Reserves an empty block of exactly `bytes` in `pool` within the budget and quota
+    /// (see [`crate::alloc::BlockSet::reserve_block`]).
+    pub(super) fn reserve_block(&self, pool: usize, bytes: u64, label: &str) -> Result<BlockId> {
+        self.gpu.check_alive()?;
+        let mut st = self.state.lock();
+        let reserved_total = st.reserved();
+        let budget = st.budget;
+        let Some(p) = st.pools.get_mut(pool) else {
+            return Err(Error::invalid(
+                format!("pool {pool} does not exist"),
+                "use a PoolId from this arena",
+            ));
+        };
+        let bytes = bytes.next_multiple_of(p.alignment.max(wgpu::COPY_BUFFER_ALIGNMENT));
+        let over_budget = budget.is_some_and(|b| reserved_total + bytes > b);
+        let over_quota = p
+            .config
+            .quota
+            .is_some_and(|q| p.set.stats().reserved + bytes > q);
+        if over_budget || over_quota || bytes > self.gpu.limits().max_buffer_size {
+            st.counters.ooms += 1;
+            let limit = if over_budget {
+                Limit::Budget
+            } else if over_quota {
+                Limit::PoolQuota(st.pools[pool].name.clone())
+            } else {
+                Limit::MaxBufferSize
+            };
+            let e = self.oom(&st, pool, bytes, label, limit, budget, 0);
+            self.unlock(st);
+            return Err(e);
+        }
+        let usage = p.config.usage;
+        let name = format!("{}/{}/block (repacked, {label})", self.config.name, p.name);
+        let mut created = None;
+        let id = p.set.reserve_block(bytes, |_, size| {
+            created = Some(BlockBuffer::create(
+                &self.gpu,
+                size,
+                usage,
+                self.host_visible_blocks,
+                &name,
+            )?);
+            Ok::<(), Error>(())
+        });
+        let id = match (id, created) {
+            (Ok(id), Some(buffer)) => {
+                let i = id.0 as usize;
+                if p.buffers.len() <= i {
+                    p.buffers.resize_with(i + 1, || None);
+                }
+                if let Some(h) = st.history.as_mut() {
+                    h.push_block(EventKind::BlockCreate, bytes, pool, id.0);
+                }
+                st.pools[pool].buffers[i] = Some(Arc::new(buffer));
+                st.counters.blocks_created += 1;
+                Ok(id)
+            }
+            (Err(e), _) => Err(e),
+            (Ok(_), None) => Err(Error::Device {
+                during: "reserving a block".into(),
+                message: "no buffer was created".into(),
+            }),
+        };
+        self.unlock(st);
+        id
     }
 
     #[allow(clippy::too_many_arguments)]

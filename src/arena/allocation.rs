@@ -99,6 +99,11 @@ impl Allocation {
         ))
     }
 
+    /// Bytes this allocation takes in its block (guards included).
+    pub(crate) fn placed_size(&self) -> u64 {
+        self.placed.size
+    }
+
     /// The block this range lies in, and the index of its pool in its arena.
     pub(crate) fn place(&self) -> (crate::alloc::BlockId, usize) {
         (self.placed.block, self.pool)
@@ -226,6 +231,33 @@ impl std::fmt::Debug for Allocation {
             .field("offset", &self.offset)
             .field("size", &self.size)
             .finish()
+    }
+}
+
+impl Allocation {
+    /// Frees an allocation on which no GPU work was ever recorded, at once (its range is
+    /// not held back for in-flight work, as a drop would hold it).
+    pub(crate) fn discard_unused(self) {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so each field is taken exactly once here.
+        let (shared, buffer, label, placed) = unsafe {
+            (
+                ManuallyDrop::take(&mut this.shared),
+                ManuallyDrop::take(&mut this.buffer),
+                ManuallyDrop::take(&mut this.label),
+                ManuallyDrop::take(&mut this.placed),
+            )
+        };
+        shared.release_unused(Freed {
+            slot: this.slot,
+            label,
+            label_index: this.label_index,
+            pending: PendingFree {
+                pool: this.pool,
+                range: CachedRange { placed, buffer },
+                class: None,
+            },
+        });
     }
 }
 

@@ -305,6 +305,21 @@ impl Arena {
             .collect()
     }
 
+    /// The offset alignment of `pool`'s ranges and its largest shared block.
+    pub(crate) fn pool_layout(&self, pool: PoolId) -> (u64, u64) {
+        let st = self.shared().state.lock();
+        st.pools.get(pool.index).map_or((256, 256 << 20), |p| {
+            (p.alignment, p.set.policy().max_block)
+        })
+    }
+
+    /// Reserves an empty block of exactly `bytes` in `pool`, within the budget and quota,
+    /// for [`AllocMode::in_block`] allocations.
+    pub(crate) fn reserve_block(&self, pool: PoolId, bytes: u64, label: &str) -> Result<BlockId> {
+        self.check_pool(pool)?;
+        self.shared().reserve_block(pool.index, bytes, label)
+    }
+
     /// Gives back every empty block now, whatever `trim_keep` says (a defragmentation
     /// emptied them on purpose). Returns the bytes given back.
     pub(crate) fn release_all_empty(&self) -> u64 {
@@ -521,6 +536,42 @@ impl Shared {
             drop(st);
             drop(this);
         }
+    }
+}
+
+impl Shared {
+    /// Takes back an allocation no GPU work was ever recorded on (a planned move that was
+    /// called off): its range goes straight back to its block, since nothing can be
+    /// reading it.
+    pub(super) fn release_unused(&self, freed: Freed) {
+        let Freed {
+            slot,
+            label_index,
+            pending,
+            ..
+        } = freed;
+        let mut st = self.state.lock();
+        let size = pending.range.placed.size;
+        let record = st.live.remove(slot);
+        if let (Some(h), Some(r)) = (st.history.as_mut(), record) {
+            h.push(
+                history::EventKind::Free,
+                r.id,
+                size,
+                label_index,
+                pending.pool,
+                pending.range.placed.block.0,
+                r.offset,
+            );
+        }
+        st.counters.frees += 1;
+        st.counters.allocated -= size;
+        if let Some((_, l)) = st.label_stats.get_mut(label_index as usize) {
+            l.count -= 1;
+            l.bytes -= size;
+        }
+        st.pools[pending.pool].set.free(pending.range.placed);
+        drop(st);
     }
 }
 

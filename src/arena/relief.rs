@@ -30,6 +30,8 @@ pub(crate) struct AllocMode {
     pub grow: bool,
     /// May call the pressure hook.
     pub relieve: bool,
+    /// Only in this block (a repacking's fresh block, `Arena::reserve_block`).
+    pub block: Option<crate::alloc::BlockId>,
 }
 
 impl AllocMode {
@@ -38,6 +40,7 @@ impl AllocMode {
         cache: true,
         grow: true,
         relieve: true,
+        block: None,
     };
     /// A defragmentation's destination: only free space of existing blocks that are not
     /// draining; never a cached range (it may lie in a draining block), never the hook.
@@ -45,5 +48,14 @@ impl AllocMode {
         cache: false,
         grow: false,
         relieve: false,
+        block: None,
     };
+
+    /// A repacking's destination: block `id` and nothing else.
+    pub fn in_block(id: crate::alloc::BlockId) -> AllocMode {
+        AllocMode {
+            block: Some(id),
+            ..AllocMode::INTO_EXISTING
+        }
+    }
 }

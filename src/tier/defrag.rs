@@ -1,5 +1,5 @@
-//! Defragmentation: movable allocations leave the emptiest blocks for the free space of
-//! fuller ones, and the emptied blocks go back to the device.
+//! Defragmentation: movable allocations leave sparse blocks, and the emptied blocks go
+//! back to the device.
 //!
 //! # How it works
 //! 1. All GPU work is waited for, so pending frees and cached ranges are back in their
@@ -7,12 +7,16 @@
 //!    its allocations.
 //! 2. Per pool, a shared block is a *candidate* when every live range in it is an
 //!    unpinned movable (one plain allocation or pinned movable keeps the block).
-//!    Candidates are taken emptiest first while the bytes they hold fit in the free space
-//!    the other blocks would keep, and within the call's [`DefragLimits`].
-//! 3. A candidate is marked *draining* (the allocator core places nothing new in it) and
-//!    each of its movables gets a new range in the other blocks, never a new block. If one
-//!    does not fit (fragmentation), that block is left as it was and the pass stops.
-//! 4. One submission copies every moved allocation (`copy_buffer_to_buffer`), the handles
+//! 3. **Repack**: the emptiest candidates are grouped (at most the pool's largest block
+//!    of live bytes per group) and each group's movables go, largest first, into one
+//!    fresh block sized to exactly their bytes plus a sliver of slack: packed end to
+//!    end, they leave no holes. This needs room under the budget for one such block at a
+//!    time; where there is none, the pass goes on with step 4 only.
+//! 4. **Fill holes**: the remaining candidates, emptiest first, are moved into the free
+//!    space of the other blocks while their bytes fit in it (never a new block).
+//! 5. A block being emptied is marked *draining* (the allocator core places nothing new in
+//!    it). If one of its movables finds no place, the block is left as it was.
+//! 6. One submission copies every moved allocation (`copy_buffer_to_buffer`), the handles
 //!    point at the new ranges, the old ranges are freed, and once the copies have finished
 //!    the emptied blocks are given back.
 //!
@@ -86,10 +90,38 @@ impl DefragReport {
     }
 }
 
-/// One movable to move: its slot and size.
+/// One movable to move: its slot, size, and bytes taken in its block.
 struct Candidate {
     slot: u32,
     size: u64,
+    placed: u64,
+}
+
+/// What one pass has decided so far.
+struct Pass {
+    report: DefragReport,
+    limits: DefragLimits,
+    moves: Vec<Move>,
+    drained: Vec<(PoolId, BlockId)>,
+}
+
+impl Pass {
+    /// Whether moving `bytes` more in `moves` more allocations stays within the limits;
+    /// records that the pass stopped short when not.
+    fn fits(&mut self, bytes: u64, moves: usize) -> bool {
+        let ok = self.report.bytes_moved + bytes <= self.limits.max_bytes
+            && self.report.moves + moves <= self.limits.max_moves;
+        if !ok {
+            self.report.complete = false;
+        }
+        ok
+    }
+
+    fn take(&mut self, planned: Vec<Move>) {
+        self.report.moves += planned.len();
+        self.report.bytes_moved += planned.iter().map(|m| m.to.size()).sum::<u64>();
+        self.moves.extend(planned);
+    }
 }
 
 /// One planned move: the old allocation taken out of the entry and its new place.
@@ -118,85 +150,34 @@ impl Tiers {
         arena.synchronize()?;
         shared.settle()?;
         let before = arena.stats();
-        let mut report = DefragReport {
-            allocated_before: before.allocated,
-            reserved_before: before.reserved,
-            complete: true,
-            ..Default::default()
+        let mut pass = Pass {
+            report: DefragReport {
+                allocated_before: before.allocated,
+                reserved_before: before.reserved,
+                complete: true,
+                ..Default::default()
+            },
+            limits,
+            moves: Vec::new(),
+            drained: Vec::new(),
         };
-        // Movables free to move, by pool and block.
-        let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
-        {
-            let st = shared.state.lock();
-            for (slot, e) in st.entries.iter().enumerate() {
-                let Some(Entry {
-                    place: Place::Device(a),
-                    pins: 0,
-                    dropped: false,
-                    pool,
-                    size,
-                    ..
-                }) = e
-                else {
-                    continue;
-                };
-                let (block, _) = a.place();
-                by_block.entry((*pool, block)).or_default().push(Candidate {
-                    slot: slot as u32,
-                    size: *size,
-                });
-            }
-        }
+        let by_block = self.movable_blocks();
         let mut pools: Vec<PoolId> = by_block.keys().map(|(p, _)| *p).collect();
         pools.sort_unstable_by_key(|p| p.index());
         pools.dedup();
-        let mut moves = Vec::new();
-        let mut drained = Vec::new();
         for pool in pools {
-            let usage = arena.block_usage(pool);
-            let mut free_elsewhere: u64 = usage.iter().filter(|u| !u.2).map(|u| u.1 - u.4).sum();
-            let mut candidates: Vec<(u64, u64, BlockId)> = usage
-                .iter()
-                .filter(|&&(id, _, dedicated, live, _)| {
-                    !dedicated
-                        && live > 0
-                        && by_block.get(&(pool, id)).is_some_and(|c| c.len() == live)
-                })
-                .map(|&(id, size, _, _, used)| (used, size, id))
-                .collect();
-            candidates.sort_unstable();
-            for (used, size, id) in candidates {
-                // Its own free space no longer counts once it drains.
-                let room = free_elsewhere - (size - used);
-                if used > room {
-                    break;
-                }
-                let Some(members) = by_block.get(&(pool, id)) else {
-                    continue;
-                };
-                if report.bytes_moved + used > limits.max_bytes
-                    || report.moves + members.len() > limits.max_moves
-                {
-                    report.complete = false;
-                    break;
-                }
-                arena.set_draining(pool, &[id], true);
-                drained.push((pool, id));
-                match self.plan_block(pool, members) {
-                    Some(planned) => {
-                        report.moves += planned.len();
-                        report.bytes_moved += planned.iter().map(|m| m.to.size()).sum::<u64>();
-                        moves.extend(planned);
-                        free_elsewhere = room - used;
-                    }
-                    // Fragmented: the block stays, and so do the emptier-first rest.
-                    None => break,
-                }
-            }
+            self.repack(pool, &by_block, &mut pass);
+            self.fill_holes(pool, &by_block, &mut pass);
         }
+        let Pass {
+            mut report,
+            moves,
+            drained,
+            ..
+        } = pass;
         self.run_moves(moves);
         // The old ranges come back once the copies finish; then the drained blocks are
-        // empty and go back to the device.
+        // empty and go back to the device (with any repack block left unused).
         arena.synchronize()?;
         let blocks_before = arena.stats().blocks;
         report.bytes_freed = arena.release_all_empty();
@@ -211,9 +192,165 @@ impl Tiers {
         Ok(report)
     }
 
-    /// New places, outside block-draining ranges, for every member of one draining block;
-    /// `None` (nothing changed) when one does not fit.
-    fn plan_block(&self, pool: PoolId, members: &[Candidate]) -> Option<Vec<Move>> {
+    /// Movables free to move, by pool and block.
+    fn movable_blocks(&self) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
+        let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
+        let st = self.shared.state.lock();
+        for (slot, e) in st.entries.iter().enumerate() {
+            let Some(Entry {
+                place: Place::Device(a),
+                pins: 0,
+                dropped: false,
+                pool,
+                size,
+                ..
+            }) = e
+            else {
+                continue;
+            };
+            let (block, _) = a.place();
+            by_block.entry((*pool, block)).or_default().push(Candidate {
+                slot: slot as u32,
+                size: *size,
+                placed: a.placed_size(),
+            });
+        }
+        by_block
+    }
+
+    /// Candidate blocks of `pool` not drained yet, emptiest first: `(used, size, id)`.
+    fn candidate_blocks(
+        &self,
+        pool: PoolId,
+        by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        pass: &Pass,
+    ) -> Vec<(u64, u64, BlockId)> {
+        let mut c: Vec<(u64, u64, BlockId)> = self
+            .shared
+            .arena
+            .block_usage(pool)
+            .into_iter()
+            .filter(|&(id, _, dedicated, live, _)| {
+                !dedicated
+                    && live > 0
+                    && !pass.drained.contains(&(pool, id))
+                    && by_block.get(&(pool, id)).is_some_and(|c| c.len() == live)
+            })
+            .map(|(id, size, _, _, used)| (used, size, id))
+            .collect();
+        c.sort_unstable();
+        c
+    }
+
+    /// Step 3 of the module docs.
+    fn repack(
+        &self,
+        pool: PoolId,
+        by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        pass: &mut Pass,
+    ) {
+        let arena = &self.shared.arena;
+        let (align, max_block) = arena.pool_layout(pool);
+        let candidates = self.candidate_blocks(pool, by_block, pass);
+        let mut i = 0;
+        while i < candidates.len() {
+            let (mut used, mut size, mut j) = (0, 0, i);
+            while j < candidates.len() && used + candidates[j].0 <= max_block {
+                used += candidates[j].0;
+                size += candidates[j].1;
+                j += 1;
+            }
+            if j == i {
+                break;
+            }
+            let group: Vec<BlockId> = candidates[i..j].iter().map(|c| c.2).collect();
+            i = j;
+            let mut members: Vec<&Candidate> = group
+                .iter()
+                .filter_map(|id| by_block.get(&(pool, *id)))
+                .flatten()
+                .collect();
+            members.sort_unstable_by_key(|c| std::cmp::Reverse(c.placed));
+            // End to end at the pool's alignment, plus slack for the range allocator's
+            // search (it asks for a free range one alignment and one size bin larger).
+            let largest = members.first().map_or(0, |c| c.placed);
+            let packed: u64 = members
+                .iter()
+                .map(|c| c.placed.next_multiple_of(align))
+                .sum();
+            let bytes = packed + 2 * align + largest / 8;
+            // Worth a move only if it gives back at least a sixteenth of the group.
+            if bytes + size / 16 > size {
+                continue;
+            }
+            if !pass.fits(used, members.len()) {
+                break;
+            }
+            let Ok(block) = arena.reserve_block(pool, bytes, "defragment") else {
+                // No room for a fresh block under the budget: holes only.
+                break;
+            };
+            arena.set_draining(pool, &group, true);
+            match self.plan_moves(pool, &members, AllocMode::in_block(block)) {
+                Some(planned) => {
+                    pass.drained.extend(group.iter().map(|id| (pool, *id)));
+                    pass.take(planned);
+                }
+                None => arena.set_draining(pool, &group, false),
+            }
+        }
+    }
+
+    /// Step 4 of the module docs.
+    fn fill_holes(
+        &self,
+        pool: PoolId,
+        by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        pass: &mut Pass,
+    ) {
+        let arena = &self.shared.arena;
+        let usage = arena.block_usage(pool);
+        let mut free_elsewhere: u64 = usage
+            .iter()
+            .filter(|u| !u.2 && !pass.drained.contains(&(pool, u.0)))
+            .map(|u| u.1 - u.4)
+            .sum();
+        for (used, size, id) in self.candidate_blocks(pool, by_block, pass) {
+            // Its own free space no longer counts once it drains.
+            let room = free_elsewhere.saturating_sub(size - used);
+            if used > room {
+                break;
+            }
+            let Some(members) = by_block.get(&(pool, id)) else {
+                continue;
+            };
+            if !pass.fits(used, members.len()) {
+                break;
+            }
+            let mut members: Vec<&Candidate> = members.iter().collect();
+            members.sort_unstable_by_key(|c| std::cmp::Reverse(c.placed));
+            arena.set_draining(pool, &[id], true);
+            match self.plan_moves(pool, &members, AllocMode::INTO_EXISTING) {
+                Some(planned) => {
+                    pass.drained.push((pool, id));
+                    pass.take(planned);
+                    free_elsewhere = room - used;
+                }
+                // Fragmented: this block stays; a fuller one may still have members
+                // that fit.
+                None => arena.set_draining(pool, &[id], false),
+            }
+        }
+    }
+
+    /// New places (`mode`) for every member of draining blocks; `None` (nothing changed)
+    /// when one does not fit.
+    fn plan_moves(
+        &self,
+        pool: PoolId,
+        members: &[&Candidate],
+        mode: AllocMode,
+    ) -> Option<Vec<Move>> {
         let shared = &self.shared;
         let mut planned: Vec<Move> = Vec::with_capacity(members.len());
         let mut label = String::new();
@@ -225,10 +362,7 @@ impl Tiers {
                     label.push_str(&e.label);
                 }
             }
-            let Ok(to) = shared
-                .arena
-                .alloc_mode(pool, c.size, &label, AllocMode::INTO_EXISTING)
-            else {
+            let Ok(to) = shared.arena.alloc_mode(pool, c.size, &label, mode) else {
                 self.unplan(planned);
                 return None;
             };
@@ -242,7 +376,7 @@ impl Tiers {
             let Place::Device(from) = taken else {
                 // Pinned meanwhile by another thread: the block cannot empty.
                 drop(st);
-                drop(to);
+                to.discard_unused();
                 self.unplan(planned);
                 return None;
             };
@@ -267,7 +401,10 @@ impl Tiers {
         }
         shared.moved.notify_all();
         drop(st);
-        drop(unused);
+        // Never used by the GPU: their ranges go straight back, for the next attempt.
+        for a in unused {
+            a.discard_unused();
+        }
     }
 
     /// Copies every move in one submission and points the handles at the new ranges.
