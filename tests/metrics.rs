@@ -215,13 +215,17 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
     )
     .unwrap();
     rt.gpu().set_profiling(true).unwrap();
+    let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default()).unwrap();
+    let movable = tiers.alloc(1 << 20, "movable").unwrap();
     let scrape = || {
         metrics::with_local_recorder(&recorder, || {
             let report = observe::mixed_workload(&rt, 80, 40, 3).unwrap();
             assert_eq!(report.mismatches, 0, "axpy against the CPU");
             assert!(report.ooms >= 1, "the spike ran out");
+            tiers.evict(&[&movable]).unwrap();
+            tiers.make_resident(&[&movable]).map(drop).unwrap();
             rt.gpu().collect_profile(true).unwrap();
-            rt.arena().publish_metrics();
+            tiers.publish_metrics();
         });
         parse_scrape(&handle.render())
     };
@@ -248,6 +252,16 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
         ("vramkit_kernels_dispatched_total", "counter"),
         ("vramkit_allocation_seconds", "summary"),
         ("vramkit_gpu_work_seconds", "summary"),
+        ("vramkit_tier_bytes", "gauge"),
+        ("vramkit_host_tier_reserved_bytes", "gauge"),
+        ("vramkit_movable_allocations", "gauge"),
+        ("vramkit_pinned_allocations", "gauge"),
+        ("vramkit_restore_stall_seconds", "gauge"),
+        ("vramkit_evictions_total", "counter"),
+        ("vramkit_restores_total", "counter"),
+        ("vramkit_defrag_moves_total", "counter"),
+        ("vramkit_host_tier_full_total", "counter"),
+        ("vramkit_tier_moved_bytes_total", "counter"),
     ] {
         assert_eq!(types.get(name).map(String::as_str), Some(ty), "{name}");
     }
@@ -260,6 +274,21 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
     assert!(value(&first, "vramkit_kernels_dispatched_total") >= 80.0);
     assert!(value(&first, "vramkit_uploaded_bytes_total") > 0.0);
     assert!(value(&first, "vramkit_gpu_work_seconds_count{work=\"axpy\"}") >= 80.0);
+    assert!(value(&first, &arena("vramkit_evictions_total")) >= 1.0);
+    assert!(value(&first, &arena("vramkit_restores_total")) >= 1.0);
+    assert_eq!(
+        value(
+            &first,
+            "vramkit_tier_bytes{arena=\"scrape\",tier=\"device\"}"
+        ),
+        (1 << 20) as f64
+    );
+    assert!(
+        value(
+            &first,
+            "vramkit_tier_moved_bytes_total{arena=\"scrape\",direction=\"to_host\"}"
+        ) >= (1 << 20) as f64
+    );
     let (second, _) = scrape();
     for (series, v) in &first {
         let name = series.split('{').next().unwrap();

@@ -384,3 +384,53 @@ fn misuse_is_reported() {
     assert!(Tiers::new(tiers.arena(), TierConfig::default()).is_err());
     assert!(tiers.alloc(0, "zero").is_err());
 }
+
+#[test]
+fn summary_dumps_and_history_show_the_host_tier() {
+    let (rt, tiers) = runtime(64 * MIB, None);
+    rt.arena()
+        .record_history(Some(vramkit::arena::HistoryConfig::default()));
+    let kept = tiers.alloc(MIB, "kept on device").unwrap();
+    let spilled = tiers.alloc(2 * MIB, "spilled").unwrap();
+    tiers.evict(&[&spilled]).unwrap();
+    tiers.make_resident(&[&spilled]).map(drop).unwrap();
+    tiers.evict(&[&spilled]).unwrap();
+    let summary = tiers.summary();
+    assert!(summary.contains("host tier"), "{summary}");
+    assert!(summary.contains("evictions 2"), "{summary}");
+    let json: serde_json::Value = serde_json::from_str(&rt.arena().to_json()).unwrap();
+    let host: Vec<&serde_json::Value> = json["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["pool"] == "host tier")
+        .collect();
+    assert_eq!(host.len(), 1, "{json}");
+    let live: Vec<&serde_json::Value> = host[0]["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "live")
+        .collect();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0]["label"], "spilled");
+    assert_eq!(live[0]["size"], 2 * MIB);
+    roxmltree::Document::parse(&rt.arena().to_svg()).unwrap();
+    let history = rt.arena().history().unwrap();
+    let kinds: Vec<vramkit::arena::EventKind> = history.events.iter().map(|e| e.kind).collect();
+    use vramkit::arena::EventKind;
+    assert_eq!(kinds.iter().filter(|k| **k == EventKind::Evict).count(), 2);
+    assert_eq!(
+        kinds.iter().filter(|k| **k == EventKind::Restore).count(),
+        1
+    );
+    let trace: serde_json::Value = serde_json::from_str(&history.to_chrome_trace()).unwrap();
+    let evicted = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "tier")
+        .count();
+    assert_eq!(evicted, 3);
+    drop(kept);
+}

@@ -99,6 +99,23 @@ impl Allocation {
         ))
     }
 
+    /// Records a tier event about this allocation in the arena's memory history, if it is
+    /// recording.
+    pub(crate) fn note(&self, kind: super::history::EventKind) {
+        let mut st = self.shared.state.lock();
+        if let Some(h) = st.history.as_mut() {
+            h.push(
+                kind,
+                self.id,
+                self.placed.size,
+                self.label_index,
+                self.pool,
+                self.placed.block.0,
+                self.offset,
+            );
+        }
+    }
+
     /// Bytes this allocation takes in its block (guards included).
     pub(crate) fn placed_size(&self) -> u64 {
         self.placed.size

@@ -24,7 +24,7 @@
 //! and `vramkit_kernels_dispatched_total`, and, while GPU profiling is on
 //! ([`Gpu::set_profiling`](crate::Gpu::set_profiling)), the histogram
 //! `vramkit_gpu_work_seconds{work="..."}` (a kernel's name, "upload" or "download"). Eviction and restore counters
-//! and per-tier gauges come with tiered memory, which does not exist yet.
+//! and per-tier gauges are published by `Tiers::publish_metrics` (`tier::metrics`).
 //!
 //! # Cost
 //! On the allocation path, a thread-local counter (the latency sample); the arena

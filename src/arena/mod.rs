@@ -46,7 +46,7 @@ pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
-pub(crate) use relief::{AllocMode, Relief};
+pub(crate) use relief::{AllocMode, HostBlockDump, Relief};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats};
 
@@ -155,6 +155,11 @@ impl Arena {
     /// The GPU context.
     pub fn gpu(&self) -> &Gpu {
         &self.shared().gpu
+    }
+
+    /// The arena's name ([`ArenaConfig::name`]), as reports and metrics label it.
+    pub fn name(&self) -> &str {
+        &self.shared().config.name
     }
 
     /// The default pool.
@@ -273,6 +278,15 @@ impl Arena {
             ));
         }
         Ok(())
+    }
+
+    /// The tier attached to this arena, if any.
+    pub(crate) fn tier_hook(&self) -> Option<Arc<dyn Relief>> {
+        self.shared()
+            .relief
+            .lock()
+            .as_ref()
+            .and_then(|w| w.upgrade())
     }
 
     /// Installs the pressure hook ([`Relief`]); fails if one is installed and alive.

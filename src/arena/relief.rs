@@ -18,6 +18,22 @@ pub(crate) trait Relief: Send + Sync {
     /// bytes: holes in blocks do not make room for a new block). Returns the bytes it
     /// dropped (0: nothing to give).
     fn relieve(&self, pool: usize, bytes: u64, whole_blocks: bool) -> u64;
+
+    /// The host tier's blocks for the arena's JSON and SVG dumps. Called with no lock of
+    /// the arena held.
+    fn host_blocks(&self) -> Vec<HostBlockDump>;
+
+    /// Lines about the tiers for the arena's summary. Called with no lock of the arena
+    /// held.
+    fn summary_lines(&self) -> Vec<String>;
+}
+
+/// One host-tier block as the dumps show it.
+pub(crate) struct HostBlockDump {
+    pub block: u32,
+    pub size: u64,
+    /// `(offset, size, label)` of every evicted allocation in it.
+    pub ranges: Vec<(u64, u64, String)>,
 }
 
 /// How one allocation may be served; [`AllocMode::NORMAL`] is what `Arena::alloc` does.

@@ -90,6 +90,12 @@ impl Arena {
     }
 
     fn dump_blocks(&self) -> Vec<(String, u32, u64, bool, Vec<DumpRange>)> {
+        // Asked before our lock is taken: the tier takes its own lock, and holds it while
+        // it calls into the arena.
+        let host = self
+            .tier_hook()
+            .map(|t| t.host_blocks())
+            .unwrap_or_default();
         let st = self.shared().state.lock();
         let mut by_range: HashMap<(usize, u32, u64), (u64, &LiveRecord)> = HashMap::new();
         for (id, r) in st.live.iter() {
@@ -122,6 +128,43 @@ impl Arena {
                 });
                 blocks.push((pool.name.clone(), id.0, size, dedicated, ranges));
             }
+        }
+        drop(st);
+        // The host tier as one more pool: evicted allocations live, the rest free.
+        for b in host {
+            let mut ranges = Vec::new();
+            let mut at = 0;
+            let mut evicted = b.ranges;
+            evicted.sort_unstable_by_key(|r| r.0);
+            for (offset, size, label) in evicted {
+                if offset > at {
+                    ranges.push(DumpRange {
+                        offset: at,
+                        size: offset - at,
+                        kind: "free",
+                        label: String::new(),
+                        id: None,
+                    });
+                }
+                ranges.push(DumpRange {
+                    offset,
+                    size,
+                    kind: "live",
+                    label,
+                    id: None,
+                });
+                at = offset + size;
+            }
+            if b.size > at {
+                ranges.push(DumpRange {
+                    offset: at,
+                    size: b.size - at,
+                    kind: "free",
+                    label: String::new(),
+                    id: None,
+                });
+            }
+            blocks.push(("host tier".to_string(), b.block, b.size, false, ranges));
         }
         blocks
     }

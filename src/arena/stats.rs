@@ -272,6 +272,12 @@ impl Arena {
                 );
             }
         }
+        if let Some(tier) = self.tier_hook() {
+            let _ = writeln!(out, "{}", "-".repeat(76));
+            for l in tier.summary_lines() {
+                let _ = writeln!(out, " {l}");
+            }
+        }
         let _ = writeln!(out, "{line}");
         out
     }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::{Entry, Place, Tiers};
 use crate::alloc::BlockId;
-use crate::arena::{AllocMode, Allocation, PoolId};
+use crate::arena::{AllocMode, Allocation, EventKind, PoolId};
 use crate::Result;
 
 /// Bounds on one [`Tiers::defragment`] call, for incremental passes (like VMA's); a block
@@ -437,6 +437,7 @@ impl Tiers {
         st.counters.bytes_defrag_moved += bytes;
         let mut olds = Vec::with_capacity(moves.len());
         for m in moves {
+            m.to.note(EventKind::Move);
             olds.push(m.from);
             shared.commit(&mut st, m.slot, Place::Device(Arc::new(m.to)));
         }

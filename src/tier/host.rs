@@ -108,6 +108,11 @@ impl HostTier {
         self.set.stats().blocks
     }
 
+    /// `(block, bytes)` of every host block.
+    pub(crate) fn block_sizes(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.set.blocks().map(|(id, size, ..)| (id.0, size))
+    }
+
     /// A host range of `size` bytes (a multiple of 4) for the evicted bytes of `label`,
     /// or a typed out-of-memory error naming the host budget. Empty blocks are given back
     /// first when a new one would cross the budget.

@@ -70,6 +70,8 @@
 
 mod defrag;
 mod host;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod movable;
 mod stats;
 
@@ -84,7 +86,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::arena::{AllocMode, Allocation, PoolId, Relief};
+use crate::arena::{AllocMode, Allocation, EventKind, PoolId, Relief};
 use crate::{Arena, Error, Gpu, Result};
 use host::{HostRange, HostTier};
 
@@ -505,6 +507,7 @@ impl TierShared {
         st.counters.restores += restores.len() as u64;
         st.counters.bytes_restored += bytes;
         for ((slot, .., range), a) in restores.into_iter().zip(allocated) {
+            a.note(EventKind::Restore);
             st.host.free(range);
             self.commit(&mut st, slot, Place::Device(Arc::new(a)));
         }
@@ -596,6 +599,7 @@ impl TierShared {
         st.counters.bytes_evicted += bytes;
         let mut olds = Vec::with_capacity(planned.len());
         for p in planned {
+            p.from.note(EventKind::Evict);
             olds.push(p.from);
             self.commit(&mut st, p.slot, Place::Host(p.to));
         }
@@ -776,6 +780,14 @@ impl Relief for TierShared {
         } else {
             self.evict_lru(bytes, Some(pool))
         }
+    }
+
+    fn host_blocks(&self) -> Vec<crate::arena::HostBlockDump> {
+        TierShared::host_blocks(self)
+    }
+
+    fn summary_lines(&self) -> Vec<String> {
+        TierShared::summary_lines(self)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::{Place, TierShared, Tiers};
+use crate::arena::HostBlockDump;
 use crate::fmt_bytes;
 
 /// A snapshot of the tiers ([`Tiers::stats`]).
@@ -77,37 +78,79 @@ impl TierShared {
     }
 }
 
-impl Tiers {
-    /// A readable summary: the tiers, then the arena's own summary.
-    pub fn summary(&self) -> String {
+impl TierShared {
+    /// The tier section of the arena's summary.
+    pub(super) fn summary_lines(&self) -> Vec<String> {
         let s = self.stats();
         let budget = s
             .host_budget
             .map_or_else(|| "unlimited".to_string(), fmt_bytes);
-        format!(
-            "tiers: {} movables, device {}, host {} (reserved {} in {} blocks, budget {}){}\n\
-             moves: {} evictions ({}), {} restores ({}), {} defrag moves ({}), \
-             restore stall {:.3} s, {} evictions refused by the host budget\n{}",
-            s.movables,
-            fmt_bytes(s.device_bytes),
-            fmt_bytes(s.host_bytes),
-            fmt_bytes(s.host_reserved),
-            s.host_blocks,
-            budget,
-            if s.plain_host_blocks {
-                " [host blocks are plain wgpu buffers on this backend]"
-            } else {
-                ""
-            },
-            s.evictions,
-            fmt_bytes(s.bytes_evicted),
-            s.restores,
-            fmt_bytes(s.bytes_restored),
-            s.defrag_moves,
-            fmt_bytes(s.bytes_defrag_moved),
-            s.restore_stall.as_secs_f64(),
-            s.host_full,
-            self.arena().summary()
-        )
+        let mut lines = vec![
+            format!(
+                "tiers: {} movables ({} pinned), on the device {}, on the host {}",
+                s.movables,
+                s.pinned,
+                fmt_bytes(s.device_bytes),
+                fmt_bytes(s.host_bytes)
+            ),
+            format!(
+                "host tier: reserved {} in {} blocks, budget {}{}",
+                fmt_bytes(s.host_reserved),
+                s.host_blocks,
+                budget,
+                if s.plain_host_blocks {
+                    " (plain wgpu buffers on this backend)"
+                } else {
+                    ""
+                }
+            ),
+            format!(
+                "evictions {} ({})  restores {} ({})  defrag moves {} ({})",
+                s.evictions,
+                fmt_bytes(s.bytes_evicted),
+                s.restores,
+                fmt_bytes(s.bytes_restored),
+                s.defrag_moves,
+                fmt_bytes(s.bytes_defrag_moved)
+            ),
+        ];
+        if s.host_full > 0 || !s.restore_stall.is_zero() {
+            lines.push(format!(
+                "restore stall {:.3} s  evictions refused by the host budget {}",
+                s.restore_stall.as_secs_f64(),
+                s.host_full
+            ));
+        }
+        lines
+    }
+
+    /// The host blocks with their evicted ranges, for the arena's dumps.
+    pub(super) fn host_blocks(&self) -> Vec<HostBlockDump> {
+        let st = self.state.lock();
+        let mut blocks: Vec<HostBlockDump> = st
+            .host
+            .block_sizes()
+            .map(|(block, size)| HostBlockDump {
+                block,
+                size,
+                ranges: Vec::new(),
+            })
+            .collect();
+        for e in st.entries.iter().flatten() {
+            if let Place::Host(r) = &e.place {
+                if let Some(b) = blocks.iter_mut().find(|b| b.block == r.placed.block.0) {
+                    b.ranges.push((r.offset(), e.size, e.label.to_string()));
+                }
+            }
+        }
+        blocks
+    }
+}
+
+impl Tiers {
+    /// The arena's summary, which has a section on the tiers (the same text
+    /// [`Arena::summary`](crate::Arena::summary) prints while tiers are attached).
+    pub fn summary(&self) -> String {
+        self.arena().summary()
     }
 }

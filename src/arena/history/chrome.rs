@@ -84,6 +84,15 @@ impl MemoryHistory {
                     "{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"free\",\"name\":\"free of '{}' (allocated before the window)\",\"pid\":1,\"tid\":1,\"ts\":{t:.3},{args}}}",
                     json_escape(label)
                 )),
+                EventKind::Evict | EventKind::Restore | EventKind::Move => ev.push(format!(
+                    "{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"tier\",\"name\":\"{} '{}'\",\"pid\":1,\"tid\":1,\"ts\":{t:.3},{args}}}",
+                    match e.kind {
+                        EventKind::Evict => "evicted to host",
+                        EventKind::Restore => "restored from host",
+                        _ => "moved by defragmentation",
+                    },
+                    json_escape(label)
+                )),
                 EventKind::BlockCreate | EventKind::BlockRelease => ev.push(format!(
                     "{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"block\",\"name\":\"{} {}/{}\",\"pid\":1,\"tid\":2,\"ts\":{t:.3},{args}}}",
                     if e.kind == EventKind::BlockCreate { "block created" } else { "block released" },

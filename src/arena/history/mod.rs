@@ -66,6 +66,15 @@ pub enum EventKind {
     BlockCreate,
     /// A block given back.
     BlockRelease,
+    /// A movable allocation copied to host memory ([`crate::tier`]); the device range's
+    /// own `Free` follows. A marker: it changes no tally.
+    Evict,
+    /// A movable allocation copied back from host memory into the allocation this event
+    /// names (whose `Alloc` came just before). A marker.
+    Restore,
+    /// A movable allocation moved by defragmentation into the allocation this event
+    /// names. A marker.
+    Move,
 }
 
 /// One event of the history.
@@ -236,6 +245,7 @@ impl HistoryRing {
                     *b + e.size
                 };
             }
+            EventKind::Evict | EventKind::Restore | EventKind::Move => {}
             EventKind::BlockCreate | EventKind::BlockRelease => {
                 let i = e.pool as usize;
                 grow(&mut self.base_reserved, i);
@@ -334,6 +344,7 @@ impl MemoryHistory {
                 }
                 EventKind::BlockCreate => reserved += e.size,
                 EventKind::BlockRelease => reserved = reserved.saturating_sub(e.size),
+                EventKind::Evict | EventKind::Restore | EventKind::Move => {}
             }
             visit(&State {
                 event: Some(e),
