@@ -1,7 +1,7 @@
 //! The runnable benchmark: prints a short table, then one `name: value` line per figure.
 //!
 //! ```text
-//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [all]
+//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [all]
 //! ```
 //! With no argument every suite runs. Suites that need a GPU open one with
 //! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
@@ -10,6 +10,8 @@
 mod alloc_bench;
 #[path = "support/bench_gpu.rs"]
 mod bench_gpu;
+#[path = "support/bench_tier.rs"]
+mod bench_tier;
 #[path = "support/bench_vt.rs"]
 mod bench_vt;
 #[path = "support/vt_demo.rs"]
@@ -117,7 +119,7 @@ fn main() {
     if want("alloc") {
         suite_alloc(&mut figures);
     }
-    let gpu_suites = ["arena", "kernels", "stream", "vt"];
+    let gpu_suites = ["arena", "kernels", "stream", "vt", "tier"];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
             Ok(gpu) => {
@@ -134,6 +136,9 @@ fn main() {
                 }
                 if want("vt") {
                     bench_vt::suite_vt(&gpu, &mut figures);
+                }
+                if want("tier") {
+                    bench_tier::suite_tier(&gpu, &mut figures);
                 }
             }
             Err(e) => {

@@ -32,6 +32,9 @@ use crate::alloc::{AllocError, BlockId};
 use crate::error::{Limit, OutOfMemory};
 use crate::{Error, Result};
 
+/// Waits for in-flight frees one request may do before it fails.
+const MAX_WAITS: u32 = 8;
+
 /// What the allocation loop does next.
 enum Step {
     /// A range is placed: done.
@@ -184,6 +187,37 @@ impl Shared {
         Ok(st)
     }
 
+    /// Seals, then waits without the lock until the oldest epoch in flight has completed
+    /// (not all submitted work: GPU work queued after that epoch keeps running, so a
+    /// request that needs the ranges of an eviction queued earlier does not drain the
+    /// kernels queued after it), and returns the re-taken lock with every finished free
+    /// collected and the by-size cache given back.
+    pub(super) fn wait_oldest_unlocked<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+    ) -> Result<MutexGuard<'s, State>> {
+        self.seal(&mut st);
+        let Some(&(oldest, _)) = st.sealed.front() else {
+            return Ok(st);
+        };
+        self.unlock(st);
+        // An epoch sealed while nothing was in flight completes with the next submission
+        // (see `poll_unlocked`).
+        self.gpu.submit([]);
+        self.gpu
+            .poll_until(std::time::Duration::from_millis(200), || {
+                self.completion.get() >= oldest
+            });
+        if self.completion.get() < oldest {
+            self.gpu.wait_idle()?;
+        }
+        let mut st = self.state.lock();
+        st.counters.waits += 1;
+        st.harvest(self.completion.get());
+        st.flush_ready();
+        Ok(st)
+    }
+
     /// Fewer than `config.poll_interval` allocations since the allocation path last polled.
     fn polled_recently(&self, st: &State) -> bool {
         st.counters.allocations - st.last_poll_at < self.config.poll_interval
@@ -254,7 +288,7 @@ impl Shared {
                 }
                 Step::Wait => {
                     req.waits += 1;
-                    st = self.wait_unlocked(st)?;
+                    st = self.wait_oldest_unlocked(st)?;
                 }
                 Step::Relieve {
                     bytes,
@@ -271,7 +305,8 @@ impl Shared {
                     let given = hook.map_or(0, |h| h.relieve(pool, bytes, whole_blocks));
                     st = self.state.lock();
                     if given > 0 {
-                        st = self.wait_unlocked(st)?;
+                        req.waits += 1;
+                        st = self.wait_oldest_unlocked(st)?;
                     }
                 }
                 Step::Fail(e) => {
@@ -488,7 +523,9 @@ impl Shared {
                 },
             };
         }
-        if req.waits < 2 && in_flight {
+        // Each wait collects at least the oldest epoch; other threads may seal new ones
+        // meanwhile, hence a bound.
+        if req.waits < MAX_WAITS && in_flight {
             return Step::Wait;
         }
         st.counters.ooms += 1;

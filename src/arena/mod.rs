@@ -280,6 +280,12 @@ impl Arena {
         Ok(())
     }
 
+    /// Live bytes and the budget, without the rest of a statistics snapshot.
+    pub(crate) fn allocated_and_budget(&self) -> (u64, Option<u64>) {
+        let st = self.shared().state.lock();
+        (st.counters.allocated, st.budget)
+    }
+
     /// The tier attached to this arena, if any.
     pub(crate) fn tier_hook(&self) -> Option<Arc<dyn Relief>> {
         self.shared()

@@ -218,6 +218,15 @@ shader!(
     PATCH_WORDS = "patch_words.wgsl", [file!("patch_words.wgsl")], NONE
 );
 shader!(
+    /// Copies many ranges between two buffers in one dispatch, word by word (tiered
+    /// memory's defragmentation).
+    COPY_RANGES = "copy_ranges.wgsl (u32)", ["alias Word = u32;\n", file!("copy_ranges.wgsl")], NONE
+);
+shader!(
+    /// [`COPY_RANGES`] by 16-byte words, for ranges that are all 16-byte aligned.
+    COPY_RANGES_VEC4 = "copy_ranges.wgsl (vec4)", ["alias Word = vec4<u32>;\n", file!("copy_ranges.wgsl")], NONE
+);
+shader!(
     /// Checks guard bytes around arena allocations.
     GUARD_CHECK = "guard_check.wgsl", [file!("guard_check.wgsl")], NONE
 );
@@ -257,6 +266,8 @@ pub const ALL: &[Shader] = &[
     MATMUL_F16_NATIVE,
     CAST_F16_PACKED,
     PATCH_WORDS,
+    COPY_RANGES,
+    COPY_RANGES_VEC4,
     GUARD_CHECK,
     VT_COMPACT,
     VT_PROBE,

@@ -420,17 +420,31 @@ impl Tiers {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("vramkit defragment"),
                 });
-        let mut bytes = 0;
-        for m in &moves {
-            encoder.copy_buffer_to_buffer(
-                m.from.buffer(),
-                m.from.offset(),
-                m.to.buffer(),
-                m.to.offset(),
-                m.from.size(),
-            );
-            bytes += m.from.size();
+        let bytes: u64 = moves.iter().map(|m| m.from.size()).sum();
+        let copies: Vec<super::copy::Copy<'_>> = moves
+            .iter()
+            .map(|m| super::copy::Copy {
+                src: m.from.buffer(),
+                src_offset: m.from.offset(),
+                dst: m.to.buffer(),
+                dst_offset: m.to.offset(),
+                bytes: m.from.size(),
+            })
+            .collect();
+        if let Err(e) = super::copy::record(&shared.gpu, &mut encoder, &copies) {
+            // The kernel could not be set up: copy commands move the same bytes.
+            log::warn!("defragmentation falls back to copy commands: {e}");
+            encoder = shared
+                .gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit defragment"),
+                });
+            for c in &copies {
+                encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.bytes);
+            }
         }
+        drop(copies);
         shared.gpu.submit_timed("defragment", [encoder.finish()]);
         let mut st = shared.state.lock();
         st.counters.defrag_moves += moves.len() as u64;

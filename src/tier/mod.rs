@@ -68,6 +68,7 @@
 //! - **No lock of ours is held** while polling, waiting or submitting, or while calling
 //!   the arena (whose allocation path may call back into the tier).
 
+mod copy;
 mod defrag;
 mod host;
 #[cfg(feature = "metrics")]
@@ -96,6 +97,16 @@ pub struct TierConfig {
     /// Bytes of host memory evicted allocations may hold (`None`: no limit beyond what the
     /// system gives).
     pub host_budget: Option<u64>,
+    /// Bytes to keep free under the arena's budget (0, the default: evict only when an
+    /// allocation needs the room). With a headroom, every
+    /// [`make_resident`](Tiers::make_resident) that brought allocations back then evicts
+    /// least-recently-used movables until live bytes are at most the budget minus the
+    /// headroom, queuing those copies *before* the work the caller is about to submit.
+    /// The next restore then finds room as soon as those copies finish, instead of
+    /// evicting after that work and waiting for all of it: a loop that streams a working
+    /// set larger than the budget keeps the GPU busy. Set it to what one step makes
+    /// resident.
+    pub headroom: u64,
 }
 
 /// Movable allocations over one [`Arena`], and the host tier they spill to. Cheap to clone
@@ -114,6 +125,7 @@ pub(crate) struct TierShared {
     /// The newest in-flight epoch the GPU has completed.
     done: Arc<AtomicU64>,
     next_epoch: AtomicU64,
+    headroom: AtomicU64,
 }
 
 /// Where a movable's bytes are.
@@ -216,6 +228,7 @@ impl Tiers {
             moved: Condvar::new(),
             done: Arc::new(AtomicU64::new(0)),
             next_epoch: AtomicU64::new(1),
+            headroom: AtomicU64::new(config.headroom),
         });
         let weak: Weak<TierShared> = Arc::downgrade(&shared);
         arena.set_relief(weak)?;
@@ -289,6 +302,7 @@ impl Tiers {
             }
         }
         drop(st);
+        let restores_empty = restores.is_empty();
         let restored = if restores.is_empty() {
             Ok(())
         } else {
@@ -318,6 +332,9 @@ impl Tiers {
             st.counters.stall += start.elapsed();
         }
         drop(st);
+        if !restores_empty {
+            shared.keep_headroom();
+        }
         Ok(Resident::new(shared.clone(), held))
     }
 
@@ -376,6 +393,11 @@ impl Tiers {
     /// Counters and tier sizes.
     pub fn stats(&self) -> TierStats {
         self.shared.stats()
+    }
+
+    /// Changes [`TierConfig::headroom`].
+    pub fn set_headroom(&self, bytes: u64) {
+        self.shared.headroom.store(bytes, Ordering::Relaxed);
     }
 
     /// Changes the host tier's budget; host memory already held stays until it is freed.
@@ -642,6 +664,11 @@ impl TierShared {
     /// Evicts in [`candidates`](Self::candidates) order until `bytes` moved; settles
     /// in-flight work once if that is what stands in the way.
     fn evict_lru(&self, bytes: u64, prefer: Option<usize>) -> u64 {
+        self.evict_lru_with(bytes, prefer, true)
+    }
+
+    /// [`evict_lru`](Self::evict_lru); without `settle`, never waits for the GPU.
+    fn evict_lru_with(&self, bytes: u64, prefer: Option<usize>, settle: bool) -> u64 {
         let mut moved = 0;
         for attempt in 0..2 {
             let mut st = self.state.lock();
@@ -664,11 +691,26 @@ impl TierShared {
                     return moved;
                 }
             }
-            if moved >= bytes || !busy || attempt == 1 || self.settle().is_err() {
+            if moved >= bytes || !busy || !settle || attempt == 1 || self.settle().is_err() {
                 break;
             }
         }
         moved
+    }
+
+    /// Evicts idle movables (never waiting) until live bytes are at most the budget minus
+    /// the headroom ([`TierConfig::headroom`]).
+    fn keep_headroom(&self) {
+        let headroom = self.headroom.load(Ordering::Relaxed);
+        if headroom == 0 {
+            return;
+        }
+        let (allocated, budget) = self.arena.allocated_and_budget();
+        let Some(budget) = budget else { return };
+        let over = (allocated + headroom).saturating_sub(budget);
+        if over > 0 {
+            self.evict_lru_with(over, None, false);
+        }
     }
 
     /// Evicts every movable of whole blocks that hold nothing else, blocks whose members
