@@ -33,6 +33,8 @@
 //! - [`kernels`]: compute kernels on arena allocations;
 //! - [`stream`]: upload and download rings of staging buffers (host memory the GPU copies
 //!   directly on Vulkan), texture uploads, and the streaming pipeline;
+//! - [`tier`]: movable allocations that spill to host memory under budget pressure, come
+//!   back on use, and move to defragment;
 //! - [`vt`]: tiled virtual textures, images far larger than GPU memory streamed by GPU
 //!   feedback and sampled from your own shaders;
 //! - [`readback`]: the plain blocking read path (the reference the rings are checked against).
