@@ -280,6 +280,17 @@ impl Arena {
         Ok(())
     }
 
+    /// Seals the frees gathered so far into an epoch now, so they come back as soon as the
+    /// work submitted so far completes (a lazily sealed epoch would wait for whatever was
+    /// submitted by the time it is sealed). For frees whose ranges someone is about to
+    /// wait for: evicted allocations.
+    pub(crate) fn seal_frees(&self) {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        shared.seal(&mut st);
+        drop(st);
+    }
+
     /// Live bytes and the budget, without the rest of a statistics snapshot.
     pub(crate) fn allocated_and_budget(&self) -> (u64, Option<u64>) {
         let st = self.shared().state.lock();

@@ -628,6 +628,9 @@ impl TierShared {
         self.moved.notify_all();
         self.unlock(st);
         drop(olds);
+        // Their ranges come back when the copies finish, not when whatever is submitted
+        // next does: the restore waiting for them must not wait for the caller's kernels.
+        self.arena.seal_frees();
         bytes
     }
 
