@@ -157,10 +157,57 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
     for _ in 0..passes {
         tight_plain = tight_plain.min(time(&mut || visit_all()));
     }
+    let why = |a: &vramkit::tier::TierStats,
+               b: &vramkit::tier::TierStats,
+               x: &vramkit::arena::ArenaStats,
+               y: &vramkit::arena::ArenaStats| {
+        let visits = (b.restores - a.restores).max(1) as f64;
+        format!(
+            "per restore: {:.2} evictions under pressure, {:.2} for headroom, {:.2} arena waits, \
+             {:.2} blocks created, {:.3} ms in make_resident",
+            (b.pressure_evictions - a.pressure_evictions) as f64 / visits,
+            (b.headroom_evictions - a.headroom_evictions) as f64 / visits,
+            (y.waits - x.waits) as f64 / visits,
+            (y.blocks_created - x.blocks_created) as f64 / visits,
+            (b.restore_stall - a.restore_stall).as_secs_f64() * 1e3 / visits
+        )
+    };
+    let (t0, a0) = (tiers.stats(), rt.arena().stats());
+    time(&mut || visit_all());
+    let (t1, a1) = (tiers.stats(), rt.arena().stats());
+    println!("no headroom: {}", why(&t0, &t1, &a0, &a1));
     tiers.set_headroom(bytes);
     let mut tight = f64::MAX;
     for _ in 0..passes {
         tight = tight.min(time(&mut || visit_all()));
+    }
+    let (t2, a2) = (tiers.stats(), rt.arena().stats());
+    time(&mut || visit_all());
+    let (t3, a3) = (tiers.stats(), rt.arena().stats());
+    println!("headroom: {}", why(&t2, &t3, &a2, &a3));
+    if std::env::var("VRAMKIT_TIER_DEBUG").is_ok() {
+        rt.arena().record_history(Some(HistoryConfig::default()));
+        for m in &arrays[..3] {
+            let r = tiers.make_resident(&[m]).expect("resident");
+            let x = r.elements::<f32>(m).expect("elements");
+            let mut batch = rt.batch();
+            batch.scale(1.0, 0.0, x, x).expect("scale");
+            batch.submit().expect("submit");
+        }
+        if let Some(h) = rt.arena().history() {
+            for e in &h.events {
+                println!(
+                    "  {:>10} {:?} {} {} pool {} block {}",
+                    e.t_ns / 1000,
+                    e.kind,
+                    h.labels.get(e.label as usize).map_or("-", |s| s.as_str()),
+                    e.size,
+                    e.pool,
+                    e.block
+                );
+            }
+        }
+        rt.arena().record_history(None);
     }
     let spilled = tiers.stats();
     rt.arena().record_history(Some(HistoryConfig::default()));

@@ -500,6 +500,23 @@ impl<A: SubAllocator> BlockSet<A> {
         true
     }
 
+    /// Gives back block `id` if it is empty; returns its bytes (`None`: not an empty block
+    /// of this set).
+    pub fn release_block(&mut self, id: BlockId) -> Option<u64> {
+        let slot = self.blocks.get_mut(id.0 as usize)?;
+        if slot.as_ref()?.live != 0 {
+            return None;
+        }
+        let b = slot.take()?;
+        if !b.dedicated {
+            self.shared_reserved -= b.size;
+        }
+        self.stats.reserved -= b.size;
+        self.stats.blocks -= 1;
+        self.stats.blocks_released += 1;
+        Some(b.size)
+    }
+
     /// Gives back empty blocks while more than `keep` bytes of empty blocks are cached,
     /// largest first. Returns the bytes released.
     pub fn release_empty(&mut self, keep: u64, mut release: impl FnMut(BlockId)) -> u64 {

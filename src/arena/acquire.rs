@@ -497,7 +497,11 @@ impl Shared {
         // them first): give them back so the block it needs fits. After every wait too:
         // the wait may have emptied blocks, which the next placement tries before this.
         let flushed = st.flush_ready();
-        if st.release_empty(0) > 0 || flushed > 0 {
+        let released = match (&limit, block) {
+            (Limit::Budget, Some(need)) => st.release_empty_for(need),
+            _ => st.release_empty(0),
+        };
+        if released > 0 || flushed > 0 {
             return Step::Again;
         }
         let in_flight = !st.sealed.is_empty() || !st.open.is_empty();

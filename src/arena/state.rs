@@ -24,6 +24,10 @@ pub(crate) struct Pool {
     /// One `Arc` per block, so an allocation holds its buffer with one atomic increment.
     pub buffers: Vec<Option<Arc<BlockBuffer>>>,
     pub alignment: u64,
+    /// Keep one empty block when giving empty blocks back (the kernels' parameter ring:
+    /// recreating its block after every batch under a full budget would make it trade
+    /// blocks with the allocations that need the room).
+    pub keep_one: bool,
 }
 
 impl Pool {
@@ -357,14 +361,62 @@ impl State {
         self.release_ready(|list| list.used_at + 2 >= now);
     }
 
+    /// Gives back empty blocks until the budget leaves room for a new block of `need`
+    /// bytes: the smallest empty block that closes the gap alone, else the largest ones
+    /// first. Empty blocks that are not in the way stay for the requests that fit them.
+    /// Without a budget, every empty block goes. Returns bytes released.
+    pub fn release_empty_for(&mut self, need: u64) -> u64 {
+        let Some(budget) = self.budget else {
+            return self.release_empty(0);
+        };
+        let mut empties: Vec<(u64, usize, BlockId)> = Vec::new();
+        for (index, p) in self.pools.iter().enumerate() {
+            let mut pool_empties: Vec<(u64, usize, BlockId)> = p
+                .set
+                .blocks()
+                .filter(|b| b.3 == 0)
+                .map(|(id, size, ..)| (size, index, id))
+                .collect();
+            if p.keep_one {
+                pool_empties.sort_unstable();
+                if !pool_empties.is_empty() {
+                    pool_empties.remove(0);
+                }
+            }
+            empties.extend(pool_empties);
+        }
+        empties.sort_unstable();
+        let mut released = 0;
+        loop {
+            let gap = (self.reserved() + need).saturating_sub(budget);
+            if gap == 0 || empties.is_empty() {
+                break;
+            }
+            let pick = empties
+                .iter()
+                .position(|e| e.0 >= gap)
+                .unwrap_or(empties.len() - 1);
+            let (_, pool, id) = empties.remove(pick);
+            if let Some(bytes) = self.pools[pool].set.release_block(id) {
+                self.retire_block(pool, id);
+                released += bytes;
+            }
+        }
+        released
+    }
+
     /// Gives back empty blocks beyond `keep` bytes in every pool; returns bytes released.
     pub fn release_empty(&mut self, keep: u64) -> u64 {
         let mut total = 0;
         for index in 0..self.pools.len() {
             let mut gone = Vec::new();
-            total += self.pools[index]
-                .set
-                .release_empty(keep, |id| gone.push(id));
+            let p = &mut self.pools[index];
+            let keep = if p.keep_one {
+                keep.max(p.set.policy().min_block)
+            } else {
+                keep
+            };
+            total += p.set.release_empty(keep, |id| gone.push(id));
             for id in gone {
                 self.retire_block(index, id);
             }

@@ -207,6 +207,10 @@ impl Kernels {
                 },
             )?,
         };
+        // Every batch frees its parameters; under a full budget an empty parameter block
+        // given back would be created again by the next batch, trading places with the
+        // blocks the data needs.
+        arena.keep_one_block(params);
         let gpu = arena.gpu();
         let device = gpu.device();
         let storage = |binding| wgpu::BindGroupLayoutEntry {

@@ -162,6 +162,10 @@ pub(crate) struct Counters {
     pub bytes_defrag_moved: u64,
     pub stall: Duration,
     pub host_full: u64,
+    /// Evictions asked for by the arena's allocation path (the rest: by hand or to keep
+    /// the headroom).
+    pub pressure_evictions: u64,
+    pub headroom_evictions: u64,
 }
 
 pub(crate) struct TierState {
@@ -302,7 +306,7 @@ impl Tiers {
             }
         }
         drop(st);
-        let restores_empty = restores.is_empty();
+        let restored_pool = restores.first().map(|r| r.1);
         let restored = if restores.is_empty() {
             Ok(())
         } else {
@@ -332,8 +336,8 @@ impl Tiers {
             st.counters.stall += start.elapsed();
         }
         drop(st);
-        if !restores_empty {
-            shared.keep_headroom();
+        if let Some(pool) = restored_pool {
+            shared.keep_headroom(pool);
         }
         Ok(Resident::new(shared.clone(), held))
     }
@@ -701,19 +705,18 @@ impl TierShared {
         moved
     }
 
-    /// Evicts idle movables (never waiting) until live bytes are at most the budget minus
-    /// the headroom ([`TierConfig::headroom`]).
-    fn keep_headroom(&self) {
+    /// After a restore into `pool`: unless an allocation of the headroom would find room
+    /// there without evicting ([`TierConfig::headroom`]), evicts that many bytes of idle
+    /// movables, least recently used first, never waiting for the GPU.
+    fn keep_headroom(&self, pool: PoolId) {
         let headroom = self.headroom.load(Ordering::Relaxed);
-        if headroom == 0 {
+        if headroom == 0 || self.arena.has_room(pool, headroom) {
             return;
         }
-        let (allocated, budget) = self.arena.allocated_and_budget();
-        let Some(budget) = budget else { return };
-        let over = (allocated + headroom).saturating_sub(budget);
-        if over > 0 {
-            self.evict_lru_with(over, None, false);
-        }
+        let before = self.state.lock().counters.evictions;
+        self.evict_lru_with(headroom, Some(pool.index()), false);
+        let mut st = self.state.lock();
+        st.counters.headroom_evictions += st.counters.evictions - before;
     }
 
     /// Evicts every movable of whole blocks that hold nothing else, blocks whose members
@@ -820,11 +823,15 @@ impl TierShared {
 
 impl Relief for TierShared {
     fn relieve(&self, pool: usize, bytes: u64, whole_blocks: bool) -> u64 {
-        if whole_blocks {
+        let before = self.state.lock().counters.evictions;
+        let moved = if whole_blocks {
             self.evict_blocks(bytes)
         } else {
             self.evict_lru(bytes, Some(pool))
-        }
+        };
+        let mut st = self.state.lock();
+        st.counters.pressure_evictions += st.counters.evictions - before;
+        moved
     }
 
     fn host_blocks(&self) -> Vec<crate::arena::HostBlockDump> {

@@ -26,6 +26,10 @@ pub struct TierStats {
     pub pinned: usize,
     /// Evictions so far (device to host).
     pub evictions: u64,
+    /// Of those, asked for by the arena's allocation path under pressure.
+    pub pressure_evictions: u64,
+    /// Of those, made to keep [`TierConfig::headroom`](super::TierConfig::headroom) free.
+    pub headroom_evictions: u64,
     /// Restores so far (host to device).
     pub restores: u64,
     /// Bytes moved device to host.
@@ -56,6 +60,8 @@ impl TierShared {
             host_blocks: st.host.blocks(),
             plain_host_blocks: st.host.plain_blocks,
             evictions: st.counters.evictions,
+            pressure_evictions: st.counters.pressure_evictions,
+            headroom_evictions: st.counters.headroom_evictions,
             restores: st.counters.restores,
             bytes_evicted: st.counters.bytes_evicted,
             bytes_restored: st.counters.bytes_restored,
@@ -105,9 +111,12 @@ impl TierShared {
                 }
             ),
             format!(
-                "evictions {} ({})  restores {} ({})  defrag moves {} ({})",
+                "evictions {} ({}; {} under pressure, {} for headroom)  restores {} ({})  \
+                 defrag moves {} ({})",
                 s.evictions,
                 fmt_bytes(s.bytes_evicted),
+                s.pressure_evictions,
+                s.headroom_evictions,
                 s.restores,
                 fmt_bytes(s.bytes_restored),
                 s.defrag_moves,
