@@ -93,14 +93,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let len = (args.array_mib * MIB / 4) as usize;
     let bytes = 4 * len as u64;
-    // Keep one array's room free ahead of the loop's work (`TierConfig::headroom`).
-    let tiers = Tiers::new(
-        rt.arena(),
-        TierConfig {
-            headroom: bytes,
-            ..Default::default()
-        },
-    )?;
+    let tiers = Tiers::new(rt.arena(), TierConfig::default())?;
     let working_set = bytes * args.arrays as u64;
     eprintln!(
         "{}: {} arrays of {} MiB = {} over a {} budget",
@@ -214,7 +207,6 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let spill_gbps = gbps(2 * moved, spill.0 + spill.1);
 
     // The same loop with the budget lifted (everything resident).
-    tiers.set_headroom(0);
     rt.arena().set_budget(Budget::Unlimited)?;
     let all: Vec<&Movable> = arrays.iter().collect();
     tiers.make_resident(&all).map(drop)?;

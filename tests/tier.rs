@@ -25,14 +25,7 @@ fn runtime(budget: u64, host_budget: Option<u64>) -> (Runtime, Tiers) {
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let tiers = Tiers::new(
-        rt.arena(),
-        TierConfig {
-            host_budget,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let tiers = Tiers::new(rt.arena(), TierConfig { host_budget }).unwrap();
     (rt, tiers)
 }
 
@@ -441,32 +434,4 @@ fn summary_dumps_and_history_show_the_host_tier() {
         .count();
     assert_eq!(evicted, 3);
     drop(kept);
-}
-
-#[test]
-fn a_headroom_keeps_room_free_after_each_restore() {
-    let mut rng = common::rng();
-    let (rt, tiers) = runtime(16 * MIB, None);
-    let n = 512 << 10; // 2 MiB
-    let handles: Vec<Movable> = (0..12)
-        .map(|i| tiers.alloc(4 * n as u64, &format!("h{i}")).unwrap())
-        .collect();
-    let data: Vec<Vec<f32>> = handles
-        .iter()
-        .map(|m| {
-            let d = integers(&mut rng, n);
-            write(&rt, &tiers, m, &d);
-            d
-        })
-        .collect();
-    tiers.set_headroom(4 * MIB);
-    for (m, d) in handles.iter().zip(&data) {
-        let r = tiers.make_resident(&[m]).unwrap();
-        assert!(
-            rt.arena().stats().allocated <= 12 * MIB + 64 * 1024,
-            "a restore left less than the headroom free:\n{}",
-            tiers.summary()
-        );
-        assert_eq!(&rt.download(r.elements::<f32>(m).unwrap()).unwrap(), d);
-    }
 }

@@ -151,65 +151,21 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
         gpu.wait_idle().expect("wait");
     };
     let passes = 2;
-    // Without and with a headroom of one array (`TierConfig::headroom`), then with the
-    // GPU's time split by what ran (timestamp queries), to say what limits it.
-    let mut tight_plain = f64::MAX;
-    for _ in 0..passes {
-        tight_plain = tight_plain.min(time(&mut || visit_all()));
-    }
-    let why = |a: &vramkit::tier::TierStats,
-               b: &vramkit::tier::TierStats,
-               x: &vramkit::arena::ArenaStats,
-               y: &vramkit::arena::ArenaStats| {
-        let visits = (b.restores - a.restores).max(1) as f64;
-        format!(
-            "per restore: {:.2} evictions under pressure, {:.2} for headroom, {:.2} arena waits, \
-             {:.2} blocks created, {:.3} ms in make_resident",
-            (b.pressure_evictions - a.pressure_evictions) as f64 / visits,
-            (b.headroom_evictions - a.headroom_evictions) as f64 / visits,
-            (y.waits - x.waits) as f64 / visits,
-            (y.blocks_created - x.blocks_created) as f64 / visits,
-            (b.restore_stall - a.restore_stall).as_secs_f64() * 1e3 / visits
-        )
-    };
     let (t0, a0) = (tiers.stats(), rt.arena().stats());
-    time(&mut || visit_all());
-    let (t1, a1) = (tiers.stats(), rt.arena().stats());
-    println!("no headroom: {}", why(&t0, &t1, &a0, &a1));
-    tiers.set_headroom(bytes);
     let mut tight = f64::MAX;
     for _ in 0..passes {
         tight = tight.min(time(&mut || visit_all()));
     }
-    let (t2, a2) = (tiers.stats(), rt.arena().stats());
-    time(&mut || visit_all());
-    let (t3, a3) = (tiers.stats(), rt.arena().stats());
-    println!("headroom: {}", why(&t2, &t3, &a2, &a3));
-    if std::env::var("VRAMKIT_TIER_DEBUG").is_ok() {
-        rt.arena().record_history(Some(HistoryConfig::default()));
-        for m in &arrays[..3] {
-            let r = tiers.make_resident(&[m]).expect("resident");
-            let x = r.elements::<f32>(m).expect("elements");
-            let mut batch = rt.batch();
-            batch.scale(1.0, 0.0, x, x).expect("scale");
-            batch.submit().expect("submit");
-        }
-        if let Some(h) = rt.arena().history() {
-            for e in &h.events {
-                println!(
-                    "  {:>10} {:?} {} {} pool {} block {}",
-                    e.t_ns / 1000,
-                    e.kind,
-                    h.labels.get(e.label as usize).map_or("-", |s| s.as_str()),
-                    e.size,
-                    e.pool,
-                    e.block
-                );
-            }
-        }
-        rt.arena().record_history(None);
-    }
-    let spilled = tiers.stats();
+    let (t1, a1) = (tiers.stats(), rt.arena().stats());
+    let restores = (t1.restores - t0.restores).max(1) as f64;
+    println!(
+        "per restore: {:.2} evictions under pressure, {:.2} arena waits, {:.2} blocks created, \
+         {:.3} ms in make_resident",
+        (t1.pressure_evictions - t0.pressure_evictions) as f64 / restores,
+        (a1.waits - a0.waits) as f64 / restores,
+        (a1.blocks_created - a0.blocks_created) as f64 / restores,
+        (t1.restore_stall - t0.restore_stall).as_secs_f64() * 1e3 / restores
+    );
     rt.arena().record_history(Some(HistoryConfig::default()));
     gpu.set_profiling(true).expect("profiling");
     let profiled = time(&mut || visit_all());
@@ -222,7 +178,6 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
         }
     }
     rt.arena().record_history(None);
-    tiers.set_headroom(0);
     rt.arena().set_budget(Budget::Unlimited).expect("budget");
     let all: Vec<&Movable> = arrays.iter().collect();
     tiers.make_resident(&all).map(drop).expect("resident");
@@ -239,18 +194,14 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
         arrays.len()
     );
     println!(
-        "{:<30} {:>10.3} ms per visit\n{:<30} {:>10.3} ms per visit\n{:<30} {:>10.3} ms per visit\n\
-         {:<30} {:>10.2}x   (target >= 0.5x; without headroom {:.2}x; evictions so far {})",
-        "budget 2x over, no headroom",
-        per_visit(tight_plain),
-        "budget 2x over, headroom 1",
+        "{:<22} {:>10.3} ms per visit\n{:<22} {:>10.3} ms per visit\n{:<22} {:>10.2}x   \
+         (target >= 0.5x)",
+        "budget 2x over",
         per_visit(tight),
         "budget lifted",
         per_visit(free),
         "speed vs lifted",
         free / tight,
-        free / tight_plain,
-        spilled.evictions
     );
     let busy: f64 = gpu_ms.values().sum();
     println!(
@@ -264,10 +215,6 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
         busy / visits
     );
     figures.add("tier_loop_vs_unlimited", format!("{:.3}", free / tight));
-    figures.add(
-        "tier_loop_vs_unlimited_no_headroom",
-        format!("{:.3}", free / tight_plain),
-    );
     figures.add("tier_loop_ms_per_visit", format!("{:.3}", per_visit(tight)));
     figures.add(
         "tier_loop_unlimited_ms_per_visit",

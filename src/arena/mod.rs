@@ -292,30 +292,6 @@ impl Arena {
         drop(st);
     }
 
-    /// Whether an allocation of `size` bytes in `pool` would find room without evicting
-    /// anything: a free range or empty block that holds it, budget room for a new block
-    /// of its size, or a pending free at least that large (it comes back once the GPU is
-    /// past it).
-    pub(crate) fn has_room(&self, pool: PoolId, size: u64) -> bool {
-        let st = self.shared().state.lock();
-        let Some(p) = st.pools.get(pool.index) else {
-            return false;
-        };
-        if p.largest_free() >= size + p.alignment {
-            return true;
-        }
-        let room = st
-            .budget
-            .map_or(u64::MAX, |b| b.saturating_sub(st.reserved()));
-        if room >= size.next_multiple_of(p.set.policy().dedicated_granularity) {
-            return true;
-        }
-        st.open
-            .iter()
-            .chain(st.sealed.iter().flat_map(|(_, frees)| frees.iter()))
-            .any(|f| f.pool == pool.index && f.range.placed.size >= size)
-    }
-
     /// Makes `pool` keep one empty block when empty blocks are given back (see
     /// `Pool::keep_one`).
     pub(crate) fn keep_one_block(&self, pool: PoolId) {

@@ -97,16 +97,6 @@ pub struct TierConfig {
     /// Bytes of host memory evicted allocations may hold (`None`: no limit beyond what the
     /// system gives).
     pub host_budget: Option<u64>,
-    /// Bytes to keep free under the arena's budget (0, the default: evict only when an
-    /// allocation needs the room). With a headroom, every
-    /// [`make_resident`](Tiers::make_resident) that brought allocations back then evicts
-    /// least-recently-used movables until live bytes are at most the budget minus the
-    /// headroom, queuing those copies *before* the work the caller is about to submit.
-    /// The next restore then finds room as soon as those copies finish, instead of
-    /// evicting after that work and waiting for all of it: a loop that streams a working
-    /// set larger than the budget keeps the GPU busy. Set it to what one step makes
-    /// resident.
-    pub headroom: u64,
 }
 
 /// Movable allocations over one [`Arena`], and the host tier they spill to. Cheap to clone
@@ -125,7 +115,6 @@ pub(crate) struct TierShared {
     /// The newest in-flight epoch the GPU has completed.
     done: Arc<AtomicU64>,
     next_epoch: AtomicU64,
-    headroom: AtomicU64,
 }
 
 /// Where a movable's bytes are.
@@ -162,10 +151,8 @@ pub(crate) struct Counters {
     pub bytes_defrag_moved: u64,
     pub stall: Duration,
     pub host_full: u64,
-    /// Evictions asked for by the arena's allocation path (the rest: by hand or to keep
-    /// the headroom).
+    /// Evictions asked for by the arena's allocation path (the rest: by hand).
     pub pressure_evictions: u64,
-    pub headroom_evictions: u64,
 }
 
 pub(crate) struct TierState {
@@ -232,7 +219,6 @@ impl Tiers {
             moved: Condvar::new(),
             done: Arc::new(AtomicU64::new(0)),
             next_epoch: AtomicU64::new(1),
-            headroom: AtomicU64::new(config.headroom),
         });
         let weak: Weak<TierShared> = Arc::downgrade(&shared);
         arena.set_relief(weak)?;
@@ -306,7 +292,6 @@ impl Tiers {
             }
         }
         drop(st);
-        let restored_pool = restores.first().map(|r| r.1);
         let restored = if restores.is_empty() {
             Ok(())
         } else {
@@ -336,9 +321,6 @@ impl Tiers {
             st.counters.stall += start.elapsed();
         }
         drop(st);
-        if let Some(pool) = restored_pool {
-            shared.keep_headroom(pool);
-        }
         Ok(Resident::new(shared.clone(), held))
     }
 
@@ -397,11 +379,6 @@ impl Tiers {
     /// Counters and tier sizes.
     pub fn stats(&self) -> TierStats {
         self.shared.stats()
-    }
-
-    /// Changes [`TierConfig::headroom`].
-    pub fn set_headroom(&self, bytes: u64) {
-        self.shared.headroom.store(bytes, Ordering::Relaxed);
     }
 
     /// Changes the host tier's budget; host memory already held stays until it is freed.
@@ -671,11 +648,6 @@ impl TierShared {
     /// Evicts in [`candidates`](Self::candidates) order until `bytes` moved; settles
     /// in-flight work once if that is what stands in the way.
     fn evict_lru(&self, bytes: u64, prefer: Option<usize>) -> u64 {
-        self.evict_lru_with(bytes, prefer, true)
-    }
-
-    /// [`evict_lru`](Self::evict_lru); without `settle`, never waits for the GPU.
-    fn evict_lru_with(&self, bytes: u64, prefer: Option<usize>, settle: bool) -> u64 {
         let mut moved = 0;
         for attempt in 0..2 {
             let mut st = self.state.lock();
@@ -698,25 +670,11 @@ impl TierShared {
                     return moved;
                 }
             }
-            if moved >= bytes || !busy || !settle || attempt == 1 || self.settle().is_err() {
+            if moved >= bytes || !busy || attempt == 1 || self.settle().is_err() {
                 break;
             }
         }
         moved
-    }
-
-    /// After a restore into `pool`: unless an allocation of the headroom would find room
-    /// there without evicting ([`TierConfig::headroom`]), evicts that many bytes of idle
-    /// movables, least recently used first, never waiting for the GPU.
-    fn keep_headroom(&self, pool: PoolId) {
-        let headroom = self.headroom.load(Ordering::Relaxed);
-        if headroom == 0 || self.arena.has_room(pool, headroom) {
-            return;
-        }
-        let before = self.state.lock().counters.evictions;
-        self.evict_lru_with(headroom, Some(pool.index()), false);
-        let mut st = self.state.lock();
-        st.counters.headroom_evictions += st.counters.evictions - before;
     }
 
     /// Evicts every movable of whole blocks that hold nothing else, blocks whose members

@@ -26,10 +26,9 @@ pub struct TierStats {
     pub pinned: usize,
     /// Evictions so far (device to host).
     pub evictions: u64,
-    /// Of those, asked for by the arena's allocation path under pressure.
+    /// Of those, asked for by the arena's allocation path under pressure (the rest were
+    /// asked for by hand).
     pub pressure_evictions: u64,
-    /// Of those, made to keep [`TierConfig::headroom`](super::TierConfig::headroom) free.
-    pub headroom_evictions: u64,
     /// Restores so far (host to device).
     pub restores: u64,
     /// Bytes moved device to host.
@@ -61,7 +60,6 @@ impl TierShared {
             plain_host_blocks: st.host.plain_blocks,
             evictions: st.counters.evictions,
             pressure_evictions: st.counters.pressure_evictions,
-            headroom_evictions: st.counters.headroom_evictions,
             restores: st.counters.restores,
             bytes_evicted: st.counters.bytes_evicted,
             bytes_restored: st.counters.bytes_restored,
@@ -111,12 +109,10 @@ impl TierShared {
                 }
             ),
             format!(
-                "evictions {} ({}; {} under pressure, {} for headroom)  restores {} ({})  \
-                 defrag moves {} ({})",
+                "evictions {} ({}; {} under pressure)  restores {} ({})  defrag moves {} ({})",
                 s.evictions,
                 fmt_bytes(s.bytes_evicted),
                 s.pressure_evictions,
-                s.headroom_evictions,
                 s.restores,
                 fmt_bytes(s.bytes_restored),
                 s.defrag_moves,
