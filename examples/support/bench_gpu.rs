@@ -155,8 +155,8 @@ fn observability_cost(gpu: &Gpu, figures: &mut Figures) {
     );
     figures.add("arena_history_cost_ratio", format!("{:.3}", on / off));
     figures.add("metrics_feature", u8::from(cfg!(feature = "metrics")));
-    // What a timestamp costs here: the history stamps each event with the CPU's
-    // time-stamp counter on x86-64 (`arena/history/clock.rs`).
+    // What a direct clock read costs here: what stamping each event would cost, and why
+    // the history reads a clock thread's last tick instead (`arena/history/clock.rs`).
     let n = 1_000_000;
     let mut sink = 0u64;
     #[cfg(target_arch = "x86_64")]

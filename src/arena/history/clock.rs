@@ -1,34 +1,58 @@
-//! The clock history events are stamped with: the CPU's time-stamp counter on x86-64
-//! (about 10 ns a read on the dev VM, where `Instant::now` took 28 ns, and 35-50 ns on the
-//! H100 host: two stamps per alloc+free pair were most of what recording cost), mapped to
-//! nanoseconds linearly through two (counter, `Instant`) pairs: when recording started
-//! and when the history is copied out. Elsewhere it is `Instant` itself.
+//! The clock history events are stamped with: a clock thread that stores the time since
+//! recording started in an atomic every few tens of microseconds, while recording.
 //!
-//! The counter runs at a constant rate on every x86-64 CPU of the last fifteen years
-//! (invariant TSC) and is synchronised across cores on current servers; a read that
-//! still lands before the start counts as the start.
+//! An event's stamp is then one relaxed load. A direct clock read per event was most of
+//! what recording cost: the CPU's time-stamp counter took 35-50 ns a read on the H100
+//! host (a virtual machine) and `Instant::now` about as long, twice per alloc+free pair,
+//! for a pair that costs 100-130 ns. The price is resolution: events are stamped to the
+//! clock thread's last tick, [`TICK`] apart plus the scheduler's slack (about 60-100 us
+//! on Linux); events inside one tick share its time and keep their order (the ring's).
+//! The thread stops within a tick of the history being dropped.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the clock thread sleeps between ticks.
+pub(crate) const TICK: Duration = Duration::from_micros(20);
 
 /// See the module docs.
 pub(crate) struct EventClock {
     start: Instant,
-    start_ticks: u64,
+    now_ns: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
 }
 
 impl EventClock {
     pub fn new() -> Self {
-        let start_ticks = ticks(None);
+        let start = Instant::now();
+        let now_ns = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tick_ns, tick_stop) = (now_ns.clone(), stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name("vramkit-history-clock".into())
+            .spawn(move || {
+                while !tick_stop.load(Ordering::Relaxed) {
+                    tick_ns.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    std::thread::sleep(TICK);
+                }
+            });
+        if let Err(e) = spawned {
+            // Events then all carry time 0 (in order); the history still balances.
+            log::warn!("memory history: no clock thread ({e}); events carry no times");
+        }
         EventClock {
-            start: Instant::now(),
-            start_ticks,
+            start,
+            now_ns,
+            stop,
         }
     }
 
-    /// A raw reading, for [`to_ns`](Self::to_ns) to convert later.
+    /// The time of an event happening now, in nanoseconds since the start (to the last
+    /// tick).
     #[inline]
     pub fn now(&self) -> u64 {
-        ticks(Some(self.start))
+        self.now_ns.load(Ordering::Relaxed)
     }
 
     /// When recording started.
@@ -36,35 +60,14 @@ impl EventClock {
         self.start
     }
 
-    /// Converts readings to nanoseconds since the start, at the rate measured between the
-    /// start and this call.
+    /// Converts readings to nanoseconds since the start (they already are).
     pub fn to_ns(&self) -> impl Fn(u64) -> u64 {
-        let (ticks_now, elapsed) = (ticks(Some(self.start)), self.start.elapsed());
-        let span = ticks_now.saturating_sub(self.start_ticks).max(1) as f64;
-        let ns_per_tick = if cfg!(target_arch = "x86_64") {
-            elapsed.as_nanos() as f64 / span
-        } else {
-            1.0
-        };
-        let start_ticks = self.start_ticks;
-        move |raw| (raw.saturating_sub(start_ticks) as f64 * ns_per_tick) as u64
+        |raw| raw
     }
 }
 
-/// The time-stamp counter on x86-64; elsewhere nanoseconds since `start` (0 without one).
-#[inline]
-#[allow(unused_variables)]
-fn ticks(start: Option<Instant>) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: RDTSC exists on every x86-64 CPU and reads a counter; nothing else.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_rdtsc()
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        start.map_or(0, |s| s.elapsed().as_nanos() as u64)
+impl Drop for EventClock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
