@@ -14,6 +14,8 @@ mod bench_gpu;
 mod bench_tier;
 #[path = "support/bench_vt.rs"]
 mod bench_vt;
+#[path = "support/defrag_measure.rs"]
+mod defrag_measure;
 #[path = "support/vt_demo.rs"]
 mod vt_demo;
 

@@ -15,12 +15,15 @@
 //! per visit: the loop's arithmetic intensity, default 4 on a CPU adapter and 64 on a
 //! GPU), `--small` (movables in the defragmentation phase).
 
+#[path = "support/defrag_measure.rs"]
+mod defrag_measure;
+
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
-use vramkit::arena::{Budget, HistoryConfig};
-use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
+use vramkit::arena::Budget;
+use vramkit::tier::{Movable, TierConfig, Tiers};
 use vramkit::{Gpu, Runtime, RuntimeConfig};
 
 const MIB: u64 = 1 << 20;
@@ -240,43 +243,15 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             *s = None;
         }
     }
-    rt.arena().record_history(Some(HistoryConfig::default()));
-    gpu.set_profiling(true)?;
-    let report = tiers.defragment(DefragLimits::default())?;
-    gpu.collect_profile(true)?;
-    gpu.set_profiling(false)?;
-    let defrag_gpu_ns: u64 = rt
-        .arena()
-        .history()
-        .map(|h| {
-            h.gpu_spans
-                .iter()
-                .filter(|s| s.name == "defragment")
-                .map(|s| s.dur_ns)
-                .sum()
-        })
-        .unwrap_or(0);
-    rt.arena().record_history(None);
+    let (report, defrag_gpu_ns) = defrag_measure::timed_defragment(&rt, &tiers)?;
     for (m, value) in small.iter().flatten() {
         let r = tiers.make_resident(&[m])?;
         let got = rt.download(r.elements::<f32>(m)?)?;
         mismatches += got.iter().filter(|v| **v != *value).count() as u64;
     }
     // The device's copy bandwidth, read the same way: one copy of as many bytes.
-    let copy_bytes = report.bytes_moved.max(MIB) & !3;
-    let (a, b) = (
-        rt.arena().alloc(copy_bytes, "copy peer")?,
-        rt.arena().alloc(copy_bytes, "copy peer")?,
-    );
-    let mut copy_ns = u64::MAX;
-    for _ in 0..5 {
-        let mut enc = gpu.device().create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(a.buffer(), a.offset(), b.buffer(), b.offset(), copy_bytes);
-        let t = Instant::now();
-        gpu.submit([enc.finish()]);
-        gpu.wait_idle()?;
-        copy_ns = copy_ns.min(t.elapsed().as_nanos() as u64);
-    }
+    let (copy_bytes, copy_s) = defrag_measure::device_copy_secs(&rt, report.bytes_moved)?;
+    let copy_ns = (copy_s * 1e9) as u64;
     let defrag_gbps = report.bytes_moved as f64 * 2.0 / defrag_gpu_ns.max(1) as f64;
     let copy_gbps = copy_bytes as f64 * 2.0 / copy_ns.max(1) as f64;
 

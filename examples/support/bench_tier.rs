@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, HistoryConfig};
-use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
+use vramkit::tier::{Movable, TierConfig, Tiers};
 use vramkit::{Gpu, Runtime, RuntimeConfig};
 
 use crate::bench_gpu::warm_until_steady;
@@ -247,46 +247,11 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
             *s = None;
         }
     }
-    rt.arena().record_history(Some(HistoryConfig::default()));
-    gpu.set_profiling(true).expect("profiling");
-    let report = tiers
-        .defragment(DefragLimits::default())
-        .expect("defragment");
-    gpu.collect_profile(true).expect("profile");
-    gpu.set_profiling(false).expect("profiling");
-    let gpu_ns: u64 = rt
-        .arena()
-        .history()
-        .map(|h| {
-            h.gpu_spans
-                .iter()
-                .filter(|s| s.name == "defragment")
-                .map(|s| s.dur_ns)
-                .sum()
-        })
-        .unwrap_or(0);
-    rt.arena().record_history(None);
+    let (report, gpu_ns) =
+        crate::defrag_measure::timed_defragment(&rt, &tiers).expect("defragment");
     drop(small);
-    let copy_bytes = report.bytes_moved.max(MIB) & !3;
-    let (a, b) = (
-        rt.arena().alloc(copy_bytes, "copy peer").expect("alloc"),
-        rt.arena().alloc(copy_bytes, "copy peer").expect("alloc"),
-    );
-    let copy = (0..5)
-        .map(|_| {
-            time(&mut || {
-                let mut enc = gpu.device().create_command_encoder(&Default::default());
-                enc.copy_buffer_to_buffer(
-                    a.buffer(),
-                    a.offset(),
-                    b.buffer(),
-                    b.offset(),
-                    copy_bytes,
-                );
-                gpu.submit([enc.finish()]);
-            })
-        })
-        .fold(f64::MAX, f64::min);
+    let (copy_bytes, copy) =
+        crate::defrag_measure::device_copy_secs(&rt, report.bytes_moved).expect("copy peer");
     let defrag_gbps = report.bytes_moved as f64 / (gpu_ns.max(1) as f64 * 1e-9) / 1e9;
     let copy_gbps = copy_bytes as f64 / copy / 1e9;
     println!("\n== tier: defragment {count} movables of 16-252 KiB after freeing a random half ==");

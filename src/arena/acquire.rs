@@ -180,11 +180,17 @@ impl Shared {
         self.seal(&mut st);
         self.unlock(st);
         self.gpu.wait_idle()?;
+        Ok(self.collect_after_wait())
+    }
+
+    /// Re-takes the lock after a wait for the GPU, collects every finished free and gives
+    /// the by-size cache back.
+    fn collect_after_wait(&self) -> MutexGuard<'_, State> {
         let mut st = self.state.lock();
         st.counters.waits += 1;
         st.harvest(self.completion.get());
         st.flush_ready();
-        Ok(st)
+        st
     }
 
     /// Seals, then waits without the lock until the oldest epoch in flight has completed
@@ -211,11 +217,7 @@ impl Shared {
         if self.completion.get() < oldest {
             self.gpu.wait_idle()?;
         }
-        let mut st = self.state.lock();
-        st.counters.waits += 1;
-        st.harvest(self.completion.get());
-        st.flush_ready();
-        Ok(st)
+        Ok(self.collect_after_wait())
     }
 
     /// Fewer than `config.poll_interval` allocations since the allocation path last polled.

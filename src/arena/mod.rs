@@ -539,25 +539,14 @@ impl Shared {
         let shared = unsafe { &*shared };
         let mut st = shared.state.lock();
         let size = pending.range.placed.size;
-        let record = st.live.remove(slot);
-        if let (Some(h), Some(r)) = (st.history.as_mut(), record) {
-            h.push(
-                history::EventKind::Free,
-                r.id,
-                size,
-                label_index,
-                pending.pool,
-                pending.range.placed.block.0,
-                r.offset,
-            );
-        }
-        st.counters.frees += 1;
-        st.counters.allocated -= size;
+        st.forget_live(
+            slot,
+            label_index,
+            pending.pool,
+            pending.range.placed.block.0,
+            size,
+        );
         st.counters.pending += size;
-        if let Some((_, l)) = st.label_stats.get_mut(label_index as usize) {
-            l.count -= 1;
-            l.bytes -= size;
-        }
         if let Some(spares) = st.label_spares.get_mut(label_index as usize) {
             if spares.len() < MAX_SPARES {
                 spares.push(label);
@@ -586,24 +575,13 @@ impl Shared {
         } = freed;
         let mut st = self.state.lock();
         let size = pending.range.placed.size;
-        let record = st.live.remove(slot);
-        if let (Some(h), Some(r)) = (st.history.as_mut(), record) {
-            h.push(
-                history::EventKind::Free,
-                r.id,
-                size,
-                label_index,
-                pending.pool,
-                pending.range.placed.block.0,
-                r.offset,
-            );
-        }
-        st.counters.frees += 1;
-        st.counters.allocated -= size;
-        if let Some((_, l)) = st.label_stats.get_mut(label_index as usize) {
-            l.count -= 1;
-            l.bytes -= size;
-        }
+        st.forget_live(
+            slot,
+            label_index,
+            pending.pool,
+            pending.range.placed.block.0,
+            size,
+        );
         st.pools[pending.pool].set.free(pending.range.placed);
         drop(st);
     }

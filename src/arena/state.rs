@@ -305,6 +305,22 @@ impl State {
         }
     }
 
+    /// The bookkeeping of a dropped allocation: its live record goes (recorded as a free
+    /// in the history), and the counters and its label's totals lose its bytes. Where its
+    /// range goes is the caller's business.
+    pub fn forget_live(&mut self, slot: u32, label: u32, pool: usize, block: u32, size: u64) {
+        let record = self.live.remove(slot);
+        if let (Some(h), Some(r)) = (self.history.as_mut(), record) {
+            h.push(EventKind::Free, r.id, size, label, pool, block, r.offset);
+        }
+        self.counters.frees += 1;
+        self.counters.allocated -= size;
+        if let Some((_, l)) = self.label_stats.get_mut(label as usize) {
+            l.count -= 1;
+            l.bytes -= size;
+        }
+    }
+
     /// Moves the open frees into a new epoch that completes once all work submitted so far
     /// has finished. Returns the epoch to register the completion callback for.
     pub fn seal(&mut self) -> Option<u64> {
