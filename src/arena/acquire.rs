@@ -15,8 +15,10 @@
 //!
 //! # The steps
 //! A request first takes a cached range of its exact size, then places a range in an
-//! existing block, and only then grows; over a budget or quota it gives cached and empty
-//! blocks back, then waits for in-flight frees (twice at most), and only then fails with
+//! existing block, and only then grows; over a budget or quota it gives back cached ranges
+//! and the empty blocks in the way, waits for the oldest epoch of in-flight frees, asks an
+//! attached tier to evict movable allocations ([`super::Relief`], twice at most), waits
+//! again while frees are in flight (a bounded number of times), and only then fails with
 //! [`Error::OutOfMemory`] naming the limit.
 
 use std::mem::ManuallyDrop;

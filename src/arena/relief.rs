@@ -2,12 +2,14 @@
 //! [`crate::tier`]) gives device memory back when an allocation would cross a limit.
 //!
 //! The arena knows nothing of what the hook does; it only promises *when* it calls it:
-//! on the allocation path, after cached ranges and empty blocks went back and before it
-//! waits for in-flight frees or reports out-of-memory, with **no lock of the arena held**
-//! (the hook drops allocations, records copies and submits, all of which take the arena's
-//! lock or may run wgpu callbacks). After a hook reports bytes given back, the arena waits
-//! for the GPU (the given-back ranges come back once the copies that read them finish)
-//! and tries again. An allocation made *for* the hook's owner can opt out
+//! on the allocation path, after cached ranges and empty blocks that were in the way went
+//! back and in-flight frees were waited for once (they come back without moving a byte),
+//! and before it reports out-of-memory; twice at most per request (first for holes in the
+//! request's pool, then for whole blocks); with **no lock of the arena held** (the hook
+//! drops allocations, records copies and submits, all of which take the arena's lock or
+//! may run wgpu callbacks). After a hook reports bytes given back, the arena waits for
+//! the oldest epoch of frees in flight (the given-back ranges come back once the copies
+//! that read them finish, not once all later work has) and tries again. An allocation made *for* the hook's owner can opt out
 //! ([`AllocMode::relieve`]) so the hook never runs inside itself.
 
 /// Gives device memory back under pressure; see the module docs.

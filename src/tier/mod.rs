@@ -40,7 +40,8 @@
 //! arena hands its range out again only after the copy has finished, so nothing else can
 //! overwrite the bytes before they are out. It happens:
 //! - in the arena's allocation path, when a request would cross the budget or a quota:
-//!   before waiting or reporting out-of-memory, the arena asks the tier for memory back
+//!   after waiting once for its own frees in flight and before reporting out-of-memory,
+//!   the arena asks the tier for memory back
 //!   (any allocation, movable or not, benefits), and the tier evicts movables least
 //!   recently made resident first, lower [`priority`](Movable::set_priority) first;
 //! - on demand ([`Tiers::evict`], [`Tiers::evict_bytes`]).
@@ -325,9 +326,11 @@ impl Tiers {
     }
 
     /// Starts bringing `set` back to the device without pinning it: the copies are queued
-    /// and run while the GPU works on what was submitted before; a later
-    /// [`make_resident`](Self::make_resident) finds them there (unless pressure evicted
-    /// them again meanwhile).
+    /// behind the work already submitted and the call returns without waiting for them
+    /// (unless room had to be made: evicting waits for the copies out), so the CPU can
+    /// record the next work meanwhile; a later [`make_resident`](Self::make_resident)
+    /// finds them there unless pressure evicted them again. On one wgpu queue the copies
+    /// do not run at the same time as kernels (BENCHMARKS.md, tiered memory).
     pub fn prefetch(&self, set: &[&Movable]) -> Result<()> {
         self.make_resident(set).map(drop)
     }
