@@ -43,7 +43,9 @@
 //!   after waiting once for its own frees in flight and before reporting out-of-memory,
 //!   the arena asks the tier for memory back
 //!   (any allocation, movable or not, benefits), and the tier evicts movables least
-//!   recently made resident first, lower [`priority`](Movable::set_priority) first;
+//!   recently made resident first, lower [`priority`](Movable::set_priority) first, at
+//!   least 1/32 of the budget (up to 64 MiB) at a time, so the requests after it find
+//!   room without waiting for the GPU;
 //! - on demand ([`Tiers::evict`], [`Tiers::evict_bytes`]).
 //!
 //! [`Tiers::defragment`] moves device-resident movables out of the emptiest blocks into
@@ -188,6 +190,11 @@ impl TierState {
         self.entries.get_mut(slot as usize)?.as_mut()
     }
 }
+
+/// Under pressure, at least this fraction (1/N) of the budget is evicted at once...
+const PRESSURE_BATCH_DIVISOR: u64 = 32;
+/// ...but at most this many bytes beyond the request.
+const PRESSURE_BATCH_MAX: u64 = 64 << 20;
 
 thread_local! {
     /// Set when this thread's eviction found the host tier full, so the out-of-memory error
@@ -788,7 +795,15 @@ impl Relief for TierShared {
         let moved = if whole_blocks {
             self.evict_blocks(bytes)
         } else {
-            self.evict_lru(bytes, Some(pool))
+            // A batch at a time: every eviction under pressure costs the request a wait
+            // for the GPU, so a loop over small movables (1 MiB each) paid one round trip
+            // per visit. Evicting the least recently used ahead lets the next requests
+            // find room without waiting.
+            let batch = self
+                .arena
+                .budget()
+                .map_or(0, |b| (b / PRESSURE_BATCH_DIVISOR).min(PRESSURE_BATCH_MAX));
+            self.evict_lru(bytes.max(batch), Some(pool))
         };
         let mut st = self.state.lock();
         st.counters.pressure_evictions += st.counters.evictions - before;
