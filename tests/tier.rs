@@ -445,7 +445,9 @@ fn summary_dumps_and_history_show_the_host_tier() {
 fn threads_touching_evicting_and_defragmenting_lose_nothing() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let (rt, tiers) = runtime(8 * MIB, None);
+    // 6 MiB of movables and 4 MiB of pressure over 10 MiB: evictions all the time, and
+    // room for a defragmentation's destinations next to the pinned movables.
+    let (rt, tiers) = runtime(10 * MIB, None);
     let rt = Arc::new(rt);
     let stop = Arc::new(AtomicBool::new(false));
     let seed: u64 = common::rng().gen();

@@ -17,7 +17,7 @@
 //! A request first takes a cached range of its exact size, then places a range in an
 //! existing block, and only then grows; over a budget or quota it gives back cached ranges
 //! and the empty blocks in the way, waits for the oldest epoch of in-flight frees, asks an
-//! attached tier to evict movable allocations ([`super::Relief`], twice at most), waits
+//! attached tier to evict movable allocations ([`super::Relief`], four times at most), waits
 //! again while frees are in flight (a bounded number of times), and only then fails with
 //! [`Error::OutOfMemory`] naming the limit.
 
@@ -36,6 +36,8 @@ use crate::{Error, Result};
 
 /// Waits for in-flight frees one request may do before it fails.
 const MAX_WAITS: u32 = 8;
+/// Times one request may ask an attached tier for memory ([`Step::Relieve`]).
+const MAX_RELIEFS: u32 = 4;
 
 /// What the allocation loop does next.
 enum Step {
@@ -527,21 +529,28 @@ impl Shared {
         if req.waits == 0 && in_flight {
             return Step::Wait;
         }
-        let hook = req.mode.relieve && req.relieved < 2 && self.relief.lock().is_some();
+        let hook = req.mode.relieve && req.relieved < MAX_RELIEFS && self.relief.lock().is_some();
         if hook && !matches!(limit, Limit::MaxBufferSize) {
             req.relieved += 1;
-            // First holes for the request in its own pool (cheap: the request's bytes);
-            // then whole blocks as large as the one it needed, when the budget is what
-            // stops it (holes do not lower reserved bytes) or the holes were too scattered.
-            return match (req.relieved, block) {
-                (1, _) => Step::Relieve {
-                    bytes: req.total,
+            // Holes for the request in its own pool (cheap: the request's bytes), then
+            // whole blocks as large as the one it needed, when the budget is what stops it
+            // (holes do not lower reserved bytes) or the holes were too scattered; twice
+            // each, the second time larger: another thread may take what was given back
+            // before this one retries.
+            let round = u64::from(req.relieved.div_ceil(2));
+            return if req.relieved % 2 == 1 {
+                Step::Relieve {
+                    bytes: req.total.saturating_mul(round),
                     whole_blocks: false,
-                },
-                (_, block) => Step::Relieve {
-                    bytes: block.unwrap_or(req.total).max(req.total),
+                }
+            } else {
+                Step::Relieve {
+                    bytes: block
+                        .unwrap_or(req.total)
+                        .max(req.total)
+                        .saturating_mul(round),
                     whole_blocks: true,
-                },
+                }
             };
         }
         // Each wait collects at least the oldest epoch; other threads may seal new ones

@@ -4,8 +4,8 @@
 //! The arena knows nothing of what the hook does; it only promises *when* it calls it:
 //! on the allocation path, after cached ranges and empty blocks that were in the way went
 //! back and in-flight frees were waited for once (they come back without moving a byte),
-//! and before it reports out-of-memory; twice at most per request (first for holes in the
-//! request's pool, then for whole blocks); with **no lock of the arena held** (the hook
+//! and before it reports out-of-memory; four times at most per request (holes in the
+//! request's pool, then whole blocks, then both again, larger); with **no lock of the arena held** (the hook
 //! drops allocations, records copies and submits, all of which take the arena's lock or
 //! may run wgpu callbacks). After a hook reports bytes given back, the arena waits for
 //! the oldest epoch of frees in flight (the given-back ranges come back once the copies
