@@ -446,7 +446,7 @@ fn threads_touching_evicting_and_defragmenting_lose_nothing() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     // 6 MiB of movables and 4 MiB of pressure over 10 MiB: evictions all the time, and
-    // room for a defragmentation's destinations next to the pinned movables.
+    // defragmentations that must leave room for the others' restores.
     let (rt, tiers) = runtime(10 * MIB, None);
     let rt = Arc::new(rt);
     let stop = Arc::new(AtomicBool::new(false));

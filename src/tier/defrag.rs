@@ -34,7 +34,9 @@ use crate::Result;
 
 /// Bounds on one [`Tiers::defragment`] call, for incremental passes (like VMA's); a block
 /// is emptied completely or not at all, so a pass stops before the block that would
-/// cross a bound. The default is unbounded.
+/// cross a bound. The default is unbounded. Under a budget a pass also holds no more
+/// destinations at once than leave a sixteenth of the budget free: until its copies
+/// finish, a move holds both places.
 #[derive(Clone, Copy, Debug)]
 pub struct DefragLimits {
     /// Most bytes to move.
@@ -71,8 +73,8 @@ pub struct DefragReport {
     pub reserved_before: u64,
     /// See `reserved_before`.
     pub reserved_after: u64,
-    /// False when a bound of [`DefragLimits`] stopped the pass with candidates left: call
-    /// again to go on.
+    /// False when a bound of [`DefragLimits`] (or the budget's room) stopped the pass with
+    /// candidates left: call again to go on.
     pub complete: bool,
     /// Wall time of the call, waits and copies included.
     pub elapsed: Duration,
@@ -103,13 +105,17 @@ struct Pass {
     limits: DefragLimits,
     moves: Vec<Move>,
     drained: Vec<(PoolId, BlockId)>,
+    /// Bytes of destinations the pass may hold at once: until the copies finish, a move
+    /// holds both places, and under a budget that room is what other threads' requests
+    /// need. The pass leaves a sixteenth of the budget free.
+    spare: u64,
 }
 
 impl Pass {
     /// Whether moving `bytes` more in `moves` more allocations stays within the limits;
     /// records that the pass stopped short when not.
     fn fits(&mut self, bytes: u64, moves: usize) -> bool {
-        let ok = self.report.bytes_moved + bytes <= self.limits.max_bytes
+        let ok = self.report.bytes_moved + bytes <= self.limits.max_bytes.min(self.spare)
             && self.report.moves + moves <= self.limits.max_moves;
         if !ok {
             self.report.complete = false;
@@ -160,6 +166,9 @@ impl Tiers {
             limits,
             moves: Vec::new(),
             drained: Vec::new(),
+            spare: before
+                .budget
+                .map_or(u64::MAX, |b| (b - b / 16).saturating_sub(before.allocated)),
         };
         let by_block = self.movable_blocks();
         let mut pools: Vec<PoolId> = by_block.keys().map(|(p, _)| *p).collect();
