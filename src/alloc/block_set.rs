@@ -285,25 +285,16 @@ impl<A: SubAllocator> BlockSet<A> {
             }
             .into());
         };
-        if !dedicated {
-            self.shared_reserved += block_size;
-        }
-        let slot = Block {
-            allocator,
-            size: block_size,
-            dedicated,
-            live: 1,
-            draining: false,
-        };
-        if (id.0 as usize) == self.blocks.len() {
-            self.blocks.push(Some(slot));
-        } else {
-            self.blocks[id.0 as usize] = Some(slot);
-        }
-        self.stats.blocks += 1;
-        self.stats.blocks_created += 1;
-        self.stats.reserved += block_size;
-        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+        self.insert_block(
+            id,
+            Block {
+                allocator,
+                size: block_size,
+                dedicated,
+                live: 1,
+                draining: false,
+            },
+        );
         self.note_alloc(size);
         Ok(BlockAlloc {
             block: id,
@@ -432,24 +423,34 @@ impl<A: SubAllocator> BlockSet<A> {
         }
         let id = self.free_slot();
         reserve(id, block_size)?;
-        let slot = Block {
-            allocator: A::with_capacity(block_size),
-            size: block_size,
-            dedicated: false,
-            live: 0,
-            draining: false,
-        };
-        if (id.0 as usize) == self.blocks.len() {
-            self.blocks.push(Some(slot));
-        } else {
-            self.blocks[id.0 as usize] = Some(slot);
+        self.insert_block(
+            id,
+            Block {
+                allocator: A::with_capacity(block_size),
+                size: block_size,
+                dedicated: false,
+                live: 0,
+                draining: false,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Puts a block the caller just reserved into slot `id` ([`free_slot`](Self::free_slot))
+    /// and counts it.
+    fn insert_block(&mut self, id: BlockId, block: Block<A>) {
+        if !block.dedicated {
+            self.shared_reserved += block.size;
         }
-        self.shared_reserved += block_size;
         self.stats.blocks += 1;
         self.stats.blocks_created += 1;
-        self.stats.reserved += block_size;
+        self.stats.reserved += block.size;
         self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
-        Ok(id)
+        if (id.0 as usize) == self.blocks.len() {
+            self.blocks.push(Some(block));
+        } else {
+            self.blocks[id.0 as usize] = Some(block);
+        }
     }
 
     /// Allocates `size` bytes aligned to `align` in block `id` only; `None` when it has no

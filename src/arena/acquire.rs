@@ -48,11 +48,12 @@ enum Step {
     /// Seal, release the lock, poll the device without blocking, re-lock and collect;
     /// with `flush`, also run callbacks wgpu deferred (see `Shared::poll_unlocked`).
     Poll { flush: bool },
-    /// Seal, release the lock, wait for all submitted work, re-lock, collect, and give
-    /// cached ranges and empty blocks back.
+    /// Seal, release the lock, wait for the oldest epoch of frees in flight, re-lock,
+    /// collect, and give cached ranges back to their blocks.
     Wait,
     /// Release the lock, ask the pressure hook for `bytes` ([`super::Relief`]), and if it
-    /// gave any back, wait for the GPU and collect as [`Step::Wait`] does.
+    /// gave any back, wait and collect as [`Step::Wait`] does (for whole blocks, first
+    /// wait for all work, so pending frees do not hide empty blocks).
     Relieve { bytes: u64, whole_blocks: bool },
     /// Give up with this error; the arena is unchanged.
     Fail(Error),
@@ -403,24 +404,17 @@ impl Shared {
     fn step(&self, st: &mut State, req: &mut Request<'_>) -> Step {
         if let Some(block) = req.mode.block {
             let p = &mut st.pools[req.pool];
-            let placed = p.set.allocate_in(block, req.total, req.align);
-            return match placed.and_then(|placed| {
-                let buffer = p.buffer(block).cloned();
-                match buffer {
+            let range = p
+                .set
+                .allocate_in(block, req.total, req.align)
+                .and_then(|placed| match p.buffer(block).cloned() {
                     Some(buffer) => Some(CachedRange { placed, buffer }),
                     None => {
                         p.set.free(placed);
                         None
                     }
-                }
-            }) {
-                Some(range) => Step::Placed(range),
-                None => {
-                    st.counters.ooms += 1;
-                    let (pool, size, label) = (req.pool, req.size, req.label);
-                    Step::Fail(self.oom(st, pool, size, label, Limit::Budget, st.budget, 0))
-                }
-            };
+                });
+            return range.map_or_else(|| self.no_room(st, req), Step::Placed);
         }
         if req.reuse {
             if let Some(range) = st.take_ready(req.pool, req.total) {
@@ -468,9 +462,7 @@ impl Shared {
     /// poll. The budget still bounds growth.
     fn before_growing(&self, st: &mut State, req: &mut Request<'_>) -> Step {
         if !req.mode.grow {
-            st.counters.ooms += 1;
-            let (pool, size, label) = (req.pool, req.size, req.label);
-            return Step::Fail(self.oom(st, pool, size, label, Limit::Budget, st.budget, 0));
+            return self.no_room(st, req);
         }
         if st.counters.cached > 0 {
             st.flush_ready();
@@ -497,6 +489,13 @@ impl Shared {
         } else {
             Step::Again
         }
+    }
+
+    /// A request that may not grow ([`AllocMode::grow`]) found no room where it may go.
+    fn no_room(&self, st: &mut State, req: &Request<'_>) -> Step {
+        st.counters.ooms += 1;
+        let (pool, size, label) = (req.pool, req.size, req.label);
+        Step::Fail(self.oom(st, pool, size, label, Limit::Budget, st.budget, 0))
     }
 
     /// A budget, quota, buffer-size or device limit was hit: give cached ranges and empty
@@ -646,21 +645,7 @@ impl Shared {
             }
         };
         if let Some(buffer) = created {
-            let i = placed.block.0 as usize;
-            let p = &mut st.pools[req.pool];
-            if p.buffers.len() <= i {
-                p.buffers.resize_with(i + 1, || None);
-            }
-            if let Some(h) = st.history.as_mut() {
-                h.push_block(
-                    EventKind::BlockCreate,
-                    buffer.buffer().size(),
-                    req.pool,
-                    placed.block.0,
-                );
-            }
-            p.buffers[i] = Some(Arc::new(buffer));
-            st.counters.blocks_created += 1;
+            st.install_block(req.pool, placed.block, buffer);
         }
         Ok(placed)
     }
@@ -712,15 +697,7 @@ impl Shared {
         });
         let id = match (id, created) {
             (Ok(id), Some(buffer)) => {
-                let i = id.0 as usize;
-                if p.buffers.len() <= i {
-                    p.buffers.resize_with(i + 1, || None);
-                }
-                if let Some(h) = st.history.as_mut() {
-                    h.push_block(EventKind::BlockCreate, bytes, pool, id.0);
-                }
-                st.pools[pool].buffers[i] = Some(Arc::new(buffer));
-                st.counters.blocks_created += 1;
+                st.install_block(pool, id, buffer);
                 Ok(id)
             }
             (Err(e), _) => Err(e),

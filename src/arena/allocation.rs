@@ -218,9 +218,9 @@ impl Allocation {
         self.typed_len(len)
     }
 
-    /// Views the first `len` elements of the range as `T` (the arena rounds sizes up to
-    /// 4 bytes, so an odd number of 2-byte elements leaves a spare half word).
-    pub(crate) fn typed_len<T: bytemuck::Pod>(self, len: u64) -> crate::Result<Typed<T>> {
+    /// Fails unless `len` whole elements of `T` fit in the range and its offset is a
+    /// multiple of `T`'s size; `hint` says what to do instead.
+    fn check_elements<T: bytemuck::Pod>(&self, len: u64, hint: &str) -> crate::Result<()> {
         let elem = std::mem::size_of::<T>() as u64;
         let fits = len.checked_mul(elem).is_some_and(|b| b <= self.size);
         if elem == 0 || len == 0 || !fits || !self.offset.is_multiple_of(elem) {
@@ -229,9 +229,19 @@ impl Allocation {
                     "allocation '{}' of {} bytes at offset {} cannot hold {len} whole {elem}-byte elements",
                     &**self.label, self.size, self.offset
                 ),
-                "allocate with Arena::alloc_typed, which sizes the range in elements",
+                hint,
             ));
         }
+        Ok(())
+    }
+
+    /// Views the first `len` elements of the range as `T` (the arena rounds sizes up to
+    /// 4 bytes, so an odd number of 2-byte elements leaves a spare half word).
+    pub(crate) fn typed_len<T: bytemuck::Pod>(self, len: u64) -> crate::Result<Typed<T>> {
+        self.check_elements::<T>(
+            len,
+            "allocate with Arena::alloc_typed, which sizes the range in elements",
+        )?;
         Ok(Typed {
             inner: self,
             len: len as usize,
@@ -252,35 +262,15 @@ impl std::fmt::Debug for Allocation {
 }
 
 impl Allocation {
-    /// Frees an allocation on which no GPU work was ever recorded, at once (its range is
-    /// not held back for in-flight work, as a drop would hold it).
-    pub(crate) fn discard_unused(self) {
-        let mut this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped, so each field is taken exactly once here.
-        let (shared, buffer, label, placed) = unsafe {
-            (
-                ManuallyDrop::take(&mut this.shared),
-                ManuallyDrop::take(&mut this.buffer),
-                ManuallyDrop::take(&mut this.label),
-                ManuallyDrop::take(&mut this.placed),
-            )
-        };
-        shared.release_unused(Freed {
-            slot: this.slot,
-            label,
-            label_index: this.label_index,
-            pending: PendingFree {
-                pool: this.pool,
-                range: CachedRange { placed, buffer },
-                class: None,
-            },
-        });
-    }
-}
-
-impl Drop for Allocation {
-    fn drop(&mut self) {
-        // SAFETY: `drop` runs once and nothing reads these fields after it takes them.
+    /// Moves out what the arena takes back: its reference, and the range with its label
+    /// and live record; `class` is the request size to cache the range under, if any.
+    ///
+    /// # Safety
+    /// Once only, and the allocation is neither used nor dropped afterwards (it is being
+    /// dropped, or it is wrapped in `ManuallyDrop`).
+    #[inline]
+    unsafe fn take_freed(&mut self, class: Option<u64>) -> (Arc<Shared>, Freed) {
+        // SAFETY: the caller takes each field out exactly once and never reads it again.
         let (shared, buffer, label, placed) = unsafe {
             (
                 ManuallyDrop::take(&mut self.shared),
@@ -289,19 +279,35 @@ impl Drop for Allocation {
                 ManuallyDrop::take(&mut self.placed),
             )
         };
-        Shared::release(
-            shared,
-            Freed {
-                slot: self.slot,
-                label,
-                label_index: self.label_index,
-                pending: PendingFree {
-                    pool: self.pool,
-                    range: CachedRange { placed, buffer },
-                    class: self.reuse.then_some(self.size),
-                },
+        let freed = Freed {
+            slot: self.slot,
+            label,
+            label_index: self.label_index,
+            pending: PendingFree {
+                pool: self.pool,
+                range: CachedRange { placed, buffer },
+                class,
             },
-        );
+        };
+        (shared, freed)
+    }
+
+    /// Frees an allocation on which no GPU work was ever recorded, at once (its range is
+    /// not held back for in-flight work, as a drop would hold it).
+    pub(crate) fn discard_unused(self) {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped or used again.
+        let (shared, freed) = unsafe { this.take_freed(None) };
+        shared.release_unused(freed);
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        let class = self.reuse.then_some(self.size);
+        // SAFETY: `drop` runs once and nothing reads these fields after it takes them.
+        let (shared, freed) = unsafe { self.take_freed(class) };
+        Shared::release(shared, freed);
     }
 }
 
@@ -382,17 +388,7 @@ impl<T: bytemuck::Pod> Copy for Elements<'_, T> {}
 impl<'a, T: bytemuck::Pod> Elements<'a, T> {
     /// The first `len` elements of `allocation`, checked like [`Allocation::typed`].
     pub(crate) fn of(allocation: &'a Allocation, len: u64) -> crate::Result<Self> {
-        let elem = std::mem::size_of::<T>() as u64;
-        let fits = len.checked_mul(elem).is_some_and(|b| b <= allocation.size);
-        if elem == 0 || len == 0 || !fits || !allocation.offset.is_multiple_of(elem) {
-            return Err(crate::Error::invalid(
-                format!(
-                    "allocation '{}' of {} bytes at offset {} cannot hold {len} whole {elem}-byte elements",
-                    &**allocation.label, allocation.size, allocation.offset
-                ),
-                "allocate a multiple of the element size",
-            ));
-        }
+        allocation.check_elements::<T>(len, "allocate a multiple of the element size")?;
         Ok(Elements {
             allocation,
             len: len as usize,

@@ -440,6 +440,21 @@ impl State {
         total
     }
 
+    /// Puts the buffer of block `id` of `pool`, which its block set just created, beside
+    /// it: counted, and recorded in the history.
+    pub fn install_block(&mut self, pool: usize, id: BlockId, buffer: BlockBuffer) {
+        let i = id.0 as usize;
+        let p = &mut self.pools[pool];
+        if p.buffers.len() <= i {
+            p.buffers.resize_with(i + 1, || None);
+        }
+        if let Some(h) = self.history.as_mut() {
+            h.push_block(EventKind::BlockCreate, buffer.buffer().size(), pool, id.0);
+        }
+        p.buffers[i] = Some(Arc::new(buffer));
+        self.counters.blocks_created += 1;
+    }
+
     /// Takes the buffer of block `id` of `pool`, which its block set just released: it is
     /// destroyed once the lock is released (`doomed`), counted, and recorded.
     pub fn retire_block(&mut self, pool: usize, id: BlockId) {

@@ -276,6 +276,7 @@ impl Tiers {
     /// on the host come back in one submission (allocating room may evict others). On an
     /// error nothing is pinned and every handle stays where it was.
     pub fn make_resident<'a>(&self, set: &[&'a Movable]) -> Result<Resident<'a>> {
+        self.shared.gpu.check_alive()?;
         for m in set {
             self.check(m)?;
         }
@@ -346,6 +347,7 @@ impl Tiers {
     /// nothing, if one is pinned by a live [`Resident`]; waits for GPU work still using
     /// them. Returns the bytes moved.
     pub fn evict(&self, set: &[&Movable]) -> Result<u64> {
+        self.shared.gpu.check_alive()?;
         for m in set {
             self.check(m)?;
         }
@@ -381,8 +383,11 @@ impl Tiers {
     }
 
     /// Evicts unpinned, idle movables, least recently used first, until at least `bytes`
-    /// are on the host or none is left; returns the bytes moved.
+    /// are on the host or none is left; returns the bytes moved (none on a lost device).
     pub fn evict_bytes(&self, bytes: u64) -> u64 {
+        if self.shared.gpu.lost().is_some() {
+            return 0;
+        }
         self.shared.evict_lru(bytes, None)
     }
 

@@ -59,11 +59,6 @@ impl EventClock {
     pub fn start(&self) -> Instant {
         self.start
     }
-
-    /// Converts readings to nanoseconds since the start (they already are).
-    pub fn to_ns(&self) -> impl Fn(u64) -> u64 {
-        |raw| raw
-    }
 }
 
 impl Drop for EventClock {

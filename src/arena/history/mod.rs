@@ -117,7 +117,7 @@ pub struct GpuSpan {
 
 /// The ring inside the arena's state.
 pub(crate) struct HistoryRing {
-    /// What events are stamped with (`clock.rs`); they hold raw readings until copied out.
+    /// What events are stamped with (`clock.rs`): nanoseconds since recording started.
     clock: clock::EventClock,
     config: HistoryConfig,
     /// A ring of `capacity` slots, allocated and written once when recording starts: a
@@ -180,7 +180,6 @@ impl HistoryRing {
             && matches!(kind, EventKind::Alloc | EventKind::Reuse))
         .then(|| Arc::new(std::backtrace::Backtrace::force_capture()));
         let event = MemoryEvent {
-            // A raw clock reading until `Arena::history` converts it.
             t_ns: self.clock.now(),
             kind,
             id,
@@ -409,16 +408,9 @@ impl Arena {
         let h = st.history.as_ref()?;
         let mut live: Vec<u64> = st.live.iter().map(|(id, _)| *id).collect();
         live.sort_unstable();
-        let ns = h.clock.to_ns();
         Some(MemoryHistory {
             arena: self.shared().config.name.clone(),
-            events: h
-                .events()
-                .map(|e| MemoryEvent {
-                    t_ns: ns(e.t_ns),
-                    ..e.clone()
-                })
-                .collect(),
+            events: h.events().cloned().collect(),
             gpu_spans: self
                 .gpu()
                 .profile_spans(h.start())
