@@ -171,10 +171,7 @@ impl Tiers {
                 .map_or(u64::MAX, |b| (b - b / 16).saturating_sub(before.allocated)),
         };
         let by_block = self.movable_blocks();
-        let mut pools: Vec<PoolId> = by_block.keys().map(|(p, _)| *p).collect();
-        pools.sort_unstable_by_key(|p| p.index());
-        pools.dedup();
-        for pool in pools {
+        for pool in super::distinct_pools(by_block.keys().map(|(p, _)| *p)) {
             self.repack(pool, &by_block, &mut pass);
             self.fill_holes(pool, &by_block, &mut pass);
         }

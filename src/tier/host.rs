@@ -20,6 +20,11 @@ use crate::error::{Limit, OutOfMemory};
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::{Error, Gpu, Result};
 
+/// What to do when an eviction to the host tier is refused while the device is full.
+pub(crate) const BOTH_FULL_HINT: &str = "the device budget and the host tier are both full: \
+     drop movable allocations you no longer need, or raise TierConfig::host_budget or the \
+     arena budget";
+
 /// Alignment of host ranges: a copy needs 4; 256 keeps ranges on cache-line groups.
 const HOST_ALIGN: u64 = 256;
 
@@ -238,8 +243,6 @@ fn host_oom(size: u64, label: &str, reserved: u64, budget: Option<u64>, block: u
         new_block: Some(block),
         retries: 0,
         top_labels: Vec::new(),
-        hint: "the device budget and the host tier are both full: drop movable allocations \
-               you no longer need, or raise TierConfig::host_budget or the arena budget"
-            .to_string(),
+        hint: BOTH_FULL_HINT.to_string(),
     }))
 }

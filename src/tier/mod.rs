@@ -90,7 +90,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::arena::{AllocMode, Allocation, EventKind, PoolId, Relief};
+use crate::arena::{Allocation, EventKind, PoolId, Relief};
 use crate::{Arena, Error, Gpu, Result};
 use host::{HostRange, HostTier};
 
@@ -189,6 +189,18 @@ impl TierState {
     pub(crate) fn entry(&mut self, slot: u32) -> Option<&mut Entry> {
         self.entries.get_mut(slot as usize)?.as_mut()
     }
+
+    pub(crate) fn get(&self, slot: u32) -> Option<&Entry> {
+        self.entries.get(slot as usize)?.as_ref()
+    }
+}
+
+/// The distinct pools of `pools`, by index.
+pub(crate) fn distinct_pools(pools: impl Iterator<Item = PoolId>) -> Vec<PoolId> {
+    let mut pools: Vec<PoolId> = pools.collect();
+    pools.sort_unstable_by_key(|p| p.index());
+    pools.dedup();
+    pools
 }
 
 /// Under pressure, at least this fraction (1/N) of the budget is evicted at once...
@@ -354,11 +366,7 @@ impl Tiers {
         let shared = &self.shared;
         let slots: Vec<u32> = set.iter().map(|m| m.slot).collect();
         let mut st = shared.wait_not_moving(shared.state.lock(), &slots);
-        if let Some(e) = slots
-            .iter()
-            .filter_map(|&s| st.entries.get(s as usize).and_then(Option::as_ref))
-            .find(|e| e.pins > 0)
-        {
+        if let Some(e) = slots.iter().filter_map(|&s| st.get(s)).find(|e| e.pins > 0) {
             let label = e.label.to_string();
             drop(st);
             return Err(Error::invalid(
@@ -366,12 +374,11 @@ impl Tiers {
                 "drop the guard (after submitting the work that uses it) before evicting",
             ));
         }
-        if slots.iter().any(|&s| {
-            st.entries
-                .get(s as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|e| e.busy_until > shared.done.load(Ordering::Acquire))
-        }) {
+        let done = shared.done.load(Ordering::Acquire);
+        if slots
+            .iter()
+            .any(|&s| st.get(s).is_some_and(|e| e.busy_until > done))
+        {
             drop(st);
             shared.settle()?;
             st = shared.wait_not_moving(shared.state.lock(), &slots);
@@ -438,7 +445,7 @@ impl TierShared {
     ) -> MutexGuard<'s, TierState> {
         while slots.iter().any(|&s| {
             matches!(
-                st.entries.get(s as usize).and_then(Option::as_ref),
+                st.get(s),
                 Some(Entry {
                     place: Place::Moving,
                     ..
@@ -454,15 +461,12 @@ impl TierShared {
     /// tier refused an eviction says that both tiers are full.
     fn alloc_device(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
         HOST_FULL.with(|f| f.set(false));
-        let result = self.arena.alloc_mode(pool, size, label, AllocMode::NORMAL);
+        let result = self.arena.alloc_in(pool, size, label);
         match result {
             Err(Error::OutOfMemory(mut o)) if HOST_FULL.with(|f| f.get()) => {
                 o.limit = crate::arena::Limit::HostTier;
                 o.budget = self.state.lock().host.budget();
-                o.hint = "the device budget and the host tier are both full: drop movable \
-                          allocations you no longer need, or raise TierConfig::host_budget \
-                          or the arena budget"
-                    .to_string();
+                o.hint = host::BOTH_FULL_HINT.to_string();
                 Err(Error::OutOfMemory(o))
             }
             other => other,
@@ -557,7 +561,7 @@ impl TierShared {
     fn plan_evictions(&self, st: &mut TierState, slots: &[u32]) -> Result<Vec<Eviction>> {
         let mut planned: Vec<Eviction> = Vec::new();
         for &slot in slots {
-            let Some(e) = st.entries.get(slot as usize).and_then(Option::as_ref) else {
+            let Some(e) = st.get(slot) else {
                 continue;
             };
             if !matches!(e.place, Place::Device(_)) {
@@ -673,7 +677,7 @@ impl TierShared {
                 if sum >= bytes {
                     break;
                 }
-                sum += st.entries[slot as usize].as_ref().map_or(0, |e| e.size);
+                sum += st.get(slot).map_or(0, |e| e.size);
                 chosen.push(slot);
             }
             let planned = self.plan_evictions(&mut st, &chosen);
@@ -697,12 +701,10 @@ impl TierShared {
     /// `bytes`: under a budget on reserved bytes, only an emptied block makes room for a
     /// new one. Returns the bytes moved.
     fn evict_blocks(&self, bytes: u64) -> u64 {
-        let mut pools: Vec<PoolId> = {
+        let pools = {
             let st = self.state.lock();
-            st.entries.iter().flatten().map(|e| e.pool).collect()
+            distinct_pools(st.entries.iter().flatten().map(|e| e.pool))
         };
-        pools.sort_unstable_by_key(|p| p.index());
-        pools.dedup();
         // (pool, block) -> (block bytes, live ranges): read without our lock held.
         let mut blocks = std::collections::HashMap::new();
         for pool in pools {
@@ -716,7 +718,7 @@ impl TierShared {
         let mut members: std::collections::HashMap<_, (Vec<u32>, u8, u64)> =
             std::collections::HashMap::new();
         for slot in order {
-            let Some(e) = st.entries[slot as usize].as_ref() else {
+            let Some(e) = st.get(slot) else {
                 continue;
             };
             let Place::Device(a) = &e.place else { continue };
