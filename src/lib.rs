@@ -33,6 +33,8 @@
 //! - [`kernels`]: compute kernels on arena allocations;
 //! - [`stream`]: upload and download rings of staging buffers (host memory the GPU copies
 //!   directly on Vulkan), texture uploads, and the streaming pipeline;
+//! - [`plan`]: dry runs, the largest batch that fits a budget, and loops replayed from a
+//!   planned offset table;
 //! - [`tier`]: movable allocations that spill to host memory under budget pressure, come
 //!   back on use, and move to defragment;
 //! - [`vt`]: tiled virtual textures, images far larger than GPU memory streamed by GPU
@@ -51,6 +53,7 @@ pub mod arena;
 mod error;
 mod gpu;
 pub mod kernels;
+pub mod plan;
 pub mod readback;
 mod runtime;
 pub mod shaders;

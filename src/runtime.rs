@@ -22,10 +22,11 @@
 //! # Ok(()) }
 //! ```
 
-use crate::arena::{ArenaConfig, Elements, Typed};
+use crate::arena::{ArenaConfig, Budget, Elements, Typed};
+use crate::plan::{search_max_batch, DryRun, MaxBatch};
 use crate::kernels::{KernelOptions, Kernels, TypedBatch};
 use crate::stream::{Downloader, DownloaderConfig, Uploader, UploaderConfig};
-use crate::{Arena, Gpu, Result};
+use crate::{Arena, Error, Gpu, Result};
 
 /// How a [`Runtime`]'s parts are configured; `Default` suits most programs.
 #[derive(Clone, Debug, Default)]
@@ -44,6 +45,8 @@ pub struct RuntimeConfig {
 /// `Send + Sync`: share it between threads by reference or in an `Arc`.
 pub struct Runtime {
     gpu: Gpu,
+    /// What it was made with: a dry run makes its copy from it.
+    config: RuntimeConfig,
     arena: Arena,
     kernels: Kernels,
     uploader: Uploader,
@@ -67,14 +70,15 @@ impl Runtime {
 
     /// A runtime on `gpu` (a clone of it is kept).
     pub fn new(gpu: &Gpu, config: RuntimeConfig) -> Result<Runtime> {
-        let arena = Arena::new(gpu, config.arena)?;
+        let arena = Arena::new(gpu, config.arena.clone())?;
         let kernels = Kernels::with_options(&arena, config.kernels)?;
         Ok(Runtime {
             gpu: gpu.clone(),
-            uploader: Uploader::new(gpu, config.uploader),
-            downloader: Downloader::new(gpu, config.downloader),
+            uploader: Uploader::new(gpu, config.uploader.clone()),
+            downloader: Downloader::new(gpu, config.downloader.clone()),
             arena,
             kernels,
+            config,
         })
     }
 
@@ -148,6 +152,101 @@ impl Runtime {
     /// Waits for all submitted work and returns every pending free to the arena.
     pub fn synchronize(&self) -> Result<()> {
         self.arena.synchronize()
+    }
+
+    /// Runs `f` against a dry copy of this runtime (same device, same settings, the
+    /// arena's budget as it is now) and reports what it allocated: peaks overall, per
+    /// label and per pool, and the memory history. No device memory is taken and no
+    /// GPU work is recorded; see the [`plan`](crate::plan) module for exactly what runs.
+    /// `f` is the same code a real run calls with the real runtime.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// let rt = vramkit::Runtime::headless()?;
+    /// let step = |rt: &vramkit::Runtime| -> vramkit::Result<()> {
+    ///     let h = rt.alloc::<f32>(1 << 24, "activations")?;
+    ///     let mut batch = rt.batch();
+    ///     batch.fill(0.0, &h)?;
+    ///     batch.submit()?;
+    ///     Ok(())
+    /// };
+    /// let plan = rt.dry_run(step)?;
+    /// println!("{plan}"); // peak allocated, reserved, per pool and label
+    /// step(&rt)?; // the same code, for real
+    /// # Ok(()) }
+    /// ```
+    pub fn dry_run<R>(&self, f: impl FnOnce(&Runtime) -> Result<R>) -> Result<DryRun<R>> {
+        let budget = match self.arena.budget() {
+            Some(bytes) => Budget::Bytes(bytes),
+            None => Budget::Unlimited,
+        };
+        self.dry_run_under(budget, f)
+    }
+
+    /// [`dry_run`](Self::dry_run) with the dry arena's budget set to `budget`.
+    fn dry_run_under<R>(
+        &self,
+        budget: Budget,
+        f: impl FnOnce(&Runtime) -> Result<R>,
+    ) -> Result<DryRun<R>> {
+        let mut config = self.config.clone();
+        config.arena.dry_run = true;
+        config.arena.budget = budget;
+        config.arena.name = format!("{} (dry run)", config.arena.name);
+        let dry = Runtime::new(&self.gpu, config)?;
+        dry.arena
+            .record_history(Some(crate::arena::HistoryConfig::default()));
+        let value = f(&dry)?;
+        DryRun::collect(&dry.arena, value)
+    }
+
+    /// The largest batch size in `batches` whose dry run ([`dry_run`](Self::dry_run) of
+    /// `f(rt, batch)`) reserves at most `budget` less a safety margin of 1/32 of it, in
+    /// O(log n) dry runs; [`max_batch_with_margin`](Self::max_batch_with_margin) sets the
+    /// margin. Memory must not shrink as the batch grows. The answer reports the margin,
+    /// the peaks and every probe.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// let rt = vramkit::Runtime::headless()?;
+    /// let step = |rt: &vramkit::Runtime, batch: usize| -> vramkit::Result<()> {
+    ///     let x = rt.alloc::<f32>(batch * 4096, "inputs")?;
+    ///     let y = rt.alloc::<f32>(batch * 4096, "outputs")?;
+    ///     let mut b = rt.batch();
+    ///     b.copy(&x, &y)?;
+    ///     b.submit()?;
+    ///     Ok(())
+    /// };
+    /// let fit = rt.max_batch(1 << 30, 1..=1 << 16, step)?;
+    /// println!("{fit}");
+    /// step(&rt, fit.batch)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_batch(
+        &self,
+        budget: u64,
+        batches: std::ops::RangeInclusive<usize>,
+        f: impl FnMut(&Runtime, usize) -> Result<()>,
+    ) -> Result<MaxBatch> {
+        self.max_batch_with_margin(budget, budget / 32, batches, f)
+    }
+
+    /// [`max_batch`](Self::max_batch) keeping `margin` bytes of the budget free.
+    pub fn max_batch_with_margin(
+        &self,
+        budget: u64,
+        margin: u64,
+        batches: std::ops::RangeInclusive<usize>,
+        mut f: impl FnMut(&Runtime, usize) -> Result<()>,
+    ) -> Result<MaxBatch> {
+        search_max_batch(*batches.start(), *batches.end(), budget, margin, |batch| {
+            // The probes measure what a batch needs; the search compares it with `budget`.
+            match self.dry_run_under(Budget::Unlimited, |rt| f(rt, batch)) {
+                Ok(run) => Ok(Some((run.peak_reserved, run.peak_allocated))),
+                Err(Error::OutOfMemory(_)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
     }
 }
 

@@ -29,6 +29,8 @@ use parking_lot::MutexGuard;
 use super::block::BlockBuffer;
 use super::history::EventKind;
 use super::state::{CachedRange, LiveRecord, Placed, State};
+use super::allocation::Held;
+use super::planned::{HookMode, PlannedRange};
 use super::{guard, AllocMode, Allocation, Shared};
 use crate::alloc::{AllocError, BlockId};
 use crate::error::{Limit, OutOfMemory};
@@ -132,6 +134,12 @@ impl Shared {
     /// callback only marks an atomic.
     pub(super) fn seal(&self, st: &mut State) {
         if let Some(epoch) = st.seal() {
+            if self.config.dry_run {
+                // A dry run records no GPU work: nothing can still be reading the range,
+                // as if the GPU finished every epoch at once.
+                self.completion.mark(epoch);
+                return;
+            }
             let completion = self.completion.clone();
             self.gpu
                 .queue()
@@ -280,6 +288,12 @@ impl Shared {
         st.harvest(self.completion.get());
         self.seal_lazily(&mut st);
         let (label, label_index) = st.intern(label);
+        if st.loop_hook.is_some() && guard == 0 && mode.cache {
+            if let Some(planned) = self.planned(&mut st, pool, size, &label, label_index) {
+                self.unlock(st);
+                return Ok(planned);
+            }
+        }
         let mut req = Request {
             pool,
             size,
@@ -339,7 +353,7 @@ impl Shared {
         let id = st.next_id;
         st.next_id += 1;
         let offset = placed.offset + guard;
-        if guard > 0 {
+        if guard > 0 && !self.config.dry_run {
             // `write_buffer` only queues the bytes: no callback runs.
             guard::fill(
                 &self.gpu,
@@ -365,6 +379,11 @@ impl Shared {
                 .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
         });
         st.note_alloc(label_index, placed.size);
+        if let Some(hook) = st.loop_hook.as_deref_mut() {
+            if hook.applies(pool) {
+                hook.note_recorded(size, id);
+            }
+        }
         if let Some(h) = st.history.as_mut() {
             let kind = if req.reused {
                 EventKind::Reuse
@@ -391,12 +410,77 @@ impl Shared {
             slot,
             label_index,
             pool,
-            placed: ManuallyDrop::new(placed),
+            placed: ManuallyDrop::new(Held::Range(placed)),
             buffer: ManuallyDrop::new(range.buffer),
             offset,
             size,
             label: ManuallyDrop::new(label),
             reuse,
+        })
+    }
+
+    /// Serves a request from the planned loop iteration running on this arena, when it
+    /// applies to `pool` and this thread and the request follows the recording
+    /// (`planned.rs`); `None` leaves it to the usual path.
+    fn planned(
+        self: &Arc<Self>,
+        st: &mut MutexGuard<'_, State>,
+        pool: usize,
+        size: u64,
+        label: &Arc<str>,
+        label_index: u32,
+    ) -> Option<Allocation> {
+        let hook = st.loop_hook.as_deref_mut()?;
+        if !hook.applies(pool) {
+            return None;
+        }
+        let (at, index) = hook.next_planned(size)??;
+        let iteration = hook.iteration;
+        let HookMode::Replay(replay) = &hook.mode else {
+            return None;
+        };
+        let (block, buffer) = (replay.block, replay.buffer.clone());
+        if let Some(lb) = st.loop_block(pool, block) {
+            lb.live += 1;
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let slot = st.live.insert(LiveRecord {
+            id,
+            label: label_index,
+            size,
+            pool,
+            block,
+            offset: at,
+            range_offset: at,
+            created: coarsetime::Instant::now_without_cache_update(),
+            backtrace: self
+                .config
+                .backtraces
+                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
+        });
+        st.note_alloc(label_index, size);
+        if let Some(h) = st.history.as_mut() {
+            h.push(EventKind::Alloc, id, size, label_index, pool, block.0, at);
+        }
+        let shared = st.stock.pop().unwrap_or_else(|| self.clone());
+        Some(Allocation {
+            shared: ManuallyDrop::new(shared),
+            id,
+            slot,
+            label_index,
+            pool,
+            placed: ManuallyDrop::new(Held::Planned(PlannedRange {
+                block,
+                size,
+                index,
+                iteration,
+            })),
+            buffer: ManuallyDrop::new(buffer),
+            offset: at,
+            size,
+            label: ManuallyDrop::new(label.clone()),
+            reuse: false,
         })
     }
 
@@ -620,6 +704,7 @@ impl Shared {
                     block_size,
                     usage,
                     self.host_visible_blocks,
+                    self.config.dry_run,
                     &format!("{name}/{pool_name}/block{} ({label})", id.0),
                 )
                 .map_err(|e| Reserve::Device(e.to_string()))?;
@@ -691,6 +776,7 @@ impl Shared {
                 size,
                 usage,
                 self.host_visible_blocks,
+                self.config.dry_run,
                 &name,
             )?);
             Ok::<(), Error>(())

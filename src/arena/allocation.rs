@@ -6,7 +6,8 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use super::block::BlockBuffer;
-use super::state::{CachedRange, PendingFree, Placed};
+use super::planned::PlannedRange;
+use super::state::{CachedRange, Placed};
 use super::Shared;
 
 /// A range of an arena block. Dropping it frees the range; the arena hands it out again only
@@ -42,7 +43,7 @@ pub struct Allocation {
     pub(super) label_index: u32,
     pub(super) pool: usize,
     /// Taken by `drop` (not `Copy`: the block set frees it by value).
-    pub(super) placed: ManuallyDrop<Placed>,
+    pub(super) placed: ManuallyDrop<Held>,
     pub(super) buffer: ManuallyDrop<Arc<BlockBuffer>>,
     pub(super) offset: u64,
     pub(super) size: u64,
@@ -51,14 +52,43 @@ pub struct Allocation {
     pub(super) reuse: bool,
 }
 
+/// What an allocation holds in its block: a range of the block set, or a place in a
+/// planned loop's block (`planned.rs`).
+pub(crate) enum Held {
+    Range(Placed),
+    Planned(PlannedRange),
+}
+
+impl Held {
+    pub(crate) fn size(&self) -> u64 {
+        match self {
+            Held::Range(p) => p.size,
+            Held::Planned(p) => p.size,
+        }
+    }
+
+    pub(crate) fn block(&self) -> crate::alloc::BlockId {
+        match self {
+            Held::Range(p) => p.block,
+            Held::Planned(p) => p.block,
+        }
+    }
+}
+
 /// What a dropped [`Allocation`] hands back to its arena: its live record and label, and
 /// the range to wait for the GPU.
 pub(crate) struct Freed {
     pub slot: u32,
     pub label: Arc<str>,
     pub label_index: u32,
-    pub pending: PendingFree,
+    pub pool: usize,
+    /// The range to wait for the GPU, or a planned allocation's place (its bytes go back
+    /// with its loop block, see `planned.rs`).
+    pub held: std::result::Result<CachedRange, PlannedRange>,
+    /// The request size to cache the range under, if any.
+    pub class: Option<u64>,
 }
+
 
 impl Allocation {
     /// The wgpu buffer that holds this range (shared with other allocations).
@@ -107,10 +137,10 @@ impl Allocation {
             h.push(
                 kind,
                 self.id,
-                self.placed.size,
+                self.placed.size(),
                 self.label_index,
                 self.pool,
-                self.placed.block.0,
+                self.placed.block().0,
                 self.offset,
             );
         }
@@ -118,12 +148,19 @@ impl Allocation {
 
     /// Bytes this allocation takes in its block (guards included).
     pub(crate) fn placed_size(&self) -> u64 {
-        self.placed.size
+        self.placed.size()
     }
 
     /// The block this range lies in, and the index of its pool in its arena.
     pub(crate) fn place(&self) -> (crate::alloc::BlockId, usize) {
-        (self.placed.block, self.pool)
+        (self.placed.block(), self.pool)
+    }
+
+    /// True in a dry run ([`crate::Runtime::dry_run`]): the range has an offset and a size
+    /// but no memory behind it, and [`buffer`](Self::buffer) is a small placeholder.
+    /// Record no GPU work of your own on it.
+    pub fn is_virtual(&self) -> bool {
+        self.buffer.is_virtual()
     }
 
     /// The label given at allocation.
@@ -271,7 +308,7 @@ impl Allocation {
     #[inline]
     unsafe fn take_freed(&mut self, class: Option<u64>) -> (Arc<Shared>, Freed) {
         // SAFETY: the caller takes each field out exactly once and never reads it again.
-        let (shared, buffer, label, placed) = unsafe {
+        let (shared, buffer, label, held) = unsafe {
             (
                 ManuallyDrop::take(&mut self.shared),
                 ManuallyDrop::take(&mut self.buffer),
@@ -279,15 +316,20 @@ impl Allocation {
                 ManuallyDrop::take(&mut self.placed),
             )
         };
+        let held = match held {
+            Held::Range(placed) => Ok(CachedRange {
+                placed,
+                buffer,
+            }),
+            Held::Planned(range) => Err(range),
+        };
         let freed = Freed {
             slot: self.slot,
             label,
             label_index: self.label_index,
-            pending: PendingFree {
-                pool: self.pool,
-                range: CachedRange { placed, buffer },
-                class,
-            },
+            pool: self.pool,
+            held,
+            class,
         };
         (shared, freed)
     }

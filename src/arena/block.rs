@@ -51,19 +51,42 @@ pub(crate) enum BlockBuffer {
     /// the device's exclusive host access (`Gpu::exclusive_host_access`): one thread at a
     /// time, with no vramkit GPU work in flight or submitted meanwhile.
     Host(HostBuffer),
+    /// A dry run's block ([`ArenaConfig::dry_run`](super::ArenaConfig::dry_run)): offsets
+    /// and sizes only, no memory behind them. The buffer is a placeholder of
+    /// [`VIRTUAL_PLACEHOLDER`] bytes with the pool's usage, so that checks of usage and
+    /// identity (`Allocation::buffer`) behave as in a real run; nothing is ever recorded
+    /// on it.
+    Virtual(wgpu::Buffer),
 }
+
+/// Bytes of the placeholder buffer behind each virtual block.
+pub(crate) const VIRTUAL_PLACEHOLDER: u64 = 256;
 
 impl BlockBuffer {
     /// A block of `size` bytes with `usage`: host-visible when `host_visible` and the
     /// backend allows, otherwise (or if that fails) an ordinary wgpu buffer. Errors are
     /// wgpu's validation or out-of-memory errors, caught by an error scope.
+    /// With `dry`, a [`BlockBuffer::Virtual`] block.
     pub(crate) fn create(
         gpu: &Gpu,
         size: u64,
         usage: wgpu::BufferUsages,
         host_visible: bool,
+        dry: bool,
         label: &str,
     ) -> crate::Result<BlockBuffer> {
+        if dry {
+            return gpu
+                .scoped("creating a dry run's placeholder block", || {
+                    gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(label),
+                        size: VIRTUAL_PLACEHOLDER,
+                        usage,
+                        mapped_at_creation: false,
+                    })
+                })
+                .map(BlockBuffer::Virtual);
+        }
         if host_visible {
             if let Some(memory) =
                 HostBuffer::new(gpu, size, usage, HostPlacement::DeviceLocal, label)
@@ -85,7 +108,7 @@ impl BlockBuffer {
     /// The wgpu buffer.
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         match self {
-            BlockBuffer::Device(b) => b,
+            BlockBuffer::Device(b) | BlockBuffer::Virtual(b) => b,
             BlockBuffer::Host(memory) => memory.buffer(),
         }
     }
@@ -93,9 +116,14 @@ impl BlockBuffer {
     /// The mapped memory, for host-visible blocks.
     pub(crate) fn host(&self) -> Option<&HostBuffer> {
         match self {
-            BlockBuffer::Device(_) => None,
+            BlockBuffer::Device(_) | BlockBuffer::Virtual(_) => None,
             BlockBuffer::Host(memory) => Some(memory),
         }
+    }
+
+    /// True for a dry run's block, which has no memory behind it.
+    pub(crate) fn is_virtual(&self) -> bool {
+        matches!(self, BlockBuffer::Virtual(_))
     }
 
     /// Destroys the buffer (and with it the mapping).

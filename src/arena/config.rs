@@ -44,6 +44,12 @@ pub struct ArenaConfig {
     /// Capture a backtrace for every allocation, shown in leak reports (slow; for
     /// debugging). Also turned on by `VRAMKIT_BACKTRACE=1`.
     pub backtraces: bool,
+    /// A dry run: blocks are virtual (offsets and sizes from the same allocator and block
+    /// policy, no device memory behind them), frees come back at once as if the GPU had
+    /// finished, and vramkit's kernels and transfers check their arguments but record
+    /// nothing. [`Runtime::dry_run`](crate::Runtime::dry_run) sets it; see the
+    /// [`plan`](crate::plan) module for what a dry run measures.
+    pub dry_run: bool,
 }
 
 impl Default for ArenaConfig {
@@ -60,6 +66,7 @@ impl Default for ArenaConfig {
             poll_interval: 64,
             block_memory: BlockMemory::Auto,
             backtraces: std::env::var("VRAMKIT_BACKTRACE").is_ok_and(|v| v == "1"),
+            dry_run: false,
         }
     }
 }

@@ -85,6 +85,10 @@ impl Arena {
                 "create the arena with ArenaConfig { guard_bytes: 256, .. }",
             ));
         }
+        if shared.config.dry_run {
+            // Nothing was written in a dry run: no guard can have been overwritten.
+            return Ok(Vec::new());
+        }
         let gpu = &shared.gpu;
         let max_binding = gpu
             .limits()

@@ -35,6 +35,7 @@ mod guard;
 pub mod history;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+pub(crate) mod planned;
 mod relief;
 mod report;
 mod state;
@@ -48,7 +49,7 @@ pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
 pub(crate) use relief::{AllocMode, HostBlockDump, Relief};
 pub use state::LabelStats;
-pub use stats::{ArenaStats, BlockStats};
+pub use stats::{ArenaStats, BlockStats, PoolStats};
 
 use std::sync::Arc;
 
@@ -57,7 +58,7 @@ use parking_lot::Mutex;
 use crate::alloc::{BlockId, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
 use allocation::Freed;
-use state::{Completion, Pool, State, MAX_SPARES};
+use state::{Completion, PendingFree, Pool, State, MAX_SPARES};
 
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
 const SEAL_BATCH: usize = 64;
@@ -160,6 +161,16 @@ impl Arena {
     /// The arena's name ([`ArenaConfig::name`]), as reports and metrics label it.
     pub fn name(&self) -> &str {
         &self.shared().config.name
+    }
+
+    /// Guard bytes around each allocation ([`ArenaConfig::guard_bytes`]).
+    pub(crate) fn guard_bytes(&self) -> u64 {
+        self.shared().config.guard_bytes
+    }
+
+    /// True for a dry run's arena ([`ArenaConfig::dry_run`]).
+    pub fn is_dry_run(&self) -> bool {
+        self.shared().config.dry_run
     }
 
     /// The default pool.
@@ -530,7 +541,9 @@ impl Shared {
             slot,
             label,
             label_index,
-            pending,
+            pool,
+            held,
+            class,
         } = freed;
         let shared: *const Shared = Arc::as_ptr(&this);
         // SAFETY: `this` keeps the arena alive for the whole call: it is either dropped
@@ -538,26 +551,39 @@ impl Shared {
         // that same state, which only the arena's own drop empties, under this lock.
         let shared = unsafe { &*shared };
         let mut st = shared.state.lock();
-        let size = pending.range.placed.size;
-        st.forget_live(
-            slot,
-            label_index,
-            pending.pool,
-            pending.range.placed.block.0,
-            size,
-        );
-        st.counters.pending += size;
+        match held {
+            Ok(range) => {
+                let size = range.placed.size;
+                let id = st.forget_live(slot, label_index, pool, range.placed.block.0, size);
+                if let (Some(hook), Some(id)) = (st.loop_hook.as_deref_mut(), id) {
+                    hook.note_free(id);
+                }
+                st.counters.pending += size;
+                st.open.push(PendingFree { pool, range, class });
+            }
+            Err(planned) => {
+                // No epoch: the bytes go back with the loop block (`planned.rs`).
+                st.forget_live(slot, label_index, pool, planned.block.0, planned.size);
+                st.forget_planned(pool, &planned);
+            }
+        }
         if let Some(spares) = st.label_spares.get_mut(label_index as usize) {
             if spares.len() < MAX_SPARES {
                 spares.push(label);
             }
         }
-        st.open.push(pending);
         if !st.closed && st.stock.len() < MAX_SPARES {
             st.stock.push(this);
         } else {
-            drop(st);
+            // Releasing a loop block may have doomed its buffer.
+            shared.unlock(st);
             drop(this);
+            return;
+        }
+        if st.doomed.is_empty() {
+            drop(st);
+        } else {
+            shared.unlock(st);
         }
     }
 }
@@ -570,20 +596,23 @@ impl Shared {
         let Freed {
             slot,
             label_index,
-            pending,
+            pool,
+            held,
             ..
         } = freed;
         let mut st = self.state.lock();
-        let size = pending.range.placed.size;
-        st.forget_live(
-            slot,
-            label_index,
-            pending.pool,
-            pending.range.placed.block.0,
-            size,
-        );
-        st.pools[pending.pool].set.free(pending.range.placed);
-        drop(st);
+        match held {
+            Ok(range) => {
+                let size = range.placed.size;
+                st.forget_live(slot, label_index, pool, range.placed.block.0, size);
+                st.pools[pool].set.free(range.placed);
+            }
+            Err(planned) => {
+                st.forget_live(slot, label_index, pool, planned.block.0, planned.size);
+                st.forget_planned(pool, &planned);
+            }
+        }
+        self.unlock(st);
     }
 }
 

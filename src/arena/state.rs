@@ -198,6 +198,10 @@ pub(crate) struct State {
     pub doomed: Vec<Arc<BlockBuffer>>,
     /// The memory history, while recording (`Arena::record_history`).
     pub history: Option<Box<super::history::HistoryRing>>,
+    /// The planned loop iteration running on this arena, if any (`planned.rs`).
+    pub loop_hook: Option<Box<super::planned::LoopHook>>,
+    /// Blocks held by planned loops (`planned.rs`).
+    pub loop_blocks: Vec<super::planned::LoopBlock>,
 }
 
 /// At most this many spare labels per label and arena references are kept.
@@ -226,6 +230,8 @@ impl State {
             harvested: 0,
             doomed: Vec::new(),
             history: None,
+            loop_hook: None,
+            loop_blocks: Vec::new(),
         }
     }
 
@@ -308,8 +314,17 @@ impl State {
     /// The bookkeeping of a dropped allocation: its live record goes (recorded as a free
     /// in the history), and the counters and its label's totals lose its bytes. Where its
     /// range goes is the caller's business.
-    pub fn forget_live(&mut self, slot: u32, label: u32, pool: usize, block: u32, size: u64) {
+    /// Returns the allocation's id.
+    pub fn forget_live(
+        &mut self,
+        slot: u32,
+        label: u32,
+        pool: usize,
+        block: u32,
+        size: u64,
+    ) -> Option<u64> {
         let record = self.live.remove(slot);
+        let id = record.as_ref().map(|r| r.id);
         if let (Some(h), Some(r)) = (self.history.as_mut(), record) {
             h.push(EventKind::Free, r.id, size, label, pool, block, r.offset);
         }
@@ -319,6 +334,7 @@ impl State {
             l.count -= 1;
             l.bytes -= size;
         }
+        id
     }
 
     /// Moves the open frees into a new epoch that completes once all work submitted so far

@@ -80,7 +80,41 @@ pub struct ArenaStats {
 /// Pools with more blocks than this get one summary row of totals.
 const SUMMARY_BLOCKS_PER_POOL: usize = 8;
 
+/// One pool's totals: what [`Arena::pool_stats`] returns.
+#[derive(Clone, Debug)]
+pub struct PoolStats {
+    /// The pool's name.
+    pub pool: String,
+    /// Bytes held in its blocks.
+    pub reserved: u64,
+    /// Peak of `reserved` since creation or [`Arena::reset_peak`].
+    pub peak_reserved: u64,
+    /// Bytes in ranges of its blocks: live allocations, and freed ranges waiting for the
+    /// GPU or cached for reuse.
+    pub in_ranges: u64,
+    /// Peak of `in_ranges`.
+    pub peak_in_ranges: u64,
+}
+
 impl Arena {
+    /// Per pool: reserved bytes and bytes in ranges, with their peaks.
+    pub fn pool_stats(&self) -> Vec<PoolStats> {
+        let st = self.shared().state.lock();
+        st.pools
+            .iter()
+            .map(|p| {
+                let s = p.set.stats();
+                PoolStats {
+                    pool: p.name.clone(),
+                    reserved: s.reserved,
+                    peak_reserved: s.peak_reserved,
+                    in_ranges: s.allocated,
+                    peak_in_ranges: s.peak_allocated,
+                }
+            })
+            .collect()
+    }
+
     /// A snapshot of all statistics.
     pub fn stats(&self) -> ArenaStats {
         let shared = self.shared();

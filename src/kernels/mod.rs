@@ -319,7 +319,12 @@ impl Kernels {
             staged: Vec::new(),
             dispatches: 0,
             scratch: Vec::new(),
-            profile: BatchProfile::start(self.arena.gpu()),
+            dry: self.arena.is_dry_run(),
+            profile: if self.arena.is_dry_run() {
+                None
+            } else {
+                BatchProfile::start(self.arena.gpu())
+            },
             _borrows: PhantomData,
         }
     }
@@ -419,6 +424,9 @@ pub struct Batch<'a> {
     dispatches: usize,
     /// Timestamp queries of this batch while profiling is on (`gpu/profile.rs`).
     profile: Option<BatchProfile>,
+    /// A dry run's batch: arguments are checked and parameter and scratch memory is
+    /// allocated as in a real run, but nothing is written or dispatched.
+    dry: bool,
     _borrows: PhantomData<&'a Allocation>,
 }
 
@@ -570,17 +578,19 @@ impl<'a> Batch<'a> {
         // wgpu zero-fills buffer ranges that are uninitialised when a command buffer is
         // recorded; a slot written only at submit could be zeroed after our write when
         // another thread's submission flushes it first (seen as kernels that did nothing).
-        let zeros = vec![0u8; chunk.size() as usize];
-        k.arena
-            .gpu()
-            .write_buffer(chunk.buffer(), chunk.offset(), &zeros);
+        if !self.dry {
+            let zeros = vec![0u8; chunk.size() as usize];
+            k.arena
+                .gpu()
+                .write_buffer(chunk.buffer(), chunk.offset(), &zeros);
+        }
         self.chunks.push(chunk);
         Ok(())
     }
 
     fn flush_params(&mut self) {
         if let Some(chunk) = self.chunks.last() {
-            if !self.staged.is_empty() {
+            if !self.staged.is_empty() && !self.dry {
                 self.kernels
                     .arena
                     .gpu()
@@ -620,6 +630,11 @@ impl<'a> Batch<'a> {
         (gx, gy): (u32, u32),
     ) -> Result<()> {
         self.reserve_slots(1)?;
+        if self.dry {
+            // The parameter slot is taken (its memory counts); nothing is recorded.
+            self.push_params(&params);
+            return Ok(());
+        }
         let k = self.kernels;
         let bind = {
             let chunk = self

@@ -106,7 +106,7 @@ impl<'a> UploadBatch<'a> {
     pub fn add(&mut self, dst: &'a Allocation, offset: u64, data: &[u8]) -> Result<&mut Self> {
         let len = data.len() as u64;
         self.uploader.check_dst(dst, offset, len)?;
-        if len == 0 {
+        if len == 0 || dst.is_virtual() {
             return Ok(self);
         }
         let chunk = self.uploader.chunk_size();

@@ -146,6 +146,16 @@ impl Downloader {
         len: u64,
     ) -> Result<impl Future<Output = Result<DownloadView>> + Send + 'static> {
         let end = self.check_src(src, offset, len)?;
+        if src.is_virtual() {
+            return Err(Error::invalid(
+                format!(
+                    "a download view of '{}' in a dry run, which has no bytes to map",
+                    src.label()
+                ),
+                "read with Downloader::download or download_into, which give zeros in a dry \
+                 run, or skip the read when Allocation::is_virtual() is true",
+            ));
+        }
         let pool = self.views.clone();
         let keep = self.config.depth;
         if len == 0 {
@@ -340,6 +350,11 @@ impl Downloader {
     pub fn download_into(&self, src: &Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
         let end = self.check_src(src, offset, len)?;
+        if src.is_virtual() {
+            // A dry run has no bytes to read: it reads zeros (see `crate::plan`).
+            out.fill(0);
+            return Ok(());
+        }
         if len == 0 {
             return Ok(());
         }

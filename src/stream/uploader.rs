@@ -192,7 +192,8 @@ impl Uploader {
     pub fn upload(&self, dst: &Allocation, offset: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
         let end = self.check_dst(dst, offset, len)?;
-        if len == 0 {
+        if len == 0 || dst.is_virtual() {
+            // A dry run moves no bytes (see `crate::plan`).
             return Ok(());
         }
         if len <= self.config.small_upload && offset.is_multiple_of(4) && len.is_multiple_of(4) {
@@ -340,6 +341,10 @@ impl Uploader {
                 format!("an in-place upload of {len} bytes at offset {offset} (not whole words)"),
                 "use offsets and lengths that are multiples of 4, or Uploader::upload",
             ));
+        }
+        if dst.is_virtual() {
+            // A dry run moves no bytes and calls no `fill`.
+            return Ok(());
         }
         let chunk = self.config.chunk_size;
         let mut pos = 0;

@@ -225,6 +225,12 @@ impl Tiers {
     /// Tiered memory over `arena`: movable allocations in its pools, evicted under its
     /// budget. Fails if the arena already has one.
     pub fn new(arena: &Arena, config: TierConfig) -> Result<Tiers> {
+        if arena.is_dry_run() {
+            return Err(crate::Error::invalid(
+                "tiered memory over a dry run's arena (it has no bytes to move)",
+                "plan tiered workloads with a real run, or dry-run the code without Tiers",
+            ));
+        }
         let gpu = arena.gpu().clone();
         let shared = Arc::new(TierShared {
             arena: arena.clone(),

@@ -1,0 +1,322 @@
+//! [`PlannedLoop`]: a loop whose allocations repeat, served from a planned offset table
+//! after one recorded iteration.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::alloc::plan::{lower_bound, plan, Heuristic, Interval};
+use crate::alloc::BlockId;
+use crate::arena::planned::{LoopEvent, LoopTable, Recording};
+use crate::arena::PoolId;
+use crate::{Arena, Error, Result};
+
+/// Settings of a [`PlannedLoop`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopConfig {
+    /// The pool whose allocations are planned (`None`: the arena's default pool).
+    /// Allocations in other pools (the kernels' parameters among them) are served as
+    /// usual.
+    pub pool: Option<PoolId>,
+    /// Loop blocks, used in turn: an iteration replays into a block only once the GPU has
+    /// finished the iteration that used it before, so with 2 the CPU may run one
+    /// iteration ahead of the GPU. Each holds the planned peak.
+    pub blocks: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            pool: None,
+            blocks: 2,
+        }
+    }
+}
+
+/// What a [`PlannedLoop`] has done so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoopStats {
+    /// Iterations begun.
+    pub iterations: u64,
+    /// Iterations recorded (the first, and the first after each [`PlannedLoop::replan`]).
+    pub recorded: u64,
+    /// Iterations replayed from the plan to their end, exactly as recorded.
+    pub replayed: u64,
+    /// Replayed iterations that left the recorded order (a different size, order or
+    /// thread): the rest of each was served by the arena as usual.
+    pub deviations: u64,
+    /// Iterations that ran without the plan because their loop block still held planned
+    /// allocations of an earlier iteration (kept past its end).
+    pub fallbacks: u64,
+    /// Allocations served from the plan (an offset lookup each).
+    pub planned_allocations: u64,
+    /// Allocations of the recorded iteration.
+    pub recorded_allocations: usize,
+    /// Of those, freed within the iteration (and so planned).
+    pub planned_per_iteration: usize,
+    /// Bytes of one loop block: the plan's peak.
+    pub plan_bytes: u64,
+    /// The most bytes live at once in the recorded iteration: no plan peaks lower.
+    pub lower_bound: u64,
+    /// The order that gave the plan.
+    pub heuristic: Option<Heuristic>,
+    /// How long planning took.
+    pub plan_time: Duration,
+}
+
+/// A loop whose iterations allocate the same sizes in the same order (a training step,
+/// a decode step, a frame): the first iteration is recorded, its allocations are planned
+/// into one block at the lowest peak the planner finds ([`crate::alloc::plan`]), and later
+/// iterations take every allocation from that offset table, with no allocator work and
+/// no fragmentation. Your code in the loop does not change: it allocates through the
+/// arena (or a [`Runtime`](crate::Runtime) on it) as before.
+///
+/// ```no_run
+/// # fn main() -> vramkit::Result<()> {
+/// use vramkit::plan::{LoopConfig, PlannedLoop};
+/// let rt = vramkit::Runtime::headless()?;
+/// let mut planned = PlannedLoop::new(rt.arena(), LoopConfig::default())?;
+/// for _step in 0..100 {
+///     let iteration = planned.begin()?; // the first records, the others replay
+///     let h = rt.alloc::<f32>(1 << 20, "hidden")?;
+///     let mut batch = rt.batch();
+///     batch.fill(1.0, &h)?;
+///     batch.submit()?;
+///     drop(h);
+///     iteration.end()?;
+/// }
+/// assert_eq!(planned.stats().replayed, 99);
+/// # Ok(()) }
+/// ```
+///
+/// # What it promises
+/// - Only allocations of the planned pool made **on the thread that began the
+///   iteration** are planned; an allocation still alive when its recorded iteration ends
+///   is never planned (it is served as usual in every replay).
+/// - A replay serves planned offsets only while it follows the recording event for
+///   event; at the first difference (another size, another order of allocations and
+///   frees) the rest of the iteration is served by the arena as usual, and the
+///   iteration is counted in [`LoopStats::deviations`]. Results stay correct either way.
+/// - Bytes are reused within an iteration in queue order and across iterations only after
+///   the GPU finished the iteration that last used them (see `arena::planned`). An
+///   allocation kept past its iteration's end keeps its loop block out of use until it is
+///   dropped ([`LoopStats::fallbacks`]).
+/// - Loop blocks count against the arena's budget; [`replan`](Self::replan) records
+///   again, and dropping the loop gives the blocks back (each once its planned
+///   allocations are gone).
+pub struct PlannedLoop {
+    arena: Arena,
+    pool: PoolId,
+    config: LoopConfig,
+    table: Option<Arc<LoopTable>>,
+    blocks: Vec<BlockId>,
+    record_next: bool,
+    stats: LoopStats,
+}
+
+impl std::fmt::Debug for PlannedLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedLoop")
+            .field("config", &self.config)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// One iteration of a [`PlannedLoop`]; [`end`](Self::end) it (or drop it) when the
+/// iteration's allocations have been dropped. Not `Send`: it ends on the thread that began
+/// it.
+pub struct Iteration<'a> {
+    planned: &'a mut PlannedLoop,
+    ended: bool,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl PlannedLoop {
+    /// A planned loop on `arena`; nothing is recorded until [`begin`](Self::begin).
+    /// Fails on an arena with guard bytes (guards need each range filled and checked).
+    pub fn new(arena: &Arena, config: LoopConfig) -> Result<PlannedLoop> {
+        let pool = config.pool.unwrap_or_else(|| arena.default_pool());
+        arena.check_pool(pool)?;
+        if config.blocks == 0 {
+            return Err(Error::invalid(
+                "a planned loop with 0 blocks",
+                "use at least 1 (2, the default, lets the CPU run an iteration ahead)",
+            ));
+        }
+        if arena.guard_bytes() > 0 {
+            return Err(Error::invalid(
+                "a planned loop on an arena with guard bytes",
+                "plan loops on an arena without guards (ArenaConfig::guard_bytes = 0)",
+            ));
+        }
+        Ok(PlannedLoop {
+            arena: arena.clone(),
+            pool,
+            config,
+            table: None,
+            blocks: Vec::new(),
+            record_next: true,
+            stats: LoopStats::default(),
+        })
+    }
+
+    /// Begins an iteration: the first (and the first after [`replan`](Self::replan))
+    /// records, later ones replay. Fails while another iteration runs on the arena.
+    pub fn begin(&mut self) -> Result<Iteration<'_>> {
+        let replay = match (&self.table, self.record_next) {
+            (Some(table), false) if !self.blocks.is_empty() => {
+                let k = (self.stats.iterations % self.blocks.len() as u64) as usize;
+                let block = self.blocks[k];
+                if self.arena.loop_block_ready(self.pool, block)? {
+                    Some(Some((table.clone(), block)))
+                } else {
+                    self.stats.fallbacks += 1;
+                    None
+                }
+            }
+            // Nothing planned (every allocation outlived the recording): run as usual.
+            (Some(_), false) => None,
+            _ => Some(None),
+        };
+        if let Some(replay) = replay {
+            self.arena.loop_begin(self.pool, replay)?;
+        }
+        self.stats.iterations += 1;
+        Ok(Iteration {
+            planned: self,
+            ended: false,
+            _thread_bound: PhantomData,
+        })
+    }
+
+    /// Records the next iteration again and plans from it (after the loop's shapes
+    /// changed, e.g. another batch size).
+    pub fn replan(&mut self) {
+        self.record_next = true;
+    }
+
+    /// What the loop has done so far.
+    pub fn stats(&self) -> LoopStats {
+        self.stats.clone()
+    }
+
+    /// Ends the running iteration (see [`Iteration::end`]).
+    fn end_iteration(&mut self) -> Result<()> {
+        let Some(outcome) = self.arena.loop_end() else {
+            return Ok(());
+        };
+        match outcome.recording {
+            Some(recording) => self.plan_from(recording),
+            None => {
+                if outcome.completed {
+                    self.stats.replayed += 1;
+                } else {
+                    self.stats.deviations += 1;
+                }
+                self.stats.planned_allocations += outcome.served;
+                Ok(())
+            }
+        }
+    }
+
+    /// Plans the recorded iteration and reserves the loop blocks for it.
+    fn plan_from(&mut self, recording: Recording) -> Result<()> {
+        let start = Instant::now();
+        let (align, _) = self.arena.pool_layout(self.pool);
+        let (table, intervals, planned) = table_of(&recording, align);
+        let p = plan(&intervals);
+        let mut offsets = table.offsets;
+        for (k, at) in planned.iter().zip(&p.offsets) {
+            offsets[*k] = Some(*at);
+        }
+        self.stats.plan_time = start.elapsed();
+        self.stats.recorded += 1;
+        self.stats.recorded_allocations = recording.allocs.len();
+        self.stats.planned_per_iteration = intervals.len();
+        self.stats.lower_bound = lower_bound(&intervals);
+        self.stats.plan_bytes = p.peak;
+        self.stats.heuristic = (!intervals.is_empty()).then_some(p.heuristic);
+        for block in self.blocks.drain(..) {
+            self.arena.loop_release(self.pool, block);
+        }
+        self.table = None;
+        if p.peak > 0 {
+            for _ in 0..self.config.blocks {
+                match self.arena.loop_reserve(self.pool, p.peak) {
+                    Ok(block) => self.blocks.push(block),
+                    // Fewer blocks than asked: the loop still runs, fenced more often.
+                    Err(e) if self.blocks.is_empty() => return Err(e),
+                    Err(_) => break,
+                }
+            }
+        }
+        self.table = Some(Arc::new(LoopTable {
+            offsets,
+            ..table
+        }));
+        self.record_next = false;
+        Ok(())
+    }
+}
+
+/// The table of a recording (offsets still to fill), the intervals of the allocations
+/// freed within it (step = event index), and the index of each interval's allocation.
+fn table_of(recording: &Recording, align: u64) -> (LoopTable, Vec<Interval>, Vec<usize>) {
+    let n = recording.allocs.len();
+    let mut first = vec![0u32; n];
+    let mut last: Vec<Option<u32>> = vec![None; n];
+    for (step, e) in recording.events.iter().enumerate() {
+        match *e {
+            LoopEvent::Alloc(k) => first[k as usize] = step as u32,
+            LoopEvent::Free(k) => last[k as usize] = Some(step as u32),
+        }
+    }
+    let mut intervals = Vec::new();
+    let mut planned = Vec::new();
+    for k in 0..n {
+        if let Some(last) = last[k] {
+            intervals.push(Interval {
+                size: recording.allocs[k].size,
+                align,
+                first: first[k],
+                last,
+            });
+            planned.push(k);
+        }
+    }
+    let table = LoopTable {
+        sizes: recording.allocs.iter().map(|a| a.size).collect(),
+        offsets: vec![None; n],
+        events: recording.events.clone(),
+    };
+    (table, intervals, planned)
+}
+
+impl Iteration<'_> {
+    /// Ends the iteration. After a recording this plans the loop and reserves its blocks
+    /// (an error then, such as a budget too small for them, leaves the loop to record
+    /// again next time). Dropping the iteration ends it too, ignoring such an error.
+    pub fn end(mut self) -> Result<()> {
+        self.ended = true;
+        self.planned.end_iteration()
+    }
+}
+
+impl Drop for Iteration<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            if let Err(e) = self.planned.end_iteration() {
+                log::warn!("planned loop: ending an iteration failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for PlannedLoop {
+    fn drop(&mut self) {
+        for block in self.blocks.drain(..) {
+            self.arena.loop_release(self.pool, block);
+        }
+    }
+}
