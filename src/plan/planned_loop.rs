@@ -132,6 +132,14 @@ pub struct Iteration<'a> {
     _thread_bound: PhantomData<*const ()>,
 }
 
+impl std::fmt::Debug for Iteration<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Iteration")
+            .field("iteration", &self.planned.stats.iterations)
+            .finish()
+    }
+}
+
 impl PlannedLoop {
     /// A planned loop on `arena`; nothing is recorded until [`begin`](Self::begin).
     /// Fails on an arena with guard bytes (guards need each range filled and checked).
