@@ -1,10 +1,17 @@
-//! Plans a real allocator trace as if it were one loop iteration (`vramkit::alloc::plan`),
-//! replays it from the plan, and compares with the arena's online policy on the same
-//! trace in the same run.
+//! Memory planning, end to end:
+//! 1. plans a real allocator trace as if it were one loop iteration
+//!    (`vramkit::alloc::plan`), replays it from the plan, and compares with the arena's
+//!    online policy on the same trace in the same run: in the allocator core, and
+//!    through the arena itself (a `PlannedLoop` on a dry arena against plain
+//!    `Arena::alloc`, so traces of tens of GiB need no memory);
+//! 2. a dry run and `max_batch` of a small model-like step (two dense layers, a GELU, a
+//!    softmax and temporaries whose sizes scale with the batch) under a budget, then
+//!    that batch for real, checked against the CPU, within the budget.
 //!
 //! ```text
 //! cargo run --release --example plan [TRACE.csv.gz]     # default: the ResNet-50 trace
 //! cargo run --release --example plan -- --all           # every trace in examples/data
+//! cargo run --release --example plan -- --budget-mib 256
 //! ```
 
 use std::time::Instant;
@@ -12,7 +19,12 @@ use std::time::Instant;
 use vramkit::alloc::plan::{intervals_from_trace, lower_bound, plan, Interval};
 use vramkit::alloc::trace::{replay, replay_in_one_block, TraceEvent};
 use vramkit::alloc::{BlockPolicy, RangeAllocator};
+use vramkit::arena::Budget;
+use vramkit::plan::{LoopConfig, PlannedLoop};
+use vramkit::{Allocation, Arena, ArenaConfig, Gpu, Runtime, RuntimeConfig};
 
+#[path = "support/model.rs"]
+mod model;
 #[path = "support/traces.rs"]
 mod traces;
 
@@ -27,12 +39,21 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let budget_mib: u64 = match args.iter().position(|a| a == "--budget-mib") {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or("--budget-mib takes a number of MiB")?,
+        None => 64,
+    };
+    let gpu = Gpu::headless()?;
+    println!("gpu: {}", gpu.describe());
     let paths: Vec<std::path::PathBuf> = if args.iter().any(|a| a == "--all") {
         traces::all()?
     } else {
         vec![args
             .iter()
-            .find(|a| !a.starts_with("--"))
+            .find(|a| a.ends_with(".csv.gz"))
             .map_or_else(
                 || format!("{}/trace_resnet50_train.csv.gz", traces::DATA),
                 Clone::clone,
@@ -44,10 +65,133 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let events = traces::load(path)?;
         println!("\ntrace: {}", path.display());
         worst = worst.max(one(&events)?);
+        arena_replay(&gpu, &events)?;
     }
     if paths.len() > 1 {
         println!("\ntraces: {}", paths.len());
         println!("worst_planned_peak_over_lower_bound: {worst:.4}");
+    }
+    demo(&gpu, budget_mib << 20)
+}
+
+/// The trace through the arena itself, on a dry arena: plain `Arena::alloc` and drop
+/// (online), then inside a `PlannedLoop` (one recorded iteration, then replays). Prints
+/// the best of three timed passes of each and the blocks the replays created.
+fn arena_replay(gpu: &Gpu, events: &[TraceEvent]) -> Result<(), Box<dyn std::error::Error>> {
+    let config = ArenaConfig {
+        dry_run: true,
+        ..ArenaConfig::default()
+    };
+    let arena = Arena::new(gpu, config)?;
+    let ids = events
+        .iter()
+        .map(|e| match *e {
+            TraceEvent::Alloc { id, .. } | TraceEvent::Free { id } => id as usize + 1,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut slots: Vec<Option<Allocation>> = (0..ids).map(|_| None).collect();
+    let pass = |slots: &mut Vec<Option<Allocation>>| -> vramkit::Result<f64> {
+        let start = Instant::now();
+        for e in events {
+            match *e {
+                TraceEvent::Alloc { id, size } => {
+                    slots[id as usize] = Some(arena.alloc(size, "trace")?);
+                }
+                TraceEvent::Free { id } => slots[id as usize] = None,
+            }
+        }
+        slots.iter_mut().for_each(|s| *s = None);
+        Ok(start.elapsed().as_nanos() as f64 / events.len() as f64)
+    };
+    let best = |f: &mut dyn FnMut() -> vramkit::Result<f64>| -> vramkit::Result<f64> {
+        (0..3).try_fold(f64::MAX, |best, _| Ok(best.min(f()?)))
+    };
+    pass(&mut slots)?;
+    let online = best(&mut || pass(&mut slots))?;
+    let mut planned = PlannedLoop::new(&arena, LoopConfig::default())?;
+    let recorded = planned.begin()?;
+    pass(&mut slots)?;
+    if let Err(e) = recorded.end() {
+        println!("arena_planned: not run: {e}");
+        println!("arena_online_ns_per_op: {online:.1}");
+        return Ok(());
+    }
+    let blocks = arena.stats().blocks_created;
+    let planned_ns = best(&mut || {
+        let it = planned.begin()?;
+        let ns = pass(&mut slots)?;
+        it.end()?;
+        Ok(ns)
+    })?;
+    let s = planned.stats();
+    println!("arena_online_ns_per_op: {online:.1}");
+    println!("arena_planned_ns_per_op: {planned_ns:.1}");
+    println!("arena_planned_over_online: {:.3}", planned_ns / online);
+    println!(
+        "planned_allocations_per_iteration: {} of {}",
+        s.planned_per_iteration, s.recorded_allocations
+    );
+    println!(
+        "planned_replays: {} deviations: {}",
+        s.replayed, s.deviations
+    );
+    println!(
+        "planned_blocks_created: {}",
+        arena.stats().blocks_created - blocks
+    );
+    Ok(())
+}
+
+/// A dry run and `max_batch` of the model step under `budget`, then that batch for real.
+fn demo(gpu: &Gpu, budget: u64) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "\nmodel step: {} -> {} (GELU) -> {} (softmax)",
+        model::D_IN,
+        model::HIDDEN,
+        model::CLASSES
+    );
+    let rt = Runtime::new(gpu, RuntimeConfig::default())?;
+    let weights = model::Weights::new(1);
+    let step = |rt: &Runtime, batch: usize| -> vramkit::Result<Vec<f32>> {
+        let input: Vec<f32> = (0..batch * model::D_IN)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        model::step(rt, &weights, batch, &input)
+    };
+    let dry = rt.dry_run(|rt| step(rt, 1024))?;
+    println!("dry run of batch 1024:\n{dry}");
+    let start = Instant::now();
+    // The largest tensor (the hidden activations) must fit one kernel operand: batches
+    // beyond that cannot run at any budget.
+    let limit = rt.gpu().limits().max_storage_buffer_binding_size as usize;
+    let largest = limit / (model::HIDDEN * 4);
+    let fit = rt.max_batch(budget, 1..=largest, |rt, batch| step(rt, batch).map(|_| ()))?;
+    println!("budget_bytes: {budget}");
+    println!("max_batch: {}", fit.batch);
+    println!("max_batch_dry_runs: {}", fit.probes.len());
+    println!("max_batch_ms: {:.1}", start.elapsed().as_secs_f64() * 1e3);
+    println!("max_batch_peak_reserved: {}", fit.peak_reserved);
+    println!("max_batch_margin: {}", fit.margin);
+    rt.arena().set_budget(Budget::Bytes(budget))?;
+    let got = step(&rt, fit.batch)?;
+    // Rows are independent: the CPU checks the first 64.
+    let rows = 64.min(fit.batch);
+    let input: Vec<f32> = (0..rows * model::D_IN)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let want = model::reference(&weights, rows, &input);
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0f32, f32::max);
+    let real = rt.arena().stats();
+    println!("real_peak_reserved: {}", real.peak_reserved);
+    println!("real_within_budget: {}", real.peak_reserved <= budget);
+    println!("real_max_abs_error_first_rows: {worst:.2e}");
+    if real.peak_reserved > budget || worst > 1e-4 {
+        return Err("the batch max_batch chose did not run correctly within the budget".into());
     }
     Ok(())
 }

@@ -23,8 +23,8 @@
 //! ```
 
 use crate::arena::{ArenaConfig, Budget, Elements, Typed};
-use crate::plan::{search_max_batch, DryRun, MaxBatch};
 use crate::kernels::{KernelOptions, Kernels, TypedBatch};
+use crate::plan::{search_max_batch, DryRun, MaxBatch};
 use crate::stream::{Downloader, DownloaderConfig, Uploader, UploaderConfig};
 use crate::{Arena, Error, Gpu, Result};
 

@@ -37,8 +37,15 @@ fn a_dry_run_reports_the_peaks_of_the_real_run() {
         };
         let rt = runtime();
         let dry = rt.dry_run(work).unwrap();
-        assert_eq!(rt.arena().stats().allocations, 0, "the dry run used the real arena");
-        assert!(dry.value.iter().all(|&v| v == 0.0), "a dry download reads zeros");
+        assert_eq!(
+            rt.arena().stats().allocations,
+            0,
+            "the dry run used the real arena"
+        );
+        assert!(
+            dry.value.iter().all(|&v| v == 0.0),
+            "a dry download reads zeros"
+        );
         let got = work(&rt).unwrap();
         let want = model::reference(&weights, batch, &input);
         assert_close(&got, &want, 1e-4, "model step");
@@ -60,7 +67,9 @@ fn a_dry_run_reports_the_peaks_of_the_real_run() {
         dry_labels.sort();
         assert_eq!(dry_labels, real_labels);
         let peaks = |p: &[vramkit::arena::PoolStats]| -> Vec<(String, u64)> {
-            p.iter().map(|p| (p.pool.clone(), p.peak_reserved)).collect()
+            p.iter()
+                .map(|p| (p.pool.clone(), p.peak_reserved))
+                .collect()
         };
         assert_eq!(peaks(&dry.per_pool), peaks(&rt.arena().pool_stats()));
         // The data alone is a known function of the batch; kernel parameters come on top.
@@ -93,7 +102,11 @@ fn a_dry_run_reports_the_peaks_of_the_real_run() {
 #[test]
 fn a_dry_run_takes_no_device_memory() {
     let rt = runtime();
-    let max = rt.gpu().limits().max_storage_buffer_binding_size.min(1 << 30);
+    let max = rt
+        .gpu()
+        .limits()
+        .max_storage_buffer_binding_size
+        .min(1 << 30);
     let count = (64u64 << 30) / max;
     let dry = rt
         .dry_run(|rt| {
@@ -172,7 +185,10 @@ fn max_batch_finds_the_largest_batch_that_fits_and_it_runs() {
         assert!(fit.peak_reserved + fit.margin <= budget, "{fit}");
         assert!(fit.probes.len() <= 2 + 17, "{} dry runs", fit.probes.len());
         let next = rt.dry_run(|rt| step(rt, fit.batch + 1)).unwrap();
-        assert!(next.peak_reserved + fit.margin > budget, "batch + 1 fits too: {fit}");
+        assert!(
+            next.peak_reserved + fit.margin > budget,
+            "batch + 1 fits too: {fit}"
+        );
         // The data peak grows with the batch, so the answer is near budget / bytes per
         // sample (blocks are at least 2 MiB, hence the slack).
         let per_sample = model::data_peak_bytes(2) - model::data_peak_bytes(1);
@@ -190,7 +206,11 @@ fn max_batch_finds_the_largest_batch_that_fits_and_it_runs() {
         let c = model::CLASSES;
         assert_close(&got[first * c..(first + rows) * c], &want, 1e-4, "fit");
         let s = rt.arena().stats();
-        assert!(s.peak_reserved <= budget, "{} over {budget}", s.peak_reserved);
+        assert!(
+            s.peak_reserved <= budget,
+            "{} over {budget}",
+            s.peak_reserved
+        );
         println!("{fit}; real peak reserved {}", s.peak_reserved);
     }
 }

@@ -5,7 +5,8 @@ use std::io::BufReader;
 
 use proptest::prelude::*;
 use vramkit::alloc::plan::{
-    intervals_from_trace, lower_bound, plan, plan_with, Interval, GOOD_ENOUGH, HEURISTICS,
+    intervals_from_trace, lower_bound, plan, plan_in_blocks, plan_with, Interval, GOOD_ENOUGH,
+    HEURISTICS,
 };
 use vramkit::alloc::trace::parse_csv;
 
@@ -65,6 +66,47 @@ proptest! {
         }
         prop_assert_eq!(&best, &plan(&v));
     }
+
+    #[test]
+    fn plans_in_blocks_never_cross_a_block(v in intervals(), blocks in 1u64..4) {
+        // Blocks of one to three 64 KiB units: the intervals (up to 5000 bytes) are dense
+        // enough that many would cross a boundary if let.
+        let block = blocks << 16;
+        let p = plan_in_blocks(&v, block);
+        assert_valid(&v, &p.offsets, p.peak);
+        prop_assert_eq!(p.block, block);
+        for (i, (iv, &at)) in v.iter().zip(&p.offsets).enumerate() {
+            prop_assert_eq!(at / block, (at + iv.size - 1) / block, "interval {} crosses", i);
+        }
+        prop_assert_eq!(&p, &plan_in_blocks(&v, block));
+    }
+}
+
+/// A trace planned in blocks far smaller than its peak stays valid and close to the
+/// bound (what a device with a small largest buffer asks of a big loop).
+#[test]
+fn a_trace_plans_in_small_blocks() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/data/trace_resnet50_train.csv.gz"
+    );
+    let file = std::fs::File::open(path).unwrap();
+    let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file))).unwrap();
+    let v = intervals_from_trace(&events, 256);
+    let largest = v.iter().map(|i| i.size).max().unwrap();
+    let block = (2 * largest).next_multiple_of(1 << 16);
+    let p = plan_in_blocks(&v, block);
+    assert_valid(&v, &p.offsets, p.peak);
+    for (iv, &at) in v.iter().zip(&p.offsets) {
+        assert_eq!(at / block, (at + iv.size - 1) / block);
+    }
+    let bound = lower_bound(&v);
+    assert!(p.peak > block, "the test needs several blocks");
+    assert!(
+        (p.peak as f64) < 1.3 * bound as f64,
+        "{} over {bound}",
+        p.peak
+    );
 }
 
 #[test]

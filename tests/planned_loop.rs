@@ -141,7 +141,14 @@ fn allocations_kept_past_their_iteration_stay_intact() {
     let rt = runtime();
     let mut r = rng();
     let n = 2048;
-    let mut planned = PlannedLoop::new(rt.arena(), LoopConfig { pool: None, blocks: 1 }).unwrap();
+    let mut planned = PlannedLoop::new(
+        rt.arena(),
+        LoopConfig {
+            pool: None,
+            slots: 1,
+        },
+    )
+    .unwrap();
     let mut kept = Vec::new();
     let acc = rt.alloc_from(&vec![0.0f32; n], "acc").unwrap();
     let mut want = vec![0.0f32; n];
@@ -163,7 +170,12 @@ fn allocations_kept_past_their_iteration_stay_intact() {
         }
     }
     for (a, x) in &kept {
-        assert_eq!(&rt.download(a).unwrap(), x, "'{}' was overwritten", a.label());
+        assert_eq!(
+            &rt.download(a).unwrap(),
+            x,
+            "'{}' was overwritten",
+            a.label()
+        );
     }
     assert_close(&rt.download(&acc).unwrap(), &want, 1e-4, "acc");
     let s = planned.stats();
@@ -180,7 +192,14 @@ fn allocations_kept_past_their_iteration_stay_intact() {
 fn a_planned_allocation_kept_alive_blocks_its_block() {
     let rt = runtime();
     let n = 1024;
-    let mut planned = PlannedLoop::new(rt.arena(), LoopConfig { pool: None, blocks: 1 }).unwrap();
+    let mut planned = PlannedLoop::new(
+        rt.arena(),
+        LoopConfig {
+            pool: None,
+            slots: 1,
+        },
+    )
+    .unwrap();
     let make = |v: f32| rt.alloc_from(&vec![v; n], "tmp").unwrap();
     // Recording: one allocation, freed inside the iteration.
     let it = planned.begin().unwrap();
@@ -237,11 +256,18 @@ fn planned_loops_run_dry() {
 #[test]
 fn misuse_is_a_typed_error() {
     let rt = runtime();
-    assert!(PlannedLoop::new(rt.arena(), LoopConfig { pool: None, blocks: 0 }).is_err());
+    assert!(PlannedLoop::new(
+        rt.arena(),
+        LoopConfig {
+            pool: None,
+            slots: 0
+        }
+    )
+    .is_err());
     let other = runtime();
     let foreign = LoopConfig {
         pool: Some(other.arena().default_pool()),
-        blocks: 2,
+        slots: 2,
     };
     assert!(PlannedLoop::new(rt.arena(), foreign).is_err());
     let mut one = PlannedLoop::new(rt.arena(), LoopConfig::default()).unwrap();
@@ -251,4 +277,28 @@ fn misuse_is_a_typed_error() {
     assert!(err.to_string().contains("another"), "{err}");
     drop(it);
     two.begin().unwrap().end().unwrap();
+}
+
+/// On a device whose largest buffer is 1 MiB, a loop that keeps 1.25 MiB live is planned
+/// into several loop blocks per slot, no allocation across two, and computes what the CPU
+/// computes.
+#[test]
+fn plans_larger_than_the_largest_buffer_span_several_blocks() {
+    let limits = wgpu::Limits {
+        max_buffer_size: 1 << 20,
+        max_storage_buffer_binding_size: 1 << 20,
+        ..wgpu::Limits::downlevel_defaults()
+    };
+    let (device, queue) = common::host_device(limits);
+    let rt = Runtime::from_wgpu(device, queue).unwrap();
+    let mut r = rng();
+    let mut planned = PlannedLoop::new(rt.arena(), LoopConfig::default()).unwrap();
+    // 5 n floats live at once (1.25 MiB at n = 64 Ki), the largest allocation ("wide",
+    // 3 n floats: 768 KiB) within one buffer.
+    let n = 64 << 10;
+    run_loop(&rt, &mut planned, &mut r, n, 6, None);
+    let s = planned.stats();
+    assert_eq!((s.replayed, s.deviations), (5, 0), "{s:?}");
+    assert!(s.blocks_per_slot >= 2, "{s:?}");
+    assert!(s.plan_bytes > 1 << 20, "{s:?}");
 }

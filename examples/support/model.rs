@@ -22,7 +22,9 @@ pub struct Weights {
 impl Weights {
     /// Weights from a deterministic pseudo-random sequence of `seed`.
     pub fn new(seed: u64) -> Weights {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let mut next = move || {
             s = s
                 .wrapping_mul(6364136223846793005)
@@ -51,7 +53,14 @@ pub fn step(rt: &Runtime, weights: &Weights, batch: usize, input: &[f32]) -> Res
     drop(x);
     let logits = rt.alloc::<f32>(batch * CLASSES, "logits")?;
     let mut b = rt.batch();
-    b.matmul(batch as u64, HIDDEN as u64, CLASSES as u64, &h, &w2, &logits)?;
+    b.matmul(
+        batch as u64,
+        HIDDEN as u64,
+        CLASSES as u64,
+        &h,
+        &w2,
+        &logits,
+    )?;
     b.submit()?;
     drop(h);
     let probs = rt.alloc::<f32>(batch * CLASSES, "probs")?;

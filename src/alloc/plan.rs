@@ -15,6 +15,9 @@
 //!   over their lifetime, of the bytes live per step), then by size: the steps that set
 //!   the bound are packed before anything can fragment them.
 //!
+//! [`plan_in_blocks`] places no interval across a multiple of a block size, for memory
+//! that comes in buffers of bounded size.
+//!
 //! [`plan`] runs the first order of [`HEURISTICS`] and stops there when it is within
 //! 1/[`GOOD_ENOUGH`] of the bound; otherwise it runs the others in parallel and keeps the
 //! lowest peak. [`lower_bound`] is the most bytes
@@ -26,8 +29,8 @@
 //!
 //! # Promises
 //! Two intervals that overlap in time never overlap in memory; every offset is a
-//! multiple of its interval's alignment; the peak is at least the lower bound; the same
-//! input gives the same plan.
+//! multiple of its interval's alignment; no interval crosses a multiple of the plan's
+//! block; the peak is at least the lower bound; the same input gives the same plan.
 
 use super::trace::TraceEvent;
 
@@ -81,10 +84,14 @@ pub const GOOD_ENOUGH: u64 = 4096;
 pub struct Plan {
     /// Offset of each interval, in the order given.
     pub offsets: Vec<u64>,
-    /// The highest end of any interval: the block the plan needs.
+    /// The highest end of any interval: the bytes the plan needs.
     pub peak: u64,
     /// The order that produced it.
     pub heuristic: Heuristic,
+    /// No interval crosses a multiple of this many bytes ([`plan_in_blocks`]): the plan
+    /// lives in `peak.div_ceil(block)` blocks, offset `o` at `o % block` of block
+    /// `o / block`. `u64::MAX` for one block.
+    pub block: u64,
 }
 
 /// The most bytes live at any step: no plan peaks below it.
@@ -119,10 +126,25 @@ pub fn lower_bound(intervals: &[Interval]) -> u64 {
 /// assert_eq!(p.offsets[0], p.offsets[2]);
 /// ```
 pub fn plan(intervals: &[Interval]) -> Plan {
+    plan_in_blocks(intervals, u64::MAX)
+}
+
+/// [`plan`] for memory that comes in blocks of at most `block` bytes (a device's largest
+/// buffer): no interval is placed across a multiple of `block`. `block` must be at least
+/// the largest interval and a multiple of every alignment; it is rounded down to a
+/// multiple of [`super::MAX_ALIGN`] and raised to the largest interval if smaller.
+pub fn plan_in_blocks(intervals: &[Interval], block: u64) -> Plan {
     use rayon::prelude::*;
+    let largest = intervals.iter().map(|v| v.size).max().unwrap_or(0);
+    let block = if block == u64::MAX {
+        block
+    } else {
+        (block / super::MAX_ALIGN * super::MAX_ALIGN)
+            .max(largest.next_multiple_of(super::MAX_ALIGN))
+    };
     let bound = lower_bound(intervals);
     let good_enough = bound + bound / GOOD_ENOUGH;
-    let first = plan_with(intervals, HEURISTICS[0]);
+    let first = plan_with_blocks(intervals, HEURISTICS[0], block);
     if first.peak <= good_enough {
         return first;
     }
@@ -130,7 +152,7 @@ pub fn plan(intervals: &[Interval]) -> Plan {
     // `HEURISTICS` order, so the first lowest peak wins as it would one after another.
     let rest: Vec<Plan> = HEURISTICS[1..]
         .par_iter()
-        .map(|&h| plan_with(intervals, h))
+        .map(|&h| plan_with_blocks(intervals, h, block))
         .collect();
     std::iter::once(first)
         .chain(rest)
@@ -139,11 +161,28 @@ pub fn plan(intervals: &[Interval]) -> Plan {
             offsets: Vec::new(),
             peak: 0,
             heuristic: Heuristic::BySize,
+            block,
         })
 }
 
 /// The plan of one heuristic.
 pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
+    plan_with_blocks(intervals, heuristic, u64::MAX)
+}
+
+/// The lowest offset from `at` up, aligned to `align`, where `size` bytes do not cross a
+/// multiple of `block` (the next multiple of `block` when the aligned `at` would).
+fn fit_from(at: u64, size: u64, align: u64, block: u64) -> u64 {
+    let at = at.next_multiple_of(align);
+    if block == u64::MAX || at / block == (at + size.max(1) - 1) / block {
+        at
+    } else {
+        (at / block + 1) * block
+    }
+}
+
+/// The plan of one heuristic in blocks of `block` bytes (see [`plan_in_blocks`]).
+fn plan_with_blocks(intervals: &[Interval], heuristic: Heuristic, block: u64) -> Plan {
     let n = intervals.len();
     let mut order: Vec<u32> = (0..n as u32).collect();
     let pressure = (heuristic == Heuristic::ByPressure).then(|| pressure(intervals));
@@ -203,14 +242,14 @@ pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
         let (mut best, mut best_gap) = (None, u64::MAX);
         let mut floor = 0u64;
         for &(start, end) in &neighbours {
-            let at = floor.next_multiple_of(align);
+            let at = fit_from(floor, v.size, align, block);
             if start > at && start - at >= v.size && start - floor < best_gap {
                 best = Some(at);
                 best_gap = start - floor;
             }
             floor = floor.max(end);
         }
-        let at = best.unwrap_or_else(|| floor.next_multiple_of(align));
+        let at = best.unwrap_or_else(|| fit_from(floor, v.size, align, block));
         offsets[i as usize] = at;
         peak = peak.max(at + v.size);
         for bucket in &mut buckets[b0..=b1] {
@@ -222,6 +261,7 @@ pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
         offsets,
         peak,
         heuristic,
+        block,
     }
 }
 

@@ -26,11 +26,11 @@ use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
+use super::allocation::Held;
 use super::block::BlockBuffer;
 use super::history::EventKind;
-use super::state::{CachedRange, LiveRecord, Placed, State};
-use super::allocation::Held;
 use super::planned::{HookMode, PlannedRange};
+use super::state::{CachedRange, LiveRecord, Placed, State};
 use super::{guard, AllocMode, Allocation, Shared};
 use crate::alloc::{AllocError, BlockId};
 use crate::error::{Limit, OutOfMemory};
@@ -439,7 +439,9 @@ impl Shared {
         let HookMode::Replay(replay) = &hook.mode else {
             return None;
         };
-        let (block, buffer) = (replay.block, replay.buffer.clone());
+        let part = usize::try_from(at / replay.block_bytes).ok()?;
+        let (block, buffer) = replay.blocks.get(part)?;
+        let (block, buffer, at) = (*block, buffer.clone(), at % replay.block_bytes);
         if let Some(lb) = st.loop_block(pool, block) {
             lb.live += 1;
         }

@@ -89,7 +89,6 @@ pub(crate) struct Freed {
     pub class: Option<u64>,
 }
 
-
 impl Allocation {
     /// The wgpu buffer that holds this range (shared with other allocations).
     pub fn buffer(&self) -> &wgpu::Buffer {
@@ -317,10 +316,7 @@ impl Allocation {
             )
         };
         let held = match held {
-            Held::Range(placed) => Ok(CachedRange {
-                placed,
-                buffer,
-            }),
+            Held::Range(placed) => Ok(CachedRange { placed, buffer }),
             Held::Planned(range) => Err(range),
         };
         let freed = Freed {

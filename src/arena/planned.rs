@@ -72,8 +72,10 @@ pub(crate) struct LoopTable {
 /// Where a replay is in its table.
 pub(crate) struct Replay {
     pub table: Arc<LoopTable>,
-    pub block: BlockId,
-    pub buffer: Arc<BlockBuffer>,
+    /// The loop blocks of this iteration, with their buffers: table offset `o` lies at
+    /// `o % block_bytes` of block `o / block_bytes`.
+    pub blocks: Vec<(BlockId, Arc<BlockBuffer>)>,
+    pub block_bytes: u64,
     /// Next event of `table.events` expected.
     pub cursor: usize,
     /// Index of the next allocation.
@@ -256,11 +258,12 @@ pub(crate) struct LoopOutcome {
 
 impl super::Arena {
     /// Installs the hook of an iteration on the calling thread for `pool`: a recording,
-    /// or a replay of `table` in loop block `block`. Fails while another iteration runs.
+    /// or a replay of `table` in loop blocks `blocks` of `block_bytes` each (the last may
+    /// be smaller). Fails while another iteration runs.
     pub(crate) fn loop_begin(
         &self,
         pool: super::PoolId,
-        replay: Option<(Arc<LoopTable>, BlockId)>,
+        replay: Option<(Arc<LoopTable>, &[BlockId], u64)>,
     ) -> crate::Result<()> {
         static ITERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         self.check_pool(pool)?;
@@ -274,14 +277,19 @@ impl super::Arena {
         }
         let mode = match replay {
             None => HookMode::Record(Recording::default()),
-            Some((table, block)) => {
-                let buffer = st.pools[pool.index()].buffer(block).cloned().ok_or_else(|| {
-                    crate::Error::invalid("a planned loop's block is gone", "re-plan the loop")
-                })?;
+            Some((table, blocks, block_bytes)) => {
+                let p = &st.pools[pool.index()];
+                let blocks = blocks
+                    .iter()
+                    .map(|&b| p.buffer(b).cloned().map(|buffer| (b, buffer)))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        crate::Error::invalid("a planned loop's block is gone", "re-plan the loop")
+                    })?;
                 HookMode::Replay(Replay {
                     table,
-                    block,
-                    buffer,
+                    blocks,
+                    block_bytes,
                     cursor: 0,
                     next: 0,
                     served: 0,
@@ -321,19 +329,22 @@ impl super::Arena {
                 served: 0,
             }),
             HookMode::Replay(replay) => {
-                let fence = st.loop_block(pool, replay.block).map(|lb| lb.fence.clone());
+                let fences: Vec<Arc<AtomicBool>> = replay
+                    .blocks
+                    .iter()
+                    .filter_map(|&(b, _)| st.loop_block(pool, b).map(|lb| lb.fence.clone()))
+                    .collect();
                 drop(st);
-                if let Some(fence) = fence {
+                for fence in &fences {
                     fence.store(false, Ordering::Release);
-                    if shared.config.dry_run {
-                        signal(&fence);
-                    } else {
-                        // Only files the callback (see `Shared::seal`).
-                        shared
-                            .gpu
-                            .queue()
-                            .on_submitted_work_done(move || signal(&fence));
-                    }
+                }
+                if shared.config.dry_run {
+                    fences.iter().for_each(|f| signal(f));
+                } else {
+                    // Only files the callback (see `Shared::seal`).
+                    shared.gpu.queue().on_submitted_work_done(move || {
+                        fences.iter().for_each(|f| signal(f));
+                    });
                 }
                 Some(LoopOutcome {
                     recording: None,
@@ -378,7 +389,11 @@ impl super::Arena {
     /// Waits until loop block `block` may serve another iteration: its last iteration's
     /// GPU work has finished. Returns false when planned allocations in it still live (the
     /// iteration must not replay into it).
-    pub(crate) fn loop_block_ready(&self, pool: super::PoolId, block: BlockId) -> crate::Result<bool> {
+    pub(crate) fn loop_block_ready(
+        &self,
+        pool: super::PoolId,
+        block: BlockId,
+    ) -> crate::Result<bool> {
         let (live, fence) = {
             let mut st = self.shared().state.lock();
             match st.loop_block(pool.index(), block) {

@@ -100,7 +100,12 @@ impl<R> std::fmt::Display for DryRun<R> {
             )?;
         }
         for l in &self.per_label {
-            writeln!(f, "  label {:<24} peak {:>12}", l.label, fmt_bytes(l.peak_bytes))?;
+            writeln!(
+                f,
+                "  label {:<24} peak {:>12}",
+                l.label,
+                fmt_bytes(l.peak_bytes)
+            )?;
         }
         Ok(())
     }
@@ -246,8 +251,14 @@ mod tests {
 
     #[test]
     fn out_of_memory_probes_do_not_fit_and_bad_ranges_are_errors() {
-        let m = search_max_batch(1, 64, 1 << 30, 0, |b| Ok((b <= 20).then_some((b as u64, 1))))
-            .unwrap();
+        let m = search_max_batch(
+            1,
+            64,
+            1 << 30,
+            0,
+            |b| Ok((b <= 20).then_some((b as u64, 1))),
+        )
+        .unwrap();
         assert_eq!(m.batch, 20);
         assert!(search_max_batch(0, 4, 100, 1, |_| Ok(Some((1, 1)))).is_err());
         assert!(search_max_batch(5, 4, 100, 1, |_| Ok(Some((1, 1)))).is_err());

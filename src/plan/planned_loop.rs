@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::alloc::plan::{lower_bound, plan, Heuristic, Interval};
+use crate::alloc::plan::{lower_bound, plan_in_blocks, Heuristic, Interval};
 use crate::alloc::BlockId;
 use crate::arena::planned::{LoopEvent, LoopTable, Recording};
 use crate::arena::PoolId;
@@ -18,17 +18,18 @@ pub struct LoopConfig {
     /// Allocations in other pools (the kernels' parameters among them) are served as
     /// usual.
     pub pool: Option<PoolId>,
-    /// Loop blocks, used in turn: an iteration replays into a block only once the GPU has
-    /// finished the iteration that used it before, so with 2 the CPU may run one
-    /// iteration ahead of the GPU. Each holds the planned peak.
-    pub blocks: usize,
+    /// Slots of loop blocks, used in turn: an iteration replays into a slot only once the
+    /// GPU has finished the iteration that used it before, so with 2 the CPU may run one
+    /// iteration ahead of the GPU. Each holds the planned peak (in one block, or several
+    /// when it is larger than the device's largest buffer).
+    pub slots: usize,
 }
 
 impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
             pool: None,
-            blocks: 2,
+            slots: 2,
         }
     }
 }
@@ -45,7 +46,7 @@ pub struct LoopStats {
     /// Replayed iterations that left the recorded order (a different size, order or
     /// thread): the rest of each was served by the arena as usual.
     pub deviations: u64,
-    /// Iterations that ran without the plan because their loop block still held planned
+    /// Iterations that ran without the plan because their slot still held planned
     /// allocations of an earlier iteration (kept past its end).
     pub fallbacks: u64,
     /// Allocations served from the plan (an offset lookup each).
@@ -54,14 +55,21 @@ pub struct LoopStats {
     pub recorded_allocations: usize,
     /// Of those, freed within the iteration (and so planned).
     pub planned_per_iteration: usize,
-    /// Bytes of one loop block: the plan's peak.
+    /// Bytes of one slot of loop blocks: the plan's peak.
     pub plan_bytes: u64,
+    /// Loop blocks per slot: the plan's peak is split into blocks no larger than the
+    /// device's largest buffer, no allocation across two.
+    pub blocks_per_slot: usize,
     /// The most bytes live at once in the recorded iteration: no plan peaks lower.
     pub lower_bound: u64,
     /// The order that gave the plan.
     pub heuristic: Option<Heuristic>,
     /// How long planning took.
     pub plan_time: Duration,
+    /// Plans whose loop block could not be reserved (over the budget, or larger than the
+    /// device's largest buffer): the loop then runs unplanned until
+    /// [`PlannedLoop::replan`].
+    pub plan_failures: u64,
 }
 
 /// A loop whose iterations allocate the same sizes in the same order (a training step,
@@ -109,7 +117,10 @@ pub struct PlannedLoop {
     pool: PoolId,
     config: LoopConfig,
     table: Option<Arc<LoopTable>>,
-    blocks: Vec<BlockId>,
+    /// Per slot (used in turn), the loop blocks that hold the plan.
+    slots: Vec<Vec<BlockId>>,
+    /// Bytes per loop block (the plan's [`crate::alloc::plan::Plan::block`]).
+    block_bytes: u64,
     record_next: bool,
     stats: LoopStats,
 }
@@ -146,9 +157,9 @@ impl PlannedLoop {
     pub fn new(arena: &Arena, config: LoopConfig) -> Result<PlannedLoop> {
         let pool = config.pool.unwrap_or_else(|| arena.default_pool());
         arena.check_pool(pool)?;
-        if config.blocks == 0 {
+        if config.slots == 0 {
             return Err(Error::invalid(
-                "a planned loop with 0 blocks",
+                "a planned loop with 0 slots",
                 "use at least 1 (2, the default, lets the CPU run an iteration ahead)",
             ));
         }
@@ -163,7 +174,8 @@ impl PlannedLoop {
             pool,
             config,
             table: None,
-            blocks: Vec::new(),
+            slots: Vec::new(),
+            block_bytes: u64::MAX,
             record_next: true,
             stats: LoopStats::default(),
         })
@@ -173,21 +185,26 @@ impl PlannedLoop {
     /// records, later ones replay. Fails while another iteration runs on the arena.
     pub fn begin(&mut self) -> Result<Iteration<'_>> {
         let replay = match (&self.table, self.record_next) {
-            (Some(table), false) if !self.blocks.is_empty() => {
-                let k = (self.stats.iterations % self.blocks.len() as u64) as usize;
-                let block = self.blocks[k];
-                if self.arena.loop_block_ready(self.pool, block)? {
-                    Some(Some((table.clone(), block)))
+            (Some(table), false) if !self.slots.is_empty() => {
+                let k = (self.stats.iterations % self.slots.len() as u64) as usize;
+                let mut ready = true;
+                for &block in &self.slots[k] {
+                    ready &= self.arena.loop_block_ready(self.pool, block)?;
+                }
+                if ready {
+                    Some(Some((table.clone(), k)))
                 } else {
                     self.stats.fallbacks += 1;
                     None
                 }
             }
-            // Nothing planned (every allocation outlived the recording): run as usual.
-            (Some(_), false) => None,
-            _ => Some(None),
+            // Nothing planned (every allocation outlived the recording), or the plan did
+            // not fit (see `plan_from`): run as usual until `replan`.
+            (_, false) => None,
+            (_, true) => Some(None),
         };
         if let Some(replay) = replay {
+            let replay = replay.map(|(table, k)| (table, &self.slots[k][..], self.block_bytes));
             self.arena.loop_begin(self.pool, replay)?;
         }
         self.stats.iterations += 1;
@@ -233,7 +250,9 @@ impl PlannedLoop {
         let start = Instant::now();
         let (align, _) = self.arena.pool_layout(self.pool);
         let (table, intervals, planned) = table_of(&recording, align);
-        let p = plan(&intervals);
+        // No buffer can be larger than the device allows: larger plans span several
+        // blocks, none of their allocations across two.
+        let p = plan_in_blocks(&intervals, self.arena.gpu().limits().max_buffer_size);
         let mut offsets = table.offsets;
         for (k, at) in planned.iter().zip(&p.offsets) {
             offsets[*k] = Some(*at);
@@ -245,26 +264,60 @@ impl PlannedLoop {
         self.stats.lower_bound = lower_bound(&intervals);
         self.stats.plan_bytes = p.peak;
         self.stats.heuristic = (!intervals.is_empty()).then_some(p.heuristic);
-        for block in self.blocks.drain(..) {
-            self.arena.loop_release(self.pool, block);
-        }
+        self.release_slots();
         self.table = None;
+        // Whatever happens below, the next iterations do not record again by themselves:
+        // a plan that does not fit now would not fit next time either.
+        self.record_next = false;
+        self.block_bytes = p.block;
         if p.peak > 0 {
-            for _ in 0..self.config.blocks {
-                match self.arena.loop_reserve(self.pool, p.peak) {
-                    Ok(block) => self.blocks.push(block),
-                    // Fewer blocks than asked: the loop still runs, fenced more often.
-                    Err(e) if self.blocks.is_empty() => return Err(e),
-                    Err(_) => break,
+            for _ in 0..self.config.slots {
+                match self.reserve_slot(p.peak, p.block) {
+                    Ok(slot) => self.slots.push(slot),
+                    // Fewer slots than asked: the loop still runs, fenced more often.
+                    Err(_) if !self.slots.is_empty() => break,
+                    Err(e) => {
+                        self.stats.plan_failures += 1;
+                        return Err(e);
+                    }
                 }
             }
         }
-        self.table = Some(Arc::new(LoopTable {
-            offsets,
-            ..table
-        }));
-        self.record_next = false;
+        self.stats.blocks_per_slot = self.slots.first().map_or(0, Vec::len);
+        self.table = Some(Arc::new(LoopTable { offsets, ..table }));
         Ok(())
+    }
+}
+
+impl PlannedLoop {
+    /// Reserves the blocks of one slot: `peak` bytes in blocks of `block` bytes (the
+    /// last one smaller). On error, those already reserved go back.
+    fn reserve_slot(&self, peak: u64, block: u64) -> Result<Vec<BlockId>> {
+        let mut slot = Vec::new();
+        let mut at = 0;
+        while at < peak {
+            let bytes = (peak - at).min(block);
+            match self.arena.loop_reserve(self.pool, bytes) {
+                Ok(id) => slot.push(id),
+                Err(e) => {
+                    for id in slot {
+                        self.arena.loop_release(self.pool, id);
+                    }
+                    return Err(e);
+                }
+            }
+            at += bytes;
+        }
+        Ok(slot)
+    }
+
+    /// Gives every slot's blocks back (each once its planned allocations are gone).
+    fn release_slots(&mut self) {
+        for slot in self.slots.drain(..) {
+            for block in slot {
+                self.arena.loop_release(self.pool, block);
+            }
+        }
     }
 }
 
@@ -302,9 +355,10 @@ fn table_of(recording: &Recording, align: u64) -> (LoopTable, Vec<Interval>, Vec
 }
 
 impl Iteration<'_> {
-    /// Ends the iteration. After a recording this plans the loop and reserves its blocks
-    /// (an error then, such as a budget too small for them, leaves the loop to record
-    /// again next time). Dropping the iteration ends it too, ignoring such an error.
+    /// Ends the iteration. After a recording this plans the loop and reserves its blocks;
+    /// when they do not fit (the budget, or the device's largest buffer) it returns that
+    /// error and the loop runs unplanned until [`PlannedLoop::replan`]
+    /// ([`LoopStats::plan_failures`]). Dropping the iteration ends it too, ignoring such an error.
     pub fn end(mut self) -> Result<()> {
         self.ended = true;
         self.planned.end_iteration()
@@ -323,8 +377,6 @@ impl Drop for Iteration<'_> {
 
 impl Drop for PlannedLoop {
     fn drop(&mut self) {
-        for block in self.blocks.drain(..) {
-            self.arena.loop_release(self.pool, block);
-        }
+        self.release_slots();
     }
 }
