@@ -32,8 +32,12 @@ fn assert_valid(intervals: &[Interval], offsets: &[u64], peak: u64) {
     assert!(peak >= lower_bound(intervals));
 }
 
+/// Random interval sets over up to three time buckets of the planner's index (so that
+/// queries span several), mostly short-lived with some long-lived ones.
 fn intervals() -> impl Strategy<Value = Vec<Interval>> {
-    prop::collection::vec((1u64..5000, 0u32..9, 0u32..300, 0u32..120), 0..120).prop_map(|v| {
+    let span = 3 * vramkit::alloc::plan::BUCKET;
+    let life = prop_oneof![4 => 0u32..120, 1 => 0u32..span];
+    prop::collection::vec((1u64..5000, 0u32..9, 0u32..span, life), 0..120).prop_map(|v| {
         v.into_iter()
             .map(|(size, a, first, life)| Interval {
                 size,
