@@ -307,7 +307,9 @@ fn refine(intervals: &[Interval], pressure: &[u64], start: Plan) -> Plan {
                 boost[k] += 1;
             }
         }
-        let mut keyed: Vec<(Reverse<(u32, u64, u64)>, u32, u32)> = (0..n as u32)
+        // (boost, pressure, size) descending, then start and input order.
+        type Key = (Reverse<(u32, u64, u64)>, u32, u32);
+        let mut keyed: Vec<Key> = (0..n as u32)
             .map(|i| {
                 let (v, k) = (intervals[i as usize], i as usize);
                 (Reverse((boost[k], pressure[k], v.size)), v.first, i)
