@@ -1,7 +1,7 @@
 //! The runnable benchmark: prints a short table, then one `name: value` line per figure.
 //!
 //! ```text
-//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [all]
+//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [all]
 //! ```
 //! With no argument every suite runs. Suites that need a GPU open one with
 //! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
@@ -10,12 +10,18 @@
 mod alloc_bench;
 #[path = "support/bench_gpu.rs"]
 mod bench_gpu;
+#[path = "support/bench_plan.rs"]
+mod bench_plan;
 #[path = "support/bench_tier.rs"]
 mod bench_tier;
 #[path = "support/bench_vt.rs"]
 mod bench_vt;
 #[path = "support/defrag_measure.rs"]
 mod defrag_measure;
+#[path = "support/plan_measure.rs"]
+mod plan_measure;
+#[path = "support/traces.rs"]
+mod traces;
 #[path = "support/vt_demo.rs"]
 mod vt_demo;
 
@@ -121,7 +127,7 @@ fn main() {
     if want("alloc") {
         suite_alloc(&mut figures);
     }
-    let gpu_suites = ["arena", "kernels", "stream", "vt", "tier"];
+    let gpu_suites = ["arena", "kernels", "stream", "vt", "tier", "plan"];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
             Ok(gpu) => {
@@ -141,6 +147,9 @@ fn main() {
                 }
                 if want("tier") {
                     bench_tier::suite_tier(&gpu, &mut figures);
+                }
+                if want("plan") {
+                    bench_plan::suite_plan(&gpu, &mut figures);
                 }
             }
             Err(e) => {

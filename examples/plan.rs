@@ -20,11 +20,12 @@ use vramkit::alloc::plan::{intervals_from_trace, lower_bound, plan, Interval};
 use vramkit::alloc::trace::{replay, replay_in_one_block, TraceEvent};
 use vramkit::alloc::{BlockPolicy, RangeAllocator};
 use vramkit::arena::Budget;
-use vramkit::plan::{LoopConfig, PlannedLoop};
-use vramkit::{Allocation, Arena, ArenaConfig, Gpu, Runtime, RuntimeConfig};
+use vramkit::{Gpu, Runtime, RuntimeConfig};
 
 #[path = "support/model.rs"]
 mod model;
+#[path = "support/plan_measure.rs"]
+mod plan_measure;
 #[path = "support/traces.rs"]
 mod traces;
 
@@ -75,71 +76,26 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The trace through the arena itself, on a dry arena: plain `Arena::alloc` and drop
-/// (online), then inside a `PlannedLoop` (one recorded iteration, then replays). Prints
-/// the best of three timed passes of each and the blocks the replays created.
+/// (online), then inside a `PlannedLoop` (one recorded iteration, then replays).
 fn arena_replay(gpu: &Gpu, events: &[TraceEvent]) -> Result<(), Box<dyn std::error::Error>> {
-    let config = ArenaConfig {
-        dry_run: true,
-        ..ArenaConfig::default()
-    };
-    let arena = Arena::new(gpu, config)?;
-    let ids = events
-        .iter()
-        .map(|e| match *e {
-            TraceEvent::Alloc { id, .. } | TraceEvent::Free { id } => id as usize + 1,
-        })
-        .max()
-        .unwrap_or(0);
-    let mut slots: Vec<Option<Allocation>> = (0..ids).map(|_| None).collect();
-    let pass = |slots: &mut Vec<Option<Allocation>>| -> vramkit::Result<f64> {
-        let start = Instant::now();
-        for e in events {
-            match *e {
-                TraceEvent::Alloc { id, size } => {
-                    slots[id as usize] = Some(arena.alloc(size, "trace")?);
-                }
-                TraceEvent::Free { id } => slots[id as usize] = None,
-            }
+    let r = plan_measure::arena_replay(gpu, events)?;
+    println!("arena_online_ns_per_op: {:.1}", r.online_ns);
+    match r.planned_ns {
+        Ok(ns) => {
+            println!("arena_planned_ns_per_op: {ns:.1}");
+            println!("arena_planned_over_online: {:.3}", ns / r.online_ns);
+            println!(
+                "planned_allocations_per_iteration: {} of {}",
+                r.planned.0, r.planned.1
+            );
+            println!(
+                "planned_replays: {} deviations: {}",
+                r.replays.0, r.replays.1
+            );
+            println!("planned_blocks_created: {}", r.planned_blocks_created);
         }
-        slots.iter_mut().for_each(|s| *s = None);
-        Ok(start.elapsed().as_nanos() as f64 / events.len() as f64)
-    };
-    let best = |f: &mut dyn FnMut() -> vramkit::Result<f64>| -> vramkit::Result<f64> {
-        (0..3).try_fold(f64::MAX, |best, _| Ok(best.min(f()?)))
-    };
-    pass(&mut slots)?;
-    let online = best(&mut || pass(&mut slots))?;
-    let mut planned = PlannedLoop::new(&arena, LoopConfig::default())?;
-    let recorded = planned.begin()?;
-    pass(&mut slots)?;
-    if let Err(e) = recorded.end() {
-        println!("arena_planned: not run: {e}");
-        println!("arena_online_ns_per_op: {online:.1}");
-        return Ok(());
+        Err(e) => println!("arena_planned: not run: {e}"),
     }
-    let blocks = arena.stats().blocks_created;
-    let planned_ns = best(&mut || {
-        let it = planned.begin()?;
-        let ns = pass(&mut slots)?;
-        it.end()?;
-        Ok(ns)
-    })?;
-    let s = planned.stats();
-    println!("arena_online_ns_per_op: {online:.1}");
-    println!("arena_planned_ns_per_op: {planned_ns:.1}");
-    println!("arena_planned_over_online: {:.3}", planned_ns / online);
-    println!(
-        "planned_allocations_per_iteration: {} of {}",
-        s.planned_per_iteration, s.recorded_allocations
-    );
-    println!(
-        "planned_replays: {} deviations: {}",
-        s.replayed, s.deviations
-    );
-    println!(
-        "planned_blocks_created: {}",
-        arena.stats().blocks_created - blocks
-    );
     Ok(())
 }
 
