@@ -190,6 +190,5 @@ pub fn gpu_steps(
         reserved_over_live: s.peak_reserved as f64 / s.peak_allocated.max(1) as f64,
         blocks_created: s.blocks_created - blocks,
     };
-    drop(one);
     Ok((figures, lp.map(|l| l.stats()).unwrap_or_default()))
 }
