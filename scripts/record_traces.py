@@ -6,7 +6,10 @@ and peak reserved bytes).
 
 The set spans what issue 20 asks an allocator policy to hold on: MLPs, a CNN and
 transformers, training and inference, a growing KV cache, batch sizes that change
-between steps, and peaks from about 100 MiB to tens of GiB.
+between steps, and peaks from about 100 MiB to tens of GiB. The last four (a ViT under
+fp16 autocast, an LSTM language model, a UNet at several resolutions, batched sampled
+generation) were added after the planner and the block policy were tuned, as workloads
+neither had seen.
 
     python3 scripts/record_traces.py OUT_DIR [NAME ...]      # on the GPU machine
 """
@@ -179,6 +182,112 @@ def w_transformer_train_bf16():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+    torch.cuda.synchronize()
+
+
+def w_vit_train():
+    """A ViT-B/16-like classifier (patch embedding, 12 encoder layers of d 768), AdamW,
+    fp16 autocast, batch sizes 32, 64, 48 at 224x224."""
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patch = nn.Conv2d(3, 768, 16, 16)
+            self.pos = nn.Parameter(torch.zeros(1, 196, 768))
+            layer = nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, norm_first=True)
+            self.enc = nn.TransformerEncoder(layer, 12)
+            self.head = nn.Linear(768, 1000)
+
+        def forward(self, x):
+            x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+            return self.head(self.enc(x).mean(1))
+
+    m = ViT().to(DEV)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for b in [32, 64, 48]:
+        x = torch.randn(b, 3, 224, 224, device=DEV)
+        y = torch.randint(0, 1000, (b,), device=DEV)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = F.cross_entropy(m(x).float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+def w_lstm_train():
+    """A 3-layer LSTM language model (hidden 2048, vocab 32000), Adam, truncated BPTT over
+    sequences of 64, 128 and 96 steps, batch 32."""
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(32000, 1024)
+            self.rnn = nn.LSTM(1024, 2048, 3, batch_first=True)
+            self.out = nn.Linear(2048, 32000)
+
+        def forward(self, t):
+            return self.out(self.rnn(self.emb(t))[0])
+
+    m = LM().to(DEV)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+    for t in [64, 128, 96]:
+        tokens = torch.randint(0, 32000, (32, t), device=DEV)
+        loss = F.cross_entropy(m(tokens).reshape(-1, 32000), tokens.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+def w_unet_infer():
+    """A UNet (4 levels, skip connections, 64-512 channels), inference under no_grad at
+    resolutions 256, 512, 384 and 768, batch 4."""
+    def conv(c_in, c_out):
+        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, 1, 1), nn.GroupNorm(8, c_out), nn.SiLU(),
+                             nn.Conv2d(c_out, c_out, 3, 1, 1), nn.GroupNorm(8, c_out), nn.SiLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            cs = [64, 128, 256, 512]
+            self.down = nn.ModuleList()
+            c = 3
+            for co in cs:
+                self.down.append(conv(c, co))
+                c = co
+            self.up = nn.ModuleList(conv(cs[i] + cs[i - 1], cs[i - 1]) for i in range(len(cs) - 1, 0, -1))
+            self.out = nn.Conv2d(64, 3, 1)
+
+        def forward(self, x):
+            skips = []
+            for i, d in enumerate(self.down):
+                x = d(x)
+                if i < len(self.down) - 1:
+                    skips.append(x)
+                    x = F.max_pool2d(x, 2)
+            for u in self.up:
+                x = F.interpolate(x, scale_factor=2.0)
+                x = u(torch.cat([x, skips.pop()], 1))
+            return self.out(x)
+
+    m = UNet().to(DEV).eval()
+    with torch.no_grad():
+        for r in [256, 512, 384, 768]:
+            m(torch.randn(4, 3, r, r, device=DEV))
+    torch.cuda.synchronize()
+
+
+def w_gpt_generate_batched():
+    """A smaller decoder (d 768, 12 layers) generating for 16 sequences at once with
+    top-k sampling: prompts of 256 tokens, 96 new tokens."""
+    m = Decoder(768, 12, 12, 50257).to(DEV).eval()
+    g = torch.Generator(device=DEV).manual_seed(3)
+    with torch.no_grad():
+        tokens = torch.randint(0, 50257, (16, 256), device=DEV)
+        logits, cache = m(tokens)
+        for _ in range(96):
+            top = torch.topk(logits[:, -1].float(), 40)
+            pick = torch.multinomial(F.softmax(top.values, -1), 1, generator=g)
+            logits, cache = m(top.indices.gather(1, pick), cache)
     torch.cuda.synchronize()
 
 
