@@ -285,15 +285,20 @@ impl Shared {
             return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
         };
         let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        if st.loop_hook.is_some() && guard == 0 && mode.cache {
+            // Before the harvest and the seal: a planned allocation needs neither.
+            let (label, label_index) = st.intern(label);
+            match self.planned(&mut st, pool, size, label, label_index) {
+                Ok(planned) => {
+                    self.unlock(st);
+                    return Ok(planned);
+                }
+                Err(label) => st.give_back_label(label, label_index),
+            }
+        }
         st.harvest(self.completion.get());
         self.seal_lazily(&mut st);
         let (label, label_index) = st.intern(label);
-        if st.loop_hook.is_some() && guard == 0 && mode.cache {
-            if let Some(planned) = self.planned(&mut st, pool, size, &label, label_index) {
-                self.unlock(st);
-                return Ok(planned);
-            }
-        }
         let mut req = Request {
             pool,
             size,
@@ -427,20 +432,26 @@ impl Shared {
         st: &mut MutexGuard<'_, State>,
         pool: usize,
         size: u64,
-        label: &Arc<str>,
+        label: Arc<str>,
         label_index: u32,
-    ) -> Option<Allocation> {
-        let hook = st.loop_hook.as_deref_mut()?;
-        if !hook.applies(pool) {
-            return None;
-        }
-        let (at, index) = hook.next_planned(size)??;
+    ) -> std::result::Result<Allocation, Arc<str>> {
+        let Some(hook) = st.loop_hook.as_deref_mut().filter(|h| h.applies(pool)) else {
+            return Err(label);
+        };
+        let Some(Some((at, index))) = hook.next_planned(size) else {
+            return Err(label);
+        };
         let iteration = hook.iteration;
         let HookMode::Replay(replay) = &hook.mode else {
-            return None;
+            return Err(label);
         };
-        let part = usize::try_from(at / replay.block_bytes).ok()?;
-        let (block, buffer) = replay.blocks.get(part)?;
+        let part = (at / replay.block_bytes) as usize;
+        let Some((block, buffer)) = replay.blocks.get(part) else {
+            // A table offset beyond the blocks reserved for it: never made so; give up
+            // the plan for this iteration rather than serve it.
+            hook.deviated = true;
+            return Err(label);
+        };
         let (block, buffer, at) = (*block, buffer.clone(), at % replay.block_bytes);
         if let Some(lb) = st.loop_block(pool, block) {
             lb.live += 1;
@@ -466,7 +477,7 @@ impl Shared {
             h.push(EventKind::Alloc, id, size, label_index, pool, block.0, at);
         }
         let shared = st.stock.pop().unwrap_or_else(|| self.clone());
-        Some(Allocation {
+        Ok(Allocation {
             shared: ManuallyDrop::new(shared),
             id,
             slot,
@@ -481,7 +492,7 @@ impl Shared {
             buffer: ManuallyDrop::new(buffer),
             offset: at,
             size,
-            label: ManuallyDrop::new(label.clone()),
+            label: ManuallyDrop::new(label),
             reuse: false,
         })
     }

@@ -93,7 +93,7 @@ pub(crate) enum HookMode {
 /// The active iteration of a planned loop (see the module docs).
 pub(crate) struct LoopHook {
     pub pool: usize,
-    pub thread: std::thread::ThreadId,
+    pub thread: u64,
     /// Unique per iteration in the arena: a planned allocation freed after its iteration
     /// ended does not move a later iteration's cursor.
     pub iteration: u64,
@@ -129,7 +129,7 @@ pub(crate) struct LoopBlock {
 impl LoopHook {
     /// True when this hook serves `pool` on the calling thread.
     pub fn applies(&self, pool: usize) -> bool {
-        self.pool == pool && !self.deviated && self.thread == std::thread::current().id()
+        self.pool == pool && !self.deviated && self.thread == thread_id()
     }
 
     /// During a recording, notes an allocation of `size` bytes with `id`.
@@ -241,6 +241,16 @@ impl State {
     }
 }
 
+/// A number for the calling thread, unique in the process: a thread-local read, where
+/// `std::thread::current()` clones a reference-counted handle (this runs on every
+/// allocation while a loop iteration runs).
+pub(crate) fn thread_id() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static ID: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    ID.with(|id| *id)
+}
+
 /// Marks a fence done (the `on_submitted_work_done` callback of an iteration's end).
 pub(crate) fn signal(fence: &AtomicBool) {
     fence.store(true, Ordering::Release);
@@ -298,7 +308,7 @@ impl super::Arena {
         };
         st.loop_hook = Some(Box::new(LoopHook {
             pool: pool.index(),
-            thread: std::thread::current().id(),
+            thread: thread_id(),
             iteration: ITERATIONS.fetch_add(1, Ordering::Relaxed),
             mode,
             deviated: false,
@@ -315,7 +325,7 @@ impl super::Arena {
         if st
             .loop_hook
             .as_ref()
-            .is_none_or(|h| h.thread != std::thread::current().id())
+            .is_none_or(|h| h.thread != thread_id())
         {
             return None;
         }
