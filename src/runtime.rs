@@ -204,7 +204,10 @@ impl Runtime {
     /// `f(rt, batch)`) reserves at most `budget` less a safety margin of 1/32 of it, in
     /// O(log n) dry runs; [`max_batch_with_margin`](Self::max_batch_with_margin) sets the
     /// margin. Memory must not shrink as the batch grows. The answer reports the margin,
-    /// the peaks and every probe.
+    /// the peaks and every probe. A probe that runs out of memory (an allocation above the
+    /// device's largest buffer) does not fit; any other error ends the search with that
+    /// error, so keep `batches` within what the code can run at all (a kernel operand
+    /// is at most `Gpu::limits().max_storage_buffer_binding_size` bytes).
     ///
     /// ```no_run
     /// # fn main() -> vramkit::Result<()> {
@@ -217,7 +220,8 @@ impl Runtime {
     ///     b.submit()?;
     ///     Ok(())
     /// };
-    /// let fit = rt.max_batch(1 << 30, 1..=1 << 16, step)?;
+    /// let most = rt.gpu().limits().max_storage_buffer_binding_size as usize / (4096 * 4);
+    /// let fit = rt.max_batch(1 << 30, 1..=most, step)?;
     /// println!("{fit}");
     /// step(&rt, fit.batch)?;
     /// # Ok(()) }
