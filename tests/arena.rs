@@ -781,3 +781,47 @@ fn set_budget_takes_effect_at_once() {
     assert!(a.set_budget(Budget::FractionOfDevice(1.5)).is_err());
     drop(live);
 }
+
+/// A request that needs a new dedicated block under the budget, while the dedicated block
+/// of a just-dropped allocation waits for the GPU: once the wait brings that block back
+/// empty, the block set gives it back to make room and the request must then fit. (It
+/// failed with out-of-memory: the room had been computed before the block went back.)
+#[test]
+fn a_block_given_back_to_make_room_makes_room() {
+    let policy = vramkit::alloc::BlockPolicy {
+        min_block: 1 << 20,
+        max_block: 16 << 20,
+        dedicated_threshold: 2 << 20,
+        dedicated_granularity: 64 << 10,
+        release_empty_before_grow: true,
+    };
+    let a = arena(ArenaConfig {
+        budget: Budget::Bytes(40 << 20),
+        policy: Some(policy),
+        ..Default::default()
+    });
+    let kernels = Kernels::new(&a).unwrap();
+    for round in 0..4 {
+        let held = a.alloc(18 << 20, "held").unwrap();
+        let big = a.alloc(16 << 20, "big").unwrap();
+        // GPU work on `big`, so that its free waits for the GPU.
+        let mut batch = kernels.batch();
+        batch.fill((16 << 20) / 4, 1.0, &big).unwrap();
+        batch.submit().unwrap();
+        drop(big);
+        // 18 + 16 + 8 > 40 MiB: fits only once big's block is gone, and cannot reuse it
+        // (half its size is too much slack for a dedicated block).
+        let next = a
+            .alloc(8 << 20, "next")
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let mut batch = kernels.batch();
+        batch.fill((8 << 20) / 4, 2.0, &next).unwrap();
+        batch.submit().unwrap();
+        assert_eq!(
+            readback::read_as::<f32>(a.gpu(), next.buffer(), next.offset(), 4).unwrap(),
+            vec![2.0; 4]
+        );
+        drop((held, next));
+        a.synchronize().unwrap();
+    }
+}

@@ -66,6 +66,9 @@ enum Reserve {
     Alloc(AllocError),
     /// Growth not allowed yet: try collecting finished frees first.
     NeedBlock,
+    /// The block set gave empty blocks back to make room, after the room for a new block
+    /// had been computed: decide again with what is reserved now.
+    Released,
     /// The limit, its bound in bytes, and the block that would have crossed it.
     Over(Limit, Option<u64>, u64),
     Device(String),
@@ -530,6 +533,7 @@ impl Shared {
             Ok(placed) => placed,
             Err(Reserve::Alloc(e)) => return Step::Fail(e.into()),
             Err(Reserve::NeedBlock) => return self.before_growing(st, req),
+            Err(Reserve::Released) => return Step::Again,
             Err(Reserve::Over(limit, bound, block)) => {
                 return self.over_limit(st, req, limit, bound, Some(block), None);
             }
@@ -730,6 +734,7 @@ impl Shared {
             },
             |id| released.push(id),
         );
+        let gave_back = !released.is_empty();
         for id in released {
             st.retire_block(req.pool, id);
         }
@@ -738,6 +743,11 @@ impl Shared {
             Err(e) => {
                 if let Some(b) = created {
                     b.destroy();
+                }
+                // The room passed to the block set predates the blocks it just gave back
+                // (`release_empty_before_grow`): a limit it reported may no longer hold.
+                if gave_back && matches!(e, Reserve::Over(..)) {
+                    return Err(Reserve::Released);
                 }
                 return Err(e);
             }
