@@ -64,7 +64,8 @@ pub mod vt;
 pub use arena::{Allocation, Arena, ArenaConfig};
 pub use error::{Error, Result};
 pub use gpu::{
-    parse_backends, Gpu, GpuOptions, Timing, TimingSource, INSTALL_HINT, OPTIONAL_FEATURES,
+    parse_backends, Gpu, GpuOptions, LifecycleGuard, Timing, TimingSource, INSTALL_HINT,
+    OPTIONAL_FEATURES,
 };
 pub use runtime::{Runtime, RuntimeConfig};
 

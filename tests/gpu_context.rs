@@ -21,8 +21,13 @@ fn describes_the_adapter_in_one_line() {
 
 #[test]
 fn requests_the_adapters_real_limits() {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let _ = gpu();
+    let adapters = {
+        // Instances are made one thread at a time (`Gpu::lifecycle_lock`).
+        let _lock = vramkit::Gpu::lifecycle_lock();
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+    };
     let same = adapters
         .iter()
         .find(|a| {

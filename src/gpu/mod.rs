@@ -5,12 +5,14 @@
 //! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
 
 mod host_buffer;
+mod lifecycle;
 mod lost;
 pub(crate) mod profile;
 mod select;
 mod submit;
 mod timer;
 
+pub use lifecycle::LifecycleGuard;
 pub use select::{parse_backends, GpuOptions};
 pub use timer::{Timing, TimingSource};
 
@@ -57,7 +59,18 @@ pub fn grid(units: u64, per_group: u64, gpu: &Gpu) -> (u32, u32) {
 /// ```
 #[derive(Clone)]
 pub struct Gpu {
-    inner: Arc<GpuInner>,
+    /// Dropped by hand: the last handle goes under the lifecycle lock (`lifecycle.rs`).
+    inner: std::mem::ManuallyDrop<Arc<GpuInner>>,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // Only the last handle takes the lock (two clones dropped at the same instant may
+        // both see another and skip it: best effort, see `lifecycle.rs`).
+        let _guard = (Arc::strong_count(&self.inner) == 1).then(lifecycle::lock);
+        // SAFETY: `inner` is not used after this; `drop` runs once.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+    }
 }
 
 struct GpuInner {
@@ -102,6 +115,8 @@ impl Gpu {
     }
 
     async fn open(options: &GpuOptions) -> Result<Gpu> {
+        // Instances, adapters and devices are made one thread at a time (`lifecycle.rs`).
+        let _guard = lifecycle::lock();
         let (instance, adapter) = match options.backends {
             Some(backends) => Self::pick(backends, options).await?,
             // The native APIs first; GL only when they offer nothing: probing GL opens
@@ -183,7 +198,7 @@ impl Gpu {
         let limits = device.limits();
         let device_memory = device_local_memory(&device);
         Gpu {
-            inner: Arc::new(GpuInner {
+            inner: std::mem::ManuallyDrop::new(Arc::new(GpuInner {
                 _instance: instance,
                 device,
                 queue,
@@ -201,8 +216,23 @@ impl Gpu {
                         std::sync::atomic::AtomicU64::new(1);
                     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 },
-            }),
+            })),
         }
+    }
+
+    /// The process-wide lock under which vramkit creates devices and drops the last
+    /// handle of a `Gpu`: take it around wgpu instance and device creation of your own
+    /// that may run while other threads open or close vramkit contexts (NVIDIA's Vulkan
+    /// driver hung on such races; see `gpu::lifecycle` in the source). Do not hold it
+    /// while calling into vramkit, which takes it itself.
+    ///
+    /// ```no_run
+    /// let _lock = vramkit::Gpu::lifecycle_lock();
+    /// let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    /// // ... request an adapter and a device ...
+    /// ```
+    pub fn lifecycle_lock() -> LifecycleGuard {
+        lifecycle::lock()
     }
 
     /// True when `other` is this context or a clone of it. Allocations, pools and views

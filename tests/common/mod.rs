@@ -24,11 +24,16 @@ pub fn gpu() -> &'static Gpu {
 /// A device a host app would create itself on the test GPU's adapter, with `limits`
 /// and no optional feature (what `Gpu::from_wgpu` receives from a renderer).
 pub fn host_device(limits: wgpu::Limits) -> (wgpu::Device, wgpu::Queue) {
+    // The test GPU first: opening it takes the lock below, which is not re-entrant.
+    let name = gpu().info().name.clone();
+    // Devices are made one thread at a time, as vramkit makes its own (NVIDIA's driver
+    // hung on parallel tests that each opened one).
+    let _lock = Gpu::lifecycle_lock();
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     let adapter = adapters
         .into_iter()
-        .find(|a| a.get_info().name == gpu().info().name)
+        .find(|a| a.get_info().name == name)
         .expect("the test GPU's adapter");
     pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         required_limits: limits,
