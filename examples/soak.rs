@@ -1,6 +1,7 @@
 //! Soak test: several threads run random mixes of allocations (two pools, sizes from
 //! 16 B to 4 MiB), uploads, kernels, verified downloads, frees, trims and budget changes
-//! against one runtime for a given time. Every allocation has a CPU shadow copy; every
+//! against one runtime for a given time, and one more runs a planned loop
+//! (`vramkit::plan::PlannedLoop`) among them, every iteration checked, some deviating. Every allocation has a CPU shadow copy; every
 //! download is compared with it. At the end it prints `name: value` lines and exits
 //! non-zero on any mismatch, any unexpected error, or memory that crept up.
 //!
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
+use vramkit::plan::{LoopConfig, PlannedLoop};
 use vramkit::{Error, Runtime, RuntimeConfig};
 
 /// What every thread counts.
@@ -28,6 +30,11 @@ struct Counts {
     mismatches: AtomicU64,
     unexpected: AtomicU64,
     out_of_memory: AtomicU64,
+    /// The planned loop's iterations replayed from the plan, deviations, and iterations
+    /// that ran without it.
+    planned_replayed: AtomicU64,
+    planned_deviations: AtomicU64,
+    planned_unplanned: AtomicU64,
 }
 
 /// A live allocation and what its bytes must be.
@@ -96,6 +103,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 let (rt, counts) = (rt.clone(), counts.clone());
                 s.spawn(move || worker(&rt, aux, &counts, until, seed * 1000 + t as u64));
             }
+            let (rt, counts) = (rt.clone(), counts.clone());
+            s.spawn(move || planned_worker(&rt, &counts, until, seed * 1000 + 999));
         });
     };
     run_phase(warm_until, 1);
@@ -128,7 +137,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         reserved_end.saturating_sub(reserved_warm)
     );
     println!("staging_bytes_end: {staging_end}");
-    let failed = c.mismatches.load(Ordering::Relaxed) > 0
+    let replayed = c.planned_replayed.load(Ordering::Relaxed);
+    println!("planned_iterations_replayed: {replayed}");
+    println!(
+        "planned_iterations_deviating: {}",
+        c.planned_deviations.load(Ordering::Relaxed)
+    );
+    println!(
+        "planned_iterations_unplanned: {}",
+        c.planned_unplanned.load(Ordering::Relaxed)
+    );
+    let failed = replayed == 0
+        || c.mismatches.load(Ordering::Relaxed) > 0
         || c.unexpected.load(Ordering::Relaxed) > 0
         || reserved_end > reserved_warm
         || staging_end > 0;
@@ -274,6 +294,97 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
             live.swap_remove(r.gen_range(0..live.len()));
         }
     }
+}
+
+/// A planned loop among the other threads' load: each iteration allocates the same
+/// temporaries (one in 16 adds one of another size: a deviation), computes
+/// `out = a - b` and `out += a` on integers, reads `out` back and compares it exactly
+/// with the CPU. Re-plans every 64 iterations (budget pressure may have stopped the plan
+/// from fitting, `LoopStats::plan_failures`).
+fn planned_worker(rt: &Runtime, counts: &Counts, until: Instant, seed: u64) {
+    let mut r = SmallRng::seed_from_u64(seed);
+    let sizes: Vec<usize> = (0..4).map(|_| 1usize << r.gen_range(8..16)).collect();
+    let mut planned = match PlannedLoop::new(rt.arena(), LoopConfig::default()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("unexpected error making the planned loop: {e}");
+            counts.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let mut iteration = 0u64;
+    while Instant::now() < until {
+        iteration += 1;
+        if iteration % 64 == 0 {
+            planned.replan();
+        }
+        let deviate = iteration > 1 && r.gen_range(0..16) == 0;
+        let a: Vec<f32> = (0..sizes[0])
+            .map(|_| r.gen_range(-8i32..=8) as f32)
+            .collect();
+        let b: Vec<f32> = (0..sizes[0])
+            .map(|_| r.gen_range(-8i32..=8) as f32)
+            .collect();
+        let result = (|| -> vramkit::Result<Vec<f32>> {
+            let it = planned.begin()?;
+            let x = rt.alloc_from(&a, "planned a")?;
+            let scratch = rt.alloc::<f32>(sizes[1], "planned scratch")?;
+            let detour = if deviate {
+                Some(rt.alloc::<f32>(sizes[2] + 4, "planned detour")?)
+            } else {
+                None
+            };
+            let y = rt.alloc_from(&b, "planned b")?;
+            let out = rt.alloc::<f32>(sizes[0], "planned out")?;
+            let mut batch = rt.batch();
+            batch
+                .fill(3.0, &scratch)?
+                .copy(&x, &out)?
+                .axpy(-1.0, &y, &out)?
+                .axpy(1.0, &x, &out)?;
+            batch.submit()?;
+            drop((x, y, scratch, detour));
+            let tail = rt.alloc::<f32>(sizes[3], "planned tail")?;
+            let mut batch = rt.batch();
+            batch.fill(1.0, &tail)?;
+            batch.submit()?;
+            drop(tail);
+            let got = rt.download(&out)?;
+            drop(out);
+            it.end()?;
+            Ok(got)
+        })();
+        counts.operations.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(got) => {
+                let want: Vec<f32> = a.iter().zip(&b).map(|(a, b)| 2.0 * a - b).collect();
+                if got != want {
+                    eprintln!("mismatch in planned iteration {iteration}");
+                    counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(Error::OutOfMemory(_)) => {
+                counts.out_of_memory.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                eprintln!("unexpected error in planned iteration {iteration}: {e}");
+                counts.unexpected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let s = planned.stats();
+    counts
+        .planned_replayed
+        .fetch_add(s.replayed, Ordering::Relaxed);
+    counts
+        .planned_deviations
+        .fetch_add(s.deviations, Ordering::Relaxed);
+    let unplanned = s
+        .iterations
+        .saturating_sub(s.replayed + s.deviations + s.recorded);
+    counts
+        .planned_unplanned
+        .fetch_add(unplanned, Ordering::Relaxed);
 }
 
 /// Reads `y` back right after `y += alpha * x` and, on a mismatch, says whether the axpy
