@@ -315,7 +315,7 @@ fn planned_worker(rt: &Runtime, counts: &Counts, until: Instant, seed: u64) {
     let mut iteration = 0u64;
     while Instant::now() < until {
         iteration += 1;
-        if iteration % 64 == 0 {
+        if iteration.is_multiple_of(64) {
             planned.replan();
         }
         let deviate = iteration > 1 && r.gen_range(0..16) == 0;
