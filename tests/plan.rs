@@ -32,6 +32,18 @@ fn assert_valid(intervals: &[Interval], offsets: &[u64], peak: u64) {
     assert!(peak >= lower_bound(intervals));
 }
 
+/// The shipped ResNet-50 trace's events and its intervals at 256-byte alignment.
+fn resnet_trace() -> (Vec<vramkit::alloc::trace::TraceEvent>, Vec<Interval>) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/data/trace_resnet50_train.csv.gz"
+    );
+    let file = std::fs::File::open(path).unwrap();
+    let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file))).unwrap();
+    let v = intervals_from_trace(&events, 256);
+    (events, v)
+}
+
 /// Random interval sets over up to three time buckets of the planner's index (so that
 /// queries span several), mostly short-lived with some long-lived ones.
 fn intervals() -> impl Strategy<Value = Vec<Interval>> {
@@ -90,13 +102,7 @@ proptest! {
 /// bound (what a device with a small largest buffer asks of a big loop).
 #[test]
 fn a_trace_plans_in_small_blocks() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/data/trace_resnet50_train.csv.gz"
-    );
-    let file = std::fs::File::open(path).unwrap();
-    let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file))).unwrap();
-    let v = intervals_from_trace(&events, 256);
+    let (_, v) = resnet_trace();
     let largest = v.iter().map(|i| i.size).max().unwrap();
     let block = (2 * largest).next_multiple_of(1 << 16);
     let p = plan_in_blocks(&v, block);
@@ -132,13 +138,7 @@ fn the_lower_bound_is_the_most_bytes_live_at_once() {
 
 #[test]
 fn the_resnet_trace_plans_at_its_bound() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/data/trace_resnet50_train.csv.gz"
-    );
-    let file = std::fs::File::open(path).unwrap();
-    let events = parse_csv(BufReader::new(flate2::read::GzDecoder::new(file))).unwrap();
-    let v = intervals_from_trace(&events, 256);
+    let (events, v) = resnet_trace();
     assert_eq!(
         v.len(),
         events

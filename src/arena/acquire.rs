@@ -80,6 +80,25 @@ impl From<AllocError> for Reserve {
     }
 }
 
+/// Where a placed allocation lies and how to record it (`Shared::hand_out`).
+struct HandOut {
+    id: u64,
+    pool: usize,
+    block: BlockId,
+    /// Where the user's bytes start in the block.
+    offset: u64,
+    /// Where its range starts (before a leading guard).
+    range_offset: u64,
+    /// The user's bytes.
+    size: u64,
+    /// The bytes it takes in the block (guards included).
+    placed_size: u64,
+    label_index: u32,
+    kind: EventKind,
+    /// The range may be cached by size when freed.
+    reuse: bool,
+}
+
 /// One request and what the loop has tried for it so far.
 struct Request<'a> {
     pool: usize,
@@ -372,59 +391,86 @@ impl Shared {
                 placed.size - guard - size,
             );
         }
-        let slot = st.live.insert(LiveRecord {
+        if let Some(hook) = st.loop_hook.as_deref_mut() {
+            if hook.applies(pool) {
+                hook.note_recorded(size, id);
+            }
+        }
+        let kind = if req.reused {
+            EventKind::Reuse
+        } else {
+            EventKind::Alloc
+        };
+        let reuse = req.reuse;
+        let out = HandOut {
             id,
-            label: label_index,
-            size,
             pool,
             block: placed.block,
             offset,
             range_offset: placed.offset,
+            size,
+            placed_size: placed.size,
+            label_index,
+            kind,
+            reuse,
+        };
+        let allocation = self.hand_out(&mut st, out, Held::Range(placed), range.buffer, label);
+        self.unlock(st);
+        Ok(allocation)
+    }
+
+    /// Records a placed allocation (live table, counters and label, history) and makes
+    /// its handle, with an arena reference handed back by a dropped allocation or a new
+    /// one.
+    fn hand_out(
+        self: &Arc<Self>,
+        st: &mut State,
+        out: HandOut,
+        held: Held,
+        buffer: Arc<BlockBuffer>,
+        label: Arc<str>,
+    ) -> Allocation {
+        let slot = st.live.insert(LiveRecord {
+            id: out.id,
+            label: out.label_index,
+            size: out.size,
+            pool: out.pool,
+            block: out.block,
+            offset: out.offset,
+            range_offset: out.range_offset,
             created: coarsetime::Instant::now_without_cache_update(),
             backtrace: self
                 .config
                 .backtraces
                 .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
         });
-        st.note_alloc(label_index, placed.size);
-        if let Some(hook) = st.loop_hook.as_deref_mut() {
-            if hook.applies(pool) {
-                hook.note_recorded(size, id);
-            }
-        }
+        st.note_alloc(out.label_index, out.placed_size);
         if let Some(h) = st.history.as_mut() {
-            let kind = if req.reused {
-                EventKind::Reuse
-            } else {
-                EventKind::Alloc
-            };
+            let (pool, block) = (out.pool, out.block.0);
             h.push(
-                kind,
-                id,
-                placed.size,
-                label_index,
+                out.kind,
+                out.id,
+                out.placed_size,
+                out.label_index,
                 pool,
-                placed.block.0,
-                offset,
+                block,
+                out.offset,
             );
         }
-        // A reference handed back by a dropped allocation, or a new one.
         let shared = st.stock.pop().unwrap_or_else(|| self.clone());
-        let reuse = req.reuse;
-        self.unlock(st);
-        Ok(Allocation {
+        Allocation {
             shared: ManuallyDrop::new(shared),
-            id,
+            id: out.id,
             slot,
-            label_index,
-            pool,
-            placed: ManuallyDrop::new(Held::Range(placed)),
-            buffer: ManuallyDrop::new(range.buffer),
-            offset,
-            size,
+            label_index: out.label_index,
+            pool: out.pool,
+            placed: ManuallyDrop::new(held),
+            buffer: ManuallyDrop::new(buffer),
+            offset: out.offset,
+            size: out.size,
             label: ManuallyDrop::new(label),
-            reuse,
-        })
+            reuse: out.reuse,
+        }
     }
 
     /// Serves a request from the planned loop iteration running on this arena, when it
@@ -461,43 +507,25 @@ impl Shared {
         }
         let id = st.next_id;
         st.next_id += 1;
-        let slot = st.live.insert(LiveRecord {
+        let out = HandOut {
             id,
-            label: label_index,
-            size,
             pool,
             block,
             offset: at,
             range_offset: at,
-            created: coarsetime::Instant::now_without_cache_update(),
-            backtrace: self
-                .config
-                .backtraces
-                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
-        });
-        st.note_alloc(label_index, size);
-        if let Some(h) = st.history.as_mut() {
-            h.push(EventKind::Alloc, id, size, label_index, pool, block.0, at);
-        }
-        let shared = st.stock.pop().unwrap_or_else(|| self.clone());
-        Ok(Allocation {
-            shared: ManuallyDrop::new(shared),
-            id,
-            slot,
-            label_index,
-            pool,
-            placed: ManuallyDrop::new(Held::Planned(PlannedRange {
-                block,
-                size,
-                index,
-                iteration,
-            })),
-            buffer: ManuallyDrop::new(buffer),
-            offset: at,
             size,
-            label: ManuallyDrop::new(label),
+            placed_size: size,
+            label_index,
+            kind: EventKind::Alloc,
             reuse: false,
-        })
+        };
+        let held = Held::Planned(PlannedRange {
+            block,
+            size,
+            index,
+            iteration,
+        });
+        Ok(self.hand_out(st, out, held, buffer, label))
     }
 
     /// Decides the next step for `req` from the state alone (under the lock).
