@@ -302,3 +302,24 @@ fn plans_larger_than_the_largest_buffer_span_several_blocks() {
     assert!(s.blocks_per_slot >= 2, "{s:?}");
     assert!(s.plan_bytes > 1 << 20, "{s:?}");
 }
+
+/// An iteration forgotten instead of ended: dropping its loop takes the hook away, so the
+/// thread's later allocations are ordinary ones and another loop can begin.
+#[test]
+fn a_forgotten_iteration_does_not_outlive_its_loop() {
+    let rt = runtime();
+    let mut planned = PlannedLoop::new(rt.arena(), LoopConfig::default()).unwrap();
+    for _ in 0..2 {
+        let it = planned.begin().unwrap();
+        drop(rt.alloc::<f32>(1000, "tmp").unwrap());
+        it.end().unwrap();
+    }
+    std::mem::forget(planned.begin().unwrap());
+    drop(planned);
+    // The loop's blocks are gone; an allocation of the planned size must come from the
+    // arena and hold its data.
+    let a = rt.alloc_from(&vec![7.0f32; 1000], "after").unwrap();
+    assert_eq!(rt.download(&a).unwrap(), vec![7.0f32; 1000]);
+    let mut other = PlannedLoop::new(rt.arena(), LoopConfig::default()).unwrap();
+    other.begin().unwrap().end().unwrap();
+}

@@ -92,6 +92,8 @@ pub(crate) enum HookMode {
 
 /// The active iteration of a planned loop (see the module docs).
 pub(crate) struct LoopHook {
+    /// The planned loop that installed it (`PlannedLoop`'s id).
+    pub owner: u64,
     pub pool: usize,
     pub thread: u64,
     /// Unique per iteration in the arena: a planned allocation freed after its iteration
@@ -272,6 +274,7 @@ impl super::Arena {
     /// be smaller). Fails while another iteration runs.
     pub(crate) fn loop_begin(
         &self,
+        owner: u64,
         pool: super::PoolId,
         replay: Option<(Arc<LoopTable>, &[BlockId], u64)>,
     ) -> crate::Result<()> {
@@ -307,6 +310,7 @@ impl super::Arena {
             }
         };
         st.loop_hook = Some(Box::new(LoopHook {
+            owner,
             pool: pool.index(),
             thread: thread_id(),
             iteration: ITERATIONS.fetch_add(1, Ordering::Relaxed),
@@ -362,6 +366,16 @@ impl super::Arena {
                     served: replay.served,
                 })
             }
+        }
+    }
+
+    /// Removes the hook of loop `owner` if it is still installed (its iteration was
+    /// forgotten rather than ended): a loop being dropped must not leave a hook that
+    /// serves offsets in blocks it gives back.
+    pub(crate) fn loop_forget(&self, owner: u64) {
+        let mut st = self.shared().state.lock();
+        if st.loop_hook.as_ref().is_some_and(|h| h.owner == owner) {
+            st.loop_hook = None;
         }
     }
 

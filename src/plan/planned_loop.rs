@@ -113,6 +113,8 @@ pub struct LoopStats {
 ///   again, and dropping the loop gives the blocks back (each once its planned
 ///   allocations are gone).
 pub struct PlannedLoop {
+    /// Unique in the process: names this loop's hook in the arena.
+    id: u64,
     arena: Arena,
     pool: PoolId,
     config: LoopConfig,
@@ -169,7 +171,9 @@ impl PlannedLoop {
                 "plan loops on an arena without guards (ArenaConfig::guard_bytes = 0)",
             ));
         }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(PlannedLoop {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             arena: arena.clone(),
             pool,
             config,
@@ -205,7 +209,7 @@ impl PlannedLoop {
         };
         if let Some(replay) = replay {
             let replay = replay.map(|(table, k)| (table, &self.slots[k][..], self.block_bytes));
-            self.arena.loop_begin(self.pool, replay)?;
+            self.arena.loop_begin(self.id, self.pool, replay)?;
         }
         self.stats.iterations += 1;
         Ok(Iteration {
@@ -377,6 +381,8 @@ impl Drop for Iteration<'_> {
 
 impl Drop for PlannedLoop {
     fn drop(&mut self) {
+        // An iteration forgotten rather than ended left its hook in the arena.
+        self.arena.loop_forget(self.id);
         self.release_slots();
     }
 }
