@@ -819,7 +819,7 @@ impl Shared {
             return Err(e);
         }
         let usage = p.config.usage;
-        let name = format!("{}/{}/block (repacked, {label})", self.config.name, p.name);
+        let name = format!("{}/{}/block ({label})", self.config.name, p.name);
         let mut created = None;
         let id = p.set.reserve_block(bytes, |_, size| {
             created = Some(BlockBuffer::create(
