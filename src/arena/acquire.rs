@@ -788,7 +788,15 @@ impl Shared {
 
     /// Reserves an empty block of exactly `bytes` in `pool` within the budget and quota
     /// (see [`crate::alloc::BlockSet::reserve_block`]).
-    pub(super) fn reserve_block(&self, pool: usize, bytes: u64, label: &str) -> Result<BlockId> {
+    /// With `hold`, the block is also filled with one range spanning it, under the same
+    /// lock: a block left empty between two locks could take another thread's allocation.
+    pub(super) fn reserve_block(
+        &self,
+        pool: usize,
+        bytes: u64,
+        label: &str,
+        hold: bool,
+    ) -> Result<(BlockId, Option<Placed>)> {
         self.gpu.check_alive()?;
         let mut st = self.state.lock();
         let reserved_total = st.reserved();
@@ -843,8 +851,30 @@ impl Shared {
                 message: "no buffer was created".into(),
             }),
         };
+        let result = match id {
+            Ok(id) if hold => {
+                let p = &mut st.pools[pool];
+                let size = p.set.block(id).map_or(0, |a| a.capacity());
+                let align = p.alignment;
+                match p.set.allocate_in(id, size, align) {
+                    Some(span) => Ok((id, Some(span))),
+                    None => {
+                        // Unreachable: a new block's whole capacity is free.
+                        if p.set.release_block(id).is_some() {
+                            st.retire_block(pool, id);
+                        }
+                        Err(Error::Device {
+                            during: "reserving a block".into(),
+                            message: "a new block could not be held by one range".into(),
+                        })
+                    }
+                }
+            }
+            Ok(id) => Ok((id, None)),
+            Err(e) => Err(e),
+        };
         self.unlock(st);
-        id
+        result
     }
 
     #[allow(clippy::too_many_arguments)]

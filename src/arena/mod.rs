@@ -362,7 +362,31 @@ impl Arena {
     /// for [`AllocMode::in_block`] allocations.
     pub(crate) fn reserve_block(&self, pool: PoolId, bytes: u64, label: &str) -> Result<BlockId> {
         self.check_pool(pool)?;
-        self.shared().reserve_block(pool.index, bytes, label)
+        let (id, _) = self
+            .shared()
+            .reserve_block(pool.index, bytes, label, false)?;
+        Ok(id)
+    }
+
+    /// [`reserve_block`](Self::reserve_block), the block held at once by one range that
+    /// spans it (a planned loop's block): nothing else can land in it.
+    pub(crate) fn reserve_held_block(
+        &self,
+        pool: PoolId,
+        bytes: u64,
+        label: &str,
+    ) -> Result<(BlockId, state::Placed)> {
+        self.check_pool(pool)?;
+        match self
+            .shared()
+            .reserve_block(pool.index, bytes, label, true)?
+        {
+            (id, Some(span)) => Ok((id, span)),
+            (_, None) => Err(Error::Device {
+                during: "reserving a held block".into(),
+                message: "no spanning range".into(),
+            }),
+        }
     }
 
     /// Gives back every empty block now, whatever `trim_keep` says (a defragmentation

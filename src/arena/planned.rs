@@ -382,22 +382,10 @@ impl super::Arena {
     /// Reserves a loop block of `bytes` in `pool` (within the budget and quota) and holds
     /// it with one spanning range.
     pub(crate) fn loop_reserve(&self, pool: super::PoolId, bytes: u64) -> crate::Result<BlockId> {
-        let block = self.reserve_block(pool, bytes, "planned loop")?;
-        let shared = self.shared();
-        let mut st = shared.state.lock();
-        let p = &mut st.pools[pool.index()];
-        let size = p.set.block(block).map_or(0, |a| a.capacity());
-        let align = p.alignment;
-        let Some(span) = p.set.allocate_in(block, size, align) else {
-            if p.set.release_block(block).is_some() {
-                st.retire_block(pool.index(), block);
-            }
-            shared.unlock(st);
-            return Err(crate::Error::Device {
-                during: "reserving a planned loop's block".into(),
-                message: "the new block could not be held by one range".into(),
-            });
-        };
+        // Reserved and held under one lock: an empty block between two locks took
+        // another thread's allocation in the soak, and could then not be held whole.
+        let (block, span) = self.reserve_held_block(pool, bytes, "planned loop")?;
+        let mut st = self.shared().state.lock();
         st.loop_blocks.push(LoopBlock {
             pool: pool.index(),
             block,
