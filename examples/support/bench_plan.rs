@@ -133,7 +133,7 @@ pub fn suite_plan(gpu: &Gpu, figures: &mut Figures) {
     let sizes = step_sizes();
     let bytes: u64 = sizes.iter().sum();
     println!(
-        "\n== plan: a GPU step of {} allocations ({} in all, 4 live at a time, a kernel each), {steps} steps ==",
+        "\n== plan: a GPU step of {} allocations ({} in all, 4 live at a time, a kernel each), best of rounds of 8 steps, {steps} in all ==",
         sizes.len(),
         vramkit::fmt_bytes(bytes)
     );
