@@ -169,7 +169,7 @@ pub fn plan_in_blocks(intervals: &[Interval], block: u64) -> Plan {
     };
     let bound = lower_bound(intervals);
     let good_enough = bound + bound / GOOD_ENOUGH;
-    let first = plan_with_blocks(intervals, HEURISTICS[0], block);
+    let first = plan_with_blocks(intervals, HEURISTICS[0], block, Some(bound));
     if first.peak <= good_enough {
         return first;
     }
@@ -177,7 +177,7 @@ pub fn plan_in_blocks(intervals: &[Interval], block: u64) -> Plan {
     // `HEURISTICS` order, so the first lowest peak wins as it would one after another.
     let rest: Vec<Plan> = HEURISTICS[1..]
         .par_iter()
-        .map(|&h| plan_with_blocks(intervals, h, block))
+        .map(|&h| plan_with_blocks(intervals, h, block, Some(bound)))
         .collect();
     std::iter::once(first)
         .chain(rest)
@@ -192,7 +192,7 @@ pub fn plan_in_blocks(intervals: &[Interval], block: u64) -> Plan {
 
 /// The plan of one heuristic.
 pub fn plan_with(intervals: &[Interval], heuristic: Heuristic) -> Plan {
-    plan_with_blocks(intervals, heuristic, u64::MAX)
+    plan_with_blocks(intervals, heuristic, u64::MAX, None)
 }
 
 /// Sorts `v`, made of sorted runs that end at the indices in `ends`, by merging
@@ -247,33 +247,26 @@ fn fit_from(at: u64, size: u64, align: u64, block: u64) -> u64 {
 }
 
 /// The plan of one heuristic in blocks of `block` bytes (see [`plan_in_blocks`]).
-fn plan_with_blocks(intervals: &[Interval], heuristic: Heuristic, block: u64) -> Plan {
-    let n = intervals.len();
-    let mut order: Vec<u32> = (0..n as u32).collect();
+fn plan_with_blocks(
+    intervals: &[Interval],
+    heuristic: Heuristic,
+    block: u64,
+    bound: Option<u64>,
+) -> Plan {
     let by_pressure = matches!(heuristic, Heuristic::ByPressure | Heuristic::ByConflict);
     let pressure = by_pressure.then(|| pressure(intervals));
-    // Keys computed once (the comparison then compares plain tuples, whichever order).
-    let mut keyed: Vec<(Reverse<u128>, u32, u32)> = (0..n as u32)
-        .map(|i| {
-            let v = intervals[i as usize];
-            let life = u64::from(v.last.saturating_sub(v.first)) + 1;
-            let primary = match heuristic {
-                Heuristic::BySize => u128::from(v.size),
-                Heuristic::ByBreadth => u128::from(v.size) * u128::from(life),
-                Heuristic::ByLifetime => (u128::from(life) << 64) | u128::from(v.size),
-                Heuristic::ByPressure | Heuristic::ByConflict => {
-                    let p = pressure.as_ref().map_or(0, |p| p[i as usize]);
-                    (u128::from(p) << 64) | u128::from(v.size)
-                }
-            };
-            // Descending, then by start and input order: deterministic.
-            (Reverse(primary), v.first, i)
-        })
-        .collect();
-    keyed.sort_unstable();
-    order.clear();
-    order.extend(keyed.iter().map(|k| k.2));
-    drop(keyed);
+    let order = order_by(intervals, |i, v| {
+        let life = u64::from(v.last.saturating_sub(v.first)) + 1;
+        match heuristic {
+            Heuristic::BySize => u128::from(v.size),
+            Heuristic::ByBreadth => u128::from(v.size) * u128::from(life),
+            Heuristic::ByLifetime => (u128::from(life) << 64) | u128::from(v.size),
+            Heuristic::ByPressure | Heuristic::ByConflict => {
+                let p = pressure.as_ref().map_or(0, |p| p[i]);
+                (u128::from(p) << 64) | u128::from(v.size)
+            }
+        }
+    });
     let (offsets, peak) = place(intervals, &order, block);
     let plan = Plan {
         offsets,
@@ -282,15 +275,30 @@ fn plan_with_blocks(intervals: &[Interval], heuristic: Heuristic, block: u64) ->
         block,
     };
     match (heuristic, pressure) {
-        (Heuristic::ByConflict, Some(pressure)) => refine(intervals, &pressure, plan),
+        (Heuristic::ByConflict, Some(pressure)) => {
+            let bound = bound.unwrap_or_else(|| lower_bound(intervals));
+            refine(intervals, &pressure, bound, plan)
+        }
         _ => plan,
     }
 }
 
-/// The rounds of [`Heuristic::ByConflict`] from the pressure order's plan `start`.
-fn refine(intervals: &[Interval], pressure: &[u64], start: Plan) -> Plan {
+/// The intervals' indices by `key` descending, then by start and input order
+/// (deterministic). Keys are computed once, so the sort compares plain tuples.
+fn order_by<K: Ord>(intervals: &[Interval], key: impl Fn(usize, &Interval) -> K) -> Vec<u32> {
+    let mut keyed: Vec<(Reverse<K>, u32, u32)> = intervals
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (Reverse(key(i, v)), v.first, i as u32))
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|k| k.2).collect()
+}
+
+/// The rounds of [`Heuristic::ByConflict`] from the pressure order's plan `start`, against
+/// the lower `bound`.
+fn refine(intervals: &[Interval], pressure: &[u64], bound: u64, start: Plan) -> Plan {
     let n = intervals.len();
-    let bound = lower_bound(intervals);
     let good_enough = bound + bound / GOOD_ENOUGH;
     let mut boost = vec![0u32; n];
     let mut best = start;
@@ -313,16 +321,7 @@ fn refine(intervals: &[Interval], pressure: &[u64], start: Plan) -> Plan {
                 boost[k] += 1;
             }
         }
-        // (boost, pressure, size) descending, then start and input order.
-        type Key = (Reverse<(u32, u64, u64)>, u32, u32);
-        let mut keyed: Vec<Key> = (0..n as u32)
-            .map(|i| {
-                let (v, k) = (intervals[i as usize], i as usize);
-                (Reverse((boost[k], pressure[k], v.size)), v.first, i)
-            })
-            .collect();
-        keyed.sort_unstable();
-        let order: Vec<u32> = keyed.iter().map(|k| k.2).collect();
+        let order = order_by(intervals, |k, v| (boost[k], pressure[k], v.size));
         let peak;
         (offsets, peak) = place(intervals, &order, best.block);
         if peak < best.peak {
