@@ -304,6 +304,7 @@ impl Kernels {
     /// it is submitted, so an allocation cannot be dropped (and its range reused) while
     /// commands that read it are recorded but not yet submitted.
     pub fn batch<'a>(&'a self) -> Batch<'a> {
+        let dry = self.arena.is_dry_run();
         let encoder =
             self.arena
                 .gpu()
@@ -319,8 +320,8 @@ impl Kernels {
             staged: Vec::new(),
             dispatches: 0,
             scratch: Vec::new(),
-            dry: self.arena.is_dry_run(),
-            profile: if self.arena.is_dry_run() {
+            dry,
+            profile: if dry {
                 None
             } else {
                 BatchProfile::start(self.arena.gpu())
