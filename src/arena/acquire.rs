@@ -242,29 +242,8 @@ impl Shared {
             return Ok(st);
         };
         self.unlock(st);
-        // An epoch sealed while nothing was in flight completes with the next submission
-        // (see `poll_unlocked`).
-        self.gpu.submit([]);
-        // Polled, not waited on: wgpu waits for a submission index, and the one that
-        // completes this epoch is not known here. Yields for the first 200 us (an
-        // eviction's copies are often that close to done), then sleeps between polls so
-        // a long wait costs no CPU; after 200 ms it waits for all work.
-        let start = std::time::Instant::now();
-        while self.completion.get() < oldest {
-            self.gpu.poll();
-            let waited = start.elapsed();
-            if waited > std::time::Duration::from_millis(200) {
-                break;
-            }
-            if waited < std::time::Duration::from_micros(200) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
-            }
-        }
-        if self.completion.get() < oldest {
-            self.gpu.wait_idle()?;
-        }
+        self.gpu
+            .wait_for_callback(|| self.completion.get() >= oldest)?;
         Ok(self.collect_after_wait())
     }
 

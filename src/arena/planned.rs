@@ -416,17 +416,10 @@ impl super::Arena {
         if live > 0 {
             return Ok(false);
         }
-        if !fence.load(Ordering::Acquire) {
-            let gpu = self.gpu();
-            gpu.poll_until(std::time::Duration::from_millis(200), || {
-                fence.load(Ordering::Acquire)
-            });
-            if !fence.load(Ordering::Acquire) {
-                // A callback filed while nothing was in flight waits for a submission.
-                gpu.submit([]);
-                gpu.wait_idle()?;
-            }
-        }
+        // An iteration that ended with nothing in flight filed its fence for the next
+        // submission: the wait submits one first, rather than poll 200 ms for nothing.
+        self.gpu()
+            .wait_for_callback(|| fence.load(Ordering::Acquire))?;
         Ok(fence.load(Ordering::Acquire))
     }
 

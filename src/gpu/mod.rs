@@ -346,6 +346,34 @@ impl Gpu {
         }
     }
 
+    /// Waits until `done` holds, where what sets it is a callback filed with
+    /// `Queue::on_submitted_work_done` (an epoch of frees, a planned loop's fence). First
+    /// an empty submission: wgpu-core 30 files a callback made while nothing is in flight
+    /// for the next submission, which may never come. Then polls, not a wait: wgpu waits
+    /// for a submission index, and which one completes the callback is not known here.
+    /// Yields for the first 200 us (often that close to done), then sleeps between polls
+    /// so a long wait costs no CPU; after 200 ms it waits for all submitted work.
+    pub(crate) fn wait_for_callback(&self, done: impl Fn() -> bool) -> Result<()> {
+        if done() {
+            return Ok(());
+        }
+        self.submit([]);
+        let start = std::time::Instant::now();
+        while !done() {
+            self.poll();
+            let waited = start.elapsed();
+            if waited > std::time::Duration::from_millis(200) {
+                return self.wait_idle();
+            }
+            if waited < std::time::Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+        Ok(())
+    }
+
     fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {
         self.check_alive()?;
         self.inner
