@@ -132,6 +132,10 @@ impl Shared {
     /// Releases the state lock, then destroys the blocks given back while it was held
     /// (destroying a buffer may run a wgpu map callback, which must not find us locked).
     pub(super) fn unlock(&self, mut st: MutexGuard<'_, State>) {
+        if st.doomed.is_empty() {
+            // The common case, on every free: nothing to destroy.
+            return;
+        }
         let doomed = std::mem::take(&mut st.doomed);
         drop(st);
         for block in doomed {
@@ -286,20 +290,19 @@ impl Shared {
             return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
         };
         let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        let (mut label, label_index) = st.intern(label);
         if st.loop_hook.is_some() && guard == 0 && mode.cache {
             // Before the harvest and the seal: a planned allocation needs neither.
-            let (label, label_index) = st.intern(label);
             match self.planned(&mut st, pool, size, label, label_index) {
                 Ok(planned) => {
                     self.unlock(st);
                     return Ok(planned);
                 }
-                Err(label) => st.give_back_label(label, label_index),
+                Err(unused) => label = unused,
             }
         }
         st.harvest(self.completion.get());
         self.seal_lazily(&mut st);
-        let (label, label_index) = st.intern(label);
         let mut req = Request {
             pool,
             size,

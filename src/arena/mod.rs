@@ -596,19 +596,15 @@ impl Shared {
                 spares.push(label);
             }
         }
-        if !st.closed && st.stock.len() < MAX_SPARES {
+        let surplus = if !st.closed && st.stock.len() < MAX_SPARES {
             st.stock.push(this);
+            None
         } else {
-            // Releasing a loop block may have doomed its buffer.
-            shared.unlock(st);
-            drop(this);
-            return;
-        }
-        if st.doomed.is_empty() {
-            drop(st);
-        } else {
-            shared.unlock(st);
-        }
+            Some(this)
+        };
+        // Releasing a loop block may have doomed its buffer.
+        shared.unlock(st);
+        drop(surplus);
     }
 }
 

@@ -260,15 +260,6 @@ impl State {
         (arc, i)
     }
 
-    /// Hands back a label clone `intern` gave out and nobody used.
-    pub fn give_back_label(&mut self, label: Arc<str>, index: u32) {
-        if let Some(spares) = self.label_spares.get_mut(index as usize) {
-            if spares.len() < MAX_SPARES {
-                spares.push(label);
-            }
-        }
-    }
-
     /// Takes a ready range of `size` bytes in `pool`, if one is cached.
     pub fn take_ready(&mut self, pool: usize, size: u64) -> Option<CachedRange> {
         let list = self.ready.get_mut(&(pool, size))?;
