@@ -43,19 +43,13 @@ pub(crate) enum LoopEvent {
     Free(u32),
 }
 
-/// One allocation of a recorded iteration.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecordedAlloc {
-    /// Bytes (the request rounded up to 4).
-    pub size: u64,
-}
-
 /// What one iteration's recording saw, in order.
 #[derive(Default, Debug)]
 pub(crate) struct Recording {
-    pub allocs: Vec<RecordedAlloc>,
+    /// Bytes of each allocation, in order (the request rounded up to 4).
+    pub sizes: Vec<u64>,
     pub events: Vec<LoopEvent>,
-    /// Allocation id -> index in `allocs`, for allocations not yet freed.
+    /// Allocation id -> index in `sizes`, for allocations not yet freed.
     pub open: rustc_hash::FxHashMap<u64, u32>,
 }
 
@@ -118,8 +112,8 @@ pub(crate) struct PlannedRange {
 pub(crate) struct LoopBlock {
     pub pool: usize,
     pub block: BlockId,
-    /// The range that spans it; `None` once it was given back.
-    pub span: Option<Placed>,
+    /// The range that spans it.
+    pub span: Placed,
     pub live: u32,
     /// Set when the GPU finished the last iteration that used it.
     pub fence: Arc<AtomicBool>,
@@ -137,8 +131,8 @@ impl LoopHook {
     /// During a recording, notes an allocation of `size` bytes with `id`.
     pub fn note_recorded(&mut self, size: u64, id: u64) {
         if let HookMode::Record(r) = &mut self.mode {
-            let k = r.allocs.len() as u32;
-            r.allocs.push(RecordedAlloc { size });
+            let k = r.sizes.len() as u32;
+            r.sizes.push(size);
             r.events.push(LoopEvent::Alloc(k));
             r.open.insert(id, k);
         }
@@ -217,9 +211,7 @@ impl State {
             return;
         };
         let lb = self.loop_blocks.swap_remove(i);
-        if let Some(span) = lb.span {
-            self.pools[pool].set.free(span);
-        }
+        self.pools[pool].set.free(lb.span);
         if self.pools[pool].set.release_block(block).is_some() {
             self.retire_block(pool, block);
         }
@@ -389,7 +381,7 @@ impl super::Arena {
         st.loop_blocks.push(LoopBlock {
             pool: pool.index(),
             block,
-            span: Some(span),
+            span,
             live: 0,
             fence: Arc::new(AtomicBool::new(true)),
             orphaned: false,

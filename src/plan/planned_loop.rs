@@ -253,7 +253,7 @@ impl PlannedLoop {
     fn plan_from(&mut self, recording: Recording) -> Result<()> {
         let start = Instant::now();
         let (align, _) = self.arena.pool_layout(self.pool);
-        let (table, intervals, planned) = table_of(&recording, align);
+        let (table, intervals, planned) = table_of(recording, align);
         // No buffer can be larger than the device allows: larger plans span several
         // blocks, none of their allocations across two.
         let p = plan_in_blocks(&intervals, self.arena.gpu().limits().max_buffer_size);
@@ -263,7 +263,7 @@ impl PlannedLoop {
         }
         self.stats.plan_time = start.elapsed();
         self.stats.recorded += 1;
-        self.stats.recorded_allocations = recording.allocs.len();
+        self.stats.recorded_allocations = table.sizes.len();
         self.stats.planned_per_iteration = intervals.len();
         self.stats.lower_bound = lower_bound(&intervals);
         self.stats.plan_bytes = p.peak;
@@ -327,8 +327,8 @@ impl PlannedLoop {
 
 /// The table of a recording (offsets still to fill), the intervals of the allocations
 /// freed within it (step = event index), and the index of each interval's allocation.
-fn table_of(recording: &Recording, align: u64) -> (LoopTable, Vec<Interval>, Vec<usize>) {
-    let n = recording.allocs.len();
+fn table_of(recording: Recording, align: u64) -> (LoopTable, Vec<Interval>, Vec<usize>) {
+    let n = recording.sizes.len();
     let mut first = vec![0u32; n];
     let mut last: Vec<Option<u32>> = vec![None; n];
     for (step, e) in recording.events.iter().enumerate() {
@@ -342,7 +342,7 @@ fn table_of(recording: &Recording, align: u64) -> (LoopTable, Vec<Interval>, Vec
     for k in 0..n {
         if let Some(last) = last[k] {
             intervals.push(Interval {
-                size: recording.allocs[k].size,
+                size: recording.sizes[k],
                 align,
                 first: first[k],
                 last,
@@ -351,9 +351,9 @@ fn table_of(recording: &Recording, align: u64) -> (LoopTable, Vec<Interval>, Vec
         }
     }
     let table = LoopTable {
-        sizes: recording.allocs.iter().map(|a| a.size).collect(),
+        sizes: recording.sizes,
         offsets: vec![None; n],
-        events: recording.events.clone(),
+        events: recording.events,
     };
     (table, intervals, planned)
 }
