@@ -17,6 +17,16 @@ fn runtime() -> Runtime {
     Runtime::new(common::gpu(), RuntimeConfig::default()).unwrap()
 }
 
+/// A planned loop on `rt`'s default pool with one slot: every replay waits for the one
+/// before it, and a planned allocation kept alive blocks the slot.
+fn one_slot_loop(rt: &Runtime) -> PlannedLoop {
+    let config = LoopConfig {
+        pool: None,
+        slots: 1,
+    };
+    PlannedLoop::new(rt.arena(), config).unwrap()
+}
+
 /// One iteration: temporaries of several sizes, some dropped before others are made (so
 /// the plan shares their bytes), each filled from the inputs, folded into `acc` on the
 /// GPU without waiting. `extra` adds an allocation of another size in the middle (a
@@ -141,14 +151,7 @@ fn allocations_kept_past_their_iteration_stay_intact() {
     let rt = runtime();
     let mut r = rng();
     let n = 2048;
-    let mut planned = PlannedLoop::new(
-        rt.arena(),
-        LoopConfig {
-            pool: None,
-            slots: 1,
-        },
-    )
-    .unwrap();
+    let mut planned = one_slot_loop(&rt);
     let mut kept = Vec::new();
     let acc = rt.alloc_from(&vec![0.0f32; n], "acc").unwrap();
     let mut want = vec![0.0f32; n];
@@ -192,14 +195,7 @@ fn allocations_kept_past_their_iteration_stay_intact() {
 fn a_planned_allocation_kept_alive_blocks_its_block() {
     let rt = runtime();
     let n = 1024;
-    let mut planned = PlannedLoop::new(
-        rt.arena(),
-        LoopConfig {
-            pool: None,
-            slots: 1,
-        },
-    )
-    .unwrap();
+    let mut planned = one_slot_loop(&rt);
     let make = |v: f32| rt.alloc_from(&vec![v; n], "tmp").unwrap();
     // Recording: one allocation, freed inside the iteration.
     let it = planned.begin().unwrap();
