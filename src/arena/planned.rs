@@ -409,7 +409,7 @@ impl super::Arena {
             return Ok(false);
         }
         // An iteration that ended with nothing in flight filed its fence for the next
-        // submission: the wait submits one first, rather than poll 200 ms for nothing.
+        // submission: the wait submits an empty one first.
         self.gpu()
             .wait_for_callback(|| fence.load(Ordering::Acquire))?;
         Ok(fence.load(Ordering::Acquire))
