@@ -1,6 +1,7 @@
 // f32 <-> f16 casts. The prefix defines `H2` (a pair of f16 in a `u32` word, packed by
 // pack2x16float), its conversions and its bits; the layout is that of `array<f16>`.
-// One invocation per pair. (naga cannot bitcast `vec2<f16>` to `u32`, which the odd tail
+// One invocation per pair, from pair `first` on (cast_x8.wgsl does the bulk of large
+// arrays, eight elements per invocation, and this file the rest). (naga cannot bitcast `vec2<f16>` to `u32`, which the odd tail
 // needs, so this shader has no native-f16 variant.)
 // f16 arrays of odd length end in a half-used word: to_f16 keeps its upper half's bits.
 // Values beyond the f16 range (+-65504) convert to implementation-defined values.
@@ -8,7 +9,7 @@
 
 struct Params {
     n: u32,      // elements
-    _pad0: u32,
+    first: u32,  // first pair
     _pad1: u32,
     _pad2: u32,
     _pad3: u32,
@@ -22,7 +23,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> h: array<H2>;
 
 fn pair(wg: vec3<u32>, nwg: vec3<u32>, local: u32) -> u32 {
-    return (wg.y * nwg.x + wg.x) * 256u + local;
+    return params.first + (wg.y * nwg.x + wg.x) * 256u + local;
 }
 
 @compute @workgroup_size(256)

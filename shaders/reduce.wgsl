@@ -10,9 +10,9 @@
 // NaN propagates, as in PyTorch: max and min of anything with a NaN are NaN (WGSL's max
 // and min may return either operand). The test is on the bits, which no compiler may
 // fold away, and the identities are -inf and +inf, so max of -inf values is -inf. The prefix
-// also brings the workgroup combine, `Ids` and `workgroup_combine(op, v, ids)`: from
-// reduce_workgroup.wgsl (a tree in workgroup memory, portable) or reduce_subgroup.wgsl
-// (subgroup operations, where the adapter has them).
+// also brings `combine1` (combine1.wgsl) and the workgroup combine, `Ids` and
+// `workgroup_combine(op, v, ids)`: from reduce_workgroup.wgsl (a tree in workgroup memory,
+// portable) or reduce_subgroup.wgsl (subgroup operations, where the adapter has them).
 //
 // Each invocation walks its columns with a stride of 256 and keeps four independent
 // accumulators, so four loads are in flight before the first is used; the workgroup then
@@ -67,17 +67,6 @@ fn combine(op: u32, a: Elem, b: Elem) -> Elem {
     }
 }
 
-fn is_nan1(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn combine1(op: u32, a: f32, b: f32) -> f32 {
-    switch op {
-        case 1u: { return select(max(a, b), a + b, is_nan1(a) || is_nan1(b)); }
-        case 2u: { return select(min(a, b), a + b, is_nan1(a) || is_nan1(b)); }
-        default: { return a + b; }
-    }
-}
 
 fn load(op: u32, i: u32, end: u32) -> Elem {
     if i < end {

@@ -266,32 +266,93 @@ fn transpose_matches_the_cpu_on_odd_shapes() {
         .is_err());
 }
 
+fn cpu_softmax(x: &[f32], cols: usize) -> Vec<f32> {
+    let mut want = Vec::with_capacity(x.len());
+    for row in x.chunks(cols) {
+        let m = row.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
+        let s: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+        want.extend(row.iter().map(|&v| ((v as f64 - m).exp() / s) as f32));
+    }
+    want
+}
+
+/// Every path: rows held in registers (cols a multiple of 4, 1 to 16 vec4 per invocation,
+/// rows that fill their last vec4 group and rows that do not), and the two-sweep kernel
+/// (other lengths, and rows too long to hold); subgroup and portable combines.
 #[test]
 fn softmax_rows_match_the_cpu() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
-    let kernels = Kernels::new(&arena).unwrap();
     let mut r = rng();
-    for (rows, cols) in [(1usize, 1usize), (3, 257), (100, 1000), (70_000, 3)] {
-        // Large logits: without the max subtracted, exp would overflow.
-        let x: Vec<f32> = random_f32(&mut r, rows * cols)
-            .iter()
-            .map(|v| v * 100.0)
-            .collect();
-        let xa = upload(&arena, &x, "x");
-        let ya = poisoned(&arena, rows * cols, "y");
-        let mut batch = kernels.batch();
-        batch
-            .softmax_rows(rows as u64, cols as u64, &xa, &ya)
-            .unwrap();
-        batch.submit().unwrap();
-        let got = read::<f32>(&ya, rows * cols);
-        let mut want = Vec::with_capacity(rows * cols);
-        for row in x.chunks(cols) {
-            let m = row.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
-            let s: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
-            want.extend(row.iter().map(|&v| ((v as f64 - m).exp() / s) as f32));
+    let shapes = [
+        (1usize, 1usize),
+        (3, 257),
+        (100, 1000),
+        (70_000, 3),
+        (5, 4),
+        (33, 1024),
+        (7, 1028),
+        (4, 2048),
+        (9, 3000),
+        (3, 4096),
+        (2, 8192),
+        (2, 12_300),
+        (2, 16_384),
+        (2, 16_388),
+        (1, 40_000),
+    ];
+    for kernels in variants(&arena) {
+        for (rows, cols) in shapes {
+            // Large logits: without the max subtracted, exp would overflow.
+            let x: Vec<f32> = random_f32(&mut r, rows * cols)
+                .iter()
+                .map(|v| v * 100.0)
+                .collect();
+            let xa = upload(&arena, &x, "x");
+            let ya = poisoned(&arena, rows * cols, "y");
+            let mut batch = kernels.batch();
+            batch
+                .softmax_rows(rows as u64, cols as u64, &xa, &ya)
+                .unwrap();
+            batch.submit().unwrap();
+            let got = read::<f32>(&ya, rows * cols);
+            let what = format!("softmax {rows}x{cols} ({kernels:?})");
+            assert_close(&got, &cpu_softmax(&x, cols), 1e-5, &what);
         }
-        assert_close(&got, &want, 1e-5, &format!("softmax {rows}x{cols}"));
+    }
+}
+
+/// A NaN anywhere in a row makes the whole row NaN, as in PyTorch; -inf entries get 0;
+/// other rows are untouched by their neighbours' NaN.
+#[test]
+fn softmax_rows_propagate_nan_per_row() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    for kernels in variants(&arena) {
+        for cols in [6usize, 64, 4096] {
+            let mut r = rng();
+            let mut x = random_f32(&mut r, 3 * cols);
+            x[cols + cols / 2] = f32::NAN;
+            x[2 * cols + 1] = f32::NEG_INFINITY;
+            let xa = upload(&arena, &x, "x");
+            let ya = poisoned(&arena, 3 * cols, "y");
+            let mut batch = kernels.batch();
+            batch.softmax_rows(3, cols as u64, &xa, &ya).unwrap();
+            batch.submit().unwrap();
+            let got = read::<f32>(&ya, 3 * cols);
+            let what = format!("softmax 3x{cols} ({kernels:?})");
+            let mut want = cpu_softmax(&x[..cols], cols);
+            want.extend(std::iter::repeat_n(f32::NAN, cols));
+            let mut third = x[2 * cols..].to_vec();
+            third[1] = -1e30; // exp underflows to 0 as exp(-inf) does
+            want.extend(cpu_softmax(&third, cols));
+            assert_eq!(got[2 * cols + 1], 0.0, "{what}: exp(-inf) is 0");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                if w.is_nan() {
+                    assert!(g.is_nan(), "{what}: [{i}] = {g}, want NaN");
+                } else {
+                    assert!((g - w).abs() <= 1e-5, "{what}: [{i}] = {g}, want {w}");
+                }
+            }
+        }
     }
 }
 
@@ -324,15 +385,33 @@ fn check_matmul(got: &[f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usi
 
 #[test]
 fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
-    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    // Guards around every allocation catch a store past the end of `c`.
+    let config = vramkit::ArenaConfig {
+        guard_bytes: 256,
+        ..Default::default()
+    };
+    let arena = Arena::new(gpu(), config.clone()).unwrap();
+    // Outputs in the inputs' buffers (inputs bound writable), then in another arena's
+    // (inputs bound read-only).
+    let other = Arena::new(gpu(), config).unwrap();
     let mut r = rng();
-    for kernels in variants(&arena) {
+    for (kernels, out) in variants(&arena)
+        .into_iter()
+        .flat_map(|k| [(k.clone(), &arena), (k, &other)])
+    {
         for (m, n, k) in [
             (1usize, 1usize, 1usize),
             (1, 257, 3),
             (129, 127, 255),
             (256, 256, 64),
             (131, 67, 1000),
+            // k and n multiples of 4 (matmul_vec4.wgsl): edges in m, n and k (steps of
+            // 16 along k), one row, one column group.
+            (1, 4, 4),
+            (130, 132, 20),
+            (200, 388, 44),
+            (3, 200, 8),
+            (4, 8, 1028),
         ] {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);
@@ -340,8 +419,8 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
             let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
             let (c32, c16) = (
-                poisoned(&arena, m * n, "c"),
-                poisoned(&arena, m * n, "c from f16"),
+                poisoned(out, m * n, "c"),
+                poisoned(out, m * n, "c from f16"),
             );
             let mut batch = kernels.batch();
             batch
@@ -367,7 +446,12 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
                 )
                 .unwrap();
             batch.submit().unwrap();
-            let what = format!("{m}x{n}x{k} {:?}", kernels.options());
+            let own = if std::ptr::eq(out, &arena) {
+                "same arena"
+            } else {
+                "other arena"
+            };
+            let what = format!("{m}x{n}x{k} {:?}, c in the {own}", kernels.options());
             check_matmul(
                 &read::<f32>(&c32, m * n),
                 &a,
@@ -389,6 +473,13 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
                 &format!("f16 {what}"),
             );
         }
+    }
+    for a in [&arena, &other] {
+        let violations = a.check_guards().unwrap();
+        assert!(
+            violations.is_empty(),
+            "stores past an allocation: {violations:?}"
+        );
     }
 }
 
@@ -420,7 +511,22 @@ fn f16_casts_round_trip_and_match_the_half_crate() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let mut r = rng();
     for kernels in variants(&arena) {
-        for n in [1usize, 2, 3, 255, 257, 7919] {
+        // Below, at and past multiples of eight (the bulk runs eight per invocation), and
+        // past 65535 workgroups of them.
+        for n in [
+            1usize,
+            2,
+            3,
+            8,
+            9,
+            15,
+            16,
+            255,
+            257,
+            4096,
+            7919,
+            65536 * 8 * 4 + 5,
+        ] {
             let x: Vec<f32> = random_f32(&mut r, n).iter().map(|v| v * 1000.0).collect();
             let xa = upload(&arena, &x, "x");
             // Poison the f16 side with a pattern: an odd n must keep the last word's

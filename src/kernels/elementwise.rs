@@ -112,11 +112,7 @@ impl<'a> Batch<'a> {
         let io = match call.inputs {
             [] => Bindings::two(Bound::of(call.out), Bound::of(call.out)),
             [x] => Bindings::two(Bound::of(x), Bound::of(call.out)),
-            [x, y, ..] => Bindings {
-                x: Bound::of(x),
-                y: Bound::of(y),
-                z: Bound::of(call.out),
-            },
+            [x, y, ..] => Bindings::three(Bound::of(x), Bound::of(y), Bound::of(call.out)),
         };
         self.elementwise_bound(n, call.entry, call.op, call.scalars, io)?;
         self.dispatches += 1;

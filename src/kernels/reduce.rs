@@ -43,10 +43,22 @@ struct ReducePass {
     scale: f32,
 }
 
-/// vec4s one workgroup reduces in the first pass of a whole-array reduction: 8 per
-/// invocation (32 floats) keeps enough loads in flight without leaving the second pass
+/// The fewest vec4s one workgroup reduces in the first pass of a whole-array reduction: 8
+/// per invocation (32 floats) keeps enough loads in flight without leaving the second pass
 /// much to do.
 const REDUCE_SEGMENT_VEC4: u64 = 256 * 8;
+
+/// The most partials the first pass leaves: past `REDUCE_SEGMENT_VEC4 * MAX_PARTIALS`
+/// vec4s the segments grow instead. On the H100 a 64 Mi-float sum read 2171-2205 GB/s with
+/// 8192 segments of 2048 vec4, 2400-2431 with 1024 larger ones, 2318-2346 with 512 and
+/// 1862 with 256 (too few workgroups to fill 132 SMs).
+const MAX_PARTIALS: u64 = 1024;
+
+/// vec4s per segment for a first pass over `vec4s`: at least [`REDUCE_SEGMENT_VEC4`], and
+/// large enough that at most [`MAX_PARTIALS`] remain, in whole rounds of four loads.
+fn segment_vec4(vec4s: u64) -> u64 {
+    REDUCE_SEGMENT_VEC4.max(vec4s.div_ceil(MAX_PARTIALS).next_multiple_of(4 * 256))
+}
 
 impl<'a> Batch<'a> {
     fn reduce_pass(&mut self, op: Reduce, pass: ReducePass, io: Bindings) -> Result<()> {
@@ -152,7 +164,8 @@ impl<'a> Batch<'a> {
             scale,
         };
         let vec4s = n / 4;
-        let rows = vec4s.div_ceil(REDUCE_SEGMENT_VEC4);
+        let segment = segment_vec4(vec4s);
+        let rows = vec4s.div_ceil(segment);
         if rows <= 1 {
             self.reduce_pass(op, single(n), Bindings::two(Bound::of(x), Bound::of(out)))?;
         } else {
@@ -164,7 +177,7 @@ impl<'a> Batch<'a> {
             let body = ReducePass {
                 vec4: true,
                 n: vec4s,
-                cols: REDUCE_SEGMENT_VEC4,
+                cols: segment,
                 rows,
                 base: 0,
                 out_base: 0,

@@ -100,11 +100,7 @@ impl<'a> Batch<'a> {
             0,
             0,
         ];
-        let io = Bindings {
-            x: Bound::of(x),
-            y: Bound::of(y),
-            z: state,
-        };
+        let io = Bindings::three(Bound::of(x), Bound::of(y), state);
         let groups = grid(tiles, claims, self.gpu());
         self.record(shader, "scan", params, io, groups)?;
         Ok(self)

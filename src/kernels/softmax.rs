@@ -1,4 +1,8 @@
-//! Row-wise softmax (`shaders/softmax.wgsl`).
+//! Row-wise softmax. Rows whose length is a multiple of 4 and at most 16384 run
+//! `shaders/softmax_cached.wgsl`: the row is held in registers, read once and written once
+//! (on the H100 it moved 1.07x the bytes per second of PyTorch's softmax at rows of 16384,
+//! against 0.55x for the two-sweep kernel). Other rows run `shaders/softmax.wgsl`, which
+//! reads the row twice.
 
 use super::{check_no_overlap, grid, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
@@ -21,13 +25,25 @@ impl<'a> Batch<'a> {
         check_no_overlap(x, y, true, "softmax_rows")?;
         let params: Params = [rows as u32, cols as u32, 0, 0, 0, 0, 0, 0];
         let groups = grid(rows, 1, self.gpu());
-        self.record(
-            &shaders::SOFTMAX,
-            "softmax",
-            params,
-            Bindings::two(Bound::of(x), Bound::of(y)),
-            groups,
-        )?;
+        let io = Bindings::two(Bound::of(x), Bound::of(y));
+        match cached_shader(cols, self.kernels.subgroups) {
+            Some(shader) => self.record(shader, "softmax_cached", params, io, groups)?,
+            None => self.record(&shaders::SOFTMAX, "softmax", params, io, groups)?,
+        }
         Ok(self)
     }
+}
+
+/// vec4 per invocation a cached softmax can hold (each of its 256 invocations keeps `PER`).
+const CACHED_PER: [u64; 5] = [1, 2, 4, 8, 16];
+
+/// The row-in-registers shader for rows of `cols`, if one fits: `cols` a multiple of 4 (so
+/// rows start on vec4 boundaries) and at most 256 invocations x 16 vec4.
+fn cached_shader(cols: u64, subgroups: bool) -> Option<&'static shaders::Shader> {
+    if cols == 0 || !cols.is_multiple_of(4) {
+        return None;
+    }
+    let per = (cols / 4).div_ceil(256);
+    let slot = CACHED_PER.iter().position(|&p| p >= per)?;
+    Some(&shaders::SOFTMAX_CACHED[usize::from(subgroups)][slot])
 }

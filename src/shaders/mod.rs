@@ -27,6 +27,23 @@
 //!   stall, and after `SPINS` stalls the workgroup reduces tile `j` itself and moves down
 //!   one, so it ends by tile 0 after at most `tile x (SPINS + 1)` rounds; the claim loop
 //!   takes at most `CLAIMS` tiles. (Loop bounding cost the scan 40 % on the H100.)
+//! - **softmax** (any row, and row-in-registers): every load and store is at
+//!   `row * cols + c` behind `row < rows` and `c < cols` (vec4: `c < cols / 4`), and the
+//!   host checks that `rows x cols` elements fit both allocations; the register array is
+//!   indexed by `k < PER`, its length; workgroup arrays by local ids and subgroup ids below
+//!   the workgroup size. Loops count up to `cols` by 256, to `PER`, or halve to 0.
+//!   (Checks cost the row softmax 13-28 % on the H100.)
+//! - **matmul, four-element loads** (f32, f16 packed, f16 native): `As`/`Bs` are indexed
+//!   up to `(a_k + 7) * 32 + slot`, `(b_k + 8) * 32 + t % 32` and `kk * 32 + 16 + tr`, at
+//!   most 511 of 512 with `a_k <= 8`, `b_k < 8`, `slot, tr < 32` and `kk < 16`; every load
+//!   of `a`/`b` is behind `row < m && q < k / 4` or `row < k && q < n / 4`, every store of
+//!   `c` behind `r < m && q < n / 4`, and the host runs it only for k and n multiples of 4
+//!   after checking that `m x k`, `k x n` and `m x n` elements fit. Loops count to `k` by
+//!   16 and to 16.
+//! - **cast, eight per invocation**: group `i` reads and writes `f[2i]`, `f[2i + 1]` and
+//!   `h[i]` behind `i < groups`, and the host sets `groups = n / 8` after checking that `n`
+//!   f32 and `n` f16 fit the bound allocations (`32 * groups <= 4n`, `16 * groups <= 2n`).
+//!   It has no loop.
 //!
 //! `VRAMKIT_SHADER_CHECKS=all` (or `bounds`, `loops`) turns those checks back on for every
 //! shader, to measure what they cost; BENCHMARKS.md has the figures.
@@ -123,14 +140,14 @@ shader!(
     /// loads, combined in workgroup memory.
     REDUCE = "reduce.wgsl (f32)",
     ["alias Elem = f32;\nalias Bits = u32;\n", "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
-     file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
     NONE
 );
 shader!(
     /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
     REDUCE_VEC4 = "reduce.wgsl (vec4)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
     NONE
 );
 shader!(
@@ -138,7 +155,7 @@ shader!(
     REDUCE_SUBGROUP = "reduce.wgsl (f32, subgroup)",
     ["alias Elem = f32;\nalias Bits = u32;\n",
      "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
-     file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
     wgpu::Features::SUBGROUP
 );
 shader!(
@@ -146,7 +163,7 @@ shader!(
     REDUCE_VEC4_SUBGROUP = "reduce.wgsl (vec4, subgroup)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
     wgpu::Features::SUBGROUP
 );
 shader!(
@@ -184,9 +201,82 @@ shader!(
     TRANSPOSE = "transpose.wgsl", [file!("transpose.wgsl")], NONE, true
 );
 shader!(
-    /// Row-wise softmax (online max and sum, then one write).
-    SOFTMAX = "softmax.wgsl", [file!("softmax.wgsl")], NONE
+    /// Row-wise softmax for any row length (online max and sum, then one write).
+    SOFTMAX = "softmax.wgsl", [file!("softmax.wgsl")], NONE, true
 );
+
+/// The row-in-registers softmax for `PER` vec4 per invocation, with the portable or the
+/// subgroup workgroup combine.
+macro_rules! softmax_cached {
+    ($(#[$doc:meta])* $ident:ident = $name:literal, $per:literal, $combine:literal, $requires:expr) => {
+        shader!(
+            $(#[$doc])*
+            $ident = $name,
+            [concat!("const PER: u32 = ", $per, "u;\n"), file!("combine1.wgsl"), file!($combine),
+             file!("softmax_cached.wgsl")],
+            $requires, true
+        );
+    };
+}
+softmax_cached!(
+    /// Row softmax, rows of up to 1024 f32 held in registers, portable combine.
+    SOFTMAX_CACHED_1 = "softmax_cached.wgsl (1)", 1, "reduce_workgroup.wgsl", NONE
+);
+softmax_cached!(
+    /// As [`SOFTMAX_CACHED_1`], rows of up to 2048.
+    SOFTMAX_CACHED_2 = "softmax_cached.wgsl (2)", 2, "reduce_workgroup.wgsl", NONE
+);
+softmax_cached!(
+    /// As [`SOFTMAX_CACHED_1`], rows of up to 4096.
+    SOFTMAX_CACHED_4 = "softmax_cached.wgsl (4)", 4, "reduce_workgroup.wgsl", NONE
+);
+softmax_cached!(
+    /// As [`SOFTMAX_CACHED_1`], rows of up to 8192.
+    SOFTMAX_CACHED_8 = "softmax_cached.wgsl (8)", 8, "reduce_workgroup.wgsl", NONE
+);
+softmax_cached!(
+    /// As [`SOFTMAX_CACHED_1`], rows of up to 16384.
+    SOFTMAX_CACHED_16 = "softmax_cached.wgsl (16)", 16, "reduce_workgroup.wgsl", NONE
+);
+softmax_cached!(
+    /// [`SOFTMAX_CACHED_1`] combining with subgroup operations.
+    SOFTMAX_CACHED_1_SUBGROUP = "softmax_cached.wgsl (1, subgroup)", 1, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
+);
+softmax_cached!(
+    /// [`SOFTMAX_CACHED_2`] combining with subgroup operations.
+    SOFTMAX_CACHED_2_SUBGROUP = "softmax_cached.wgsl (2, subgroup)", 2, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
+);
+softmax_cached!(
+    /// [`SOFTMAX_CACHED_4`] combining with subgroup operations.
+    SOFTMAX_CACHED_4_SUBGROUP = "softmax_cached.wgsl (4, subgroup)", 4, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
+);
+softmax_cached!(
+    /// [`SOFTMAX_CACHED_8`] combining with subgroup operations.
+    SOFTMAX_CACHED_8_SUBGROUP = "softmax_cached.wgsl (8, subgroup)", 8, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
+);
+softmax_cached!(
+    /// [`SOFTMAX_CACHED_16`] combining with subgroup operations.
+    SOFTMAX_CACHED_16_SUBGROUP = "softmax_cached.wgsl (16, subgroup)", 16, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
+);
+
+/// The cached softmax shaders by vec4 per invocation (1, 2, 4, 8, 16), portable then
+/// subgroup.
+pub const SOFTMAX_CACHED: [[Shader; 5]; 2] = [
+    [
+        SOFTMAX_CACHED_1,
+        SOFTMAX_CACHED_2,
+        SOFTMAX_CACHED_4,
+        SOFTMAX_CACHED_8,
+        SOFTMAX_CACHED_16,
+    ],
+    [
+        SOFTMAX_CACHED_1_SUBGROUP,
+        SOFTMAX_CACHED_2_SUBGROUP,
+        SOFTMAX_CACHED_4_SUBGROUP,
+        SOFTMAX_CACHED_8_SUBGROUP,
+        SOFTMAX_CACHED_16_SUBGROUP,
+    ],
+];
 shader!(
     /// f32 matmul, 128x128 tiles, 8x8 outputs per invocation.
     MATMUL_F32 = "matmul.wgsl (f32)",
@@ -208,10 +298,89 @@ shader!(
      file!("matmul.wgsl")],
     wgpu::Features::SHADER_F16, true
 );
+/// Prefixes of matmul_vec4.wgsl: the four-element input type and its widening.
+macro_rules! in4 {
+    (f32) => {
+        "alias In4 = vec4<f32>;\nfn widen4(v: vec4<f32>) -> vec4<f32> { return v; }\n"
+    };
+    (f16_packed) => {
+        "alias In4 = vec2<u32>;\n\
+         fn widen4(v: vec2<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)); }\n"
+    };
+    (f16_native) => {
+        "enable f16;\nalias In4 = vec4<f16>;\nfn widen4(v: vec4<f16>) -> vec4<f32> { return vec4<f32>(v); }\n"
+    };
+}
+/// The input bindings of matmul_vec4.wgsl: writable (the shared layout) or read-only.
+macro_rules! in4_bindings {
+    (read_write) => {
+        "@group(0) @binding(1) var<storage, read_write> a: array<In4>;\n\
+         @group(0) @binding(2) var<storage, read_write> b: array<In4>;\n"
+    };
+    (read) => {
+        "@group(0) @binding(1) var<storage, read> a: array<In4>;\n\
+         @group(0) @binding(2) var<storage, read> b: array<In4>;\n"
+    };
+}
+/// One matmul_vec4.wgsl variant for an input type and input access.
+macro_rules! matmul_vec4 {
+    ($name:literal, $input:ident, $access:ident, $requires:expr) => {
+        Shader {
+            name: $name,
+            source: concat!(
+                in4!($input),
+                in4_bindings!($access),
+                file!("matmul_vec4.wgsl")
+            ),
+            requires: $requires,
+            unchecked: true,
+        }
+    };
+}
+/// f32 matmul with four-element loads and stores, for k and n multiples of 4: inputs
+/// writable (the shared layout), then read-only.
+pub const MATMUL_VEC4_F32: [Shader; 2] = [
+    matmul_vec4!("matmul_vec4.wgsl (f32)", f32, read_write, NONE),
+    matmul_vec4!("matmul_vec4.wgsl (f32, read-only inputs)", f32, read, NONE),
+];
+/// [`MATMUL_VEC4_F32`] for f16 inputs packed in words.
+pub const MATMUL_VEC4_F16_PACKED: [Shader; 2] = [
+    matmul_vec4!(
+        "matmul_vec4.wgsl (f16 packed)",
+        f16_packed,
+        read_write,
+        NONE
+    ),
+    matmul_vec4!(
+        "matmul_vec4.wgsl (f16 packed, read-only inputs)",
+        f16_packed,
+        read,
+        NONE
+    ),
+];
+/// [`MATMUL_VEC4_F32`] for native f16 inputs.
+pub const MATMUL_VEC4_F16_NATIVE: [Shader; 2] = [
+    matmul_vec4!(
+        "matmul_vec4.wgsl (f16 native)",
+        f16_native,
+        read_write,
+        wgpu::Features::SHADER_F16
+    ),
+    matmul_vec4!(
+        "matmul_vec4.wgsl (f16 native, read-only inputs)",
+        f16_native,
+        read,
+        wgpu::Features::SHADER_F16
+    ),
+];
 shader!(
     /// f32 <-> f16 casts, f16 pairs packed in u32 words on every adapter: the tail of an
     /// odd count needs the words' bits, which naga cannot bitcast out of `vec2<f16>`.
     CAST_F16_PACKED = "cast.wgsl (packed)", [h2_packed!(), file!("cast.wgsl")], NONE
+);
+shader!(
+    /// f32 <-> f16 casts, eight elements per invocation (the bulk of each array).
+    CAST_F16_X8 = "cast_x8.wgsl", [file!("cast_x8.wgsl")], NONE, true
 );
 shader!(
     /// Writes the partial words at the unaligned edges of an upload.
@@ -261,10 +430,27 @@ pub const ALL: &[Shader] = &[
     SCAN_F32_SUBGROUP,
     TRANSPOSE,
     SOFTMAX,
+    SOFTMAX_CACHED_1,
+    SOFTMAX_CACHED_2,
+    SOFTMAX_CACHED_4,
+    SOFTMAX_CACHED_8,
+    SOFTMAX_CACHED_16,
+    SOFTMAX_CACHED_1_SUBGROUP,
+    SOFTMAX_CACHED_2_SUBGROUP,
+    SOFTMAX_CACHED_4_SUBGROUP,
+    SOFTMAX_CACHED_8_SUBGROUP,
+    SOFTMAX_CACHED_16_SUBGROUP,
     MATMUL_F32,
     MATMUL_F16_PACKED,
     MATMUL_F16_NATIVE,
+    MATMUL_VEC4_F32[0],
+    MATMUL_VEC4_F32[1],
+    MATMUL_VEC4_F16_PACKED[0],
+    MATMUL_VEC4_F16_PACKED[1],
+    MATMUL_VEC4_F16_NATIVE[0],
+    MATMUL_VEC4_F16_NATIVE[1],
     CAST_F16_PACKED,
+    CAST_F16_X8,
     PATCH_WORDS,
     COPY_RANGES,
     COPY_RANGES_VEC4,
