@@ -99,6 +99,7 @@ macro_rules! file {
 }
 
 const NONE: wgpu::Features = wgpu::Features::empty();
+const SUBGROUP: wgpu::Features = wgpu::Features::SUBGROUP;
 /// Prefix for f16 pairs packed in `u32` words (portable).
 macro_rules! h2_packed {
     () => {
@@ -208,73 +209,69 @@ shader!(
 /// The row-in-registers softmax for `PER` vec4 per invocation, with the portable or the
 /// subgroup workgroup combine.
 macro_rules! softmax_cached {
-    ($(#[$doc:meta])* $ident:ident = $name:literal, $per:literal, $combine:literal, $requires:expr) => {
-        shader!(
-            $(#[$doc])*
-            $ident = $name,
-            [concat!("const PER: u32 = ", $per, "u;\n"), file!("combine1.wgsl"), file!($combine),
-             file!("softmax_cached.wgsl")],
-            $requires, true
-        );
+    ($name:literal, $per:literal, $combine:literal, $requires:expr) => {
+        Shader {
+            name: $name,
+            source: concat!(
+                "const PER: u32 = ",
+                $per,
+                "u;\n",
+                file!("combine1.wgsl"),
+                file!($combine),
+                file!("softmax_cached.wgsl")
+            ),
+            requires: $requires,
+            unchecked: true,
+        }
     };
 }
-softmax_cached!(
-    /// Row softmax, rows of up to 1024 f32 held in registers, portable combine.
-    SOFTMAX_CACHED_1 = "softmax_cached.wgsl (1)", 1, "reduce_workgroup.wgsl", NONE
-);
-softmax_cached!(
-    /// As [`SOFTMAX_CACHED_1`], rows of up to 2048.
-    SOFTMAX_CACHED_2 = "softmax_cached.wgsl (2)", 2, "reduce_workgroup.wgsl", NONE
-);
-softmax_cached!(
-    /// As [`SOFTMAX_CACHED_1`], rows of up to 4096.
-    SOFTMAX_CACHED_4 = "softmax_cached.wgsl (4)", 4, "reduce_workgroup.wgsl", NONE
-);
-softmax_cached!(
-    /// As [`SOFTMAX_CACHED_1`], rows of up to 8192.
-    SOFTMAX_CACHED_8 = "softmax_cached.wgsl (8)", 8, "reduce_workgroup.wgsl", NONE
-);
-softmax_cached!(
-    /// As [`SOFTMAX_CACHED_1`], rows of up to 16384.
-    SOFTMAX_CACHED_16 = "softmax_cached.wgsl (16)", 16, "reduce_workgroup.wgsl", NONE
-);
-softmax_cached!(
-    /// [`SOFTMAX_CACHED_1`] combining with subgroup operations.
-    SOFTMAX_CACHED_1_SUBGROUP = "softmax_cached.wgsl (1, subgroup)", 1, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
-);
-softmax_cached!(
-    /// [`SOFTMAX_CACHED_2`] combining with subgroup operations.
-    SOFTMAX_CACHED_2_SUBGROUP = "softmax_cached.wgsl (2, subgroup)", 2, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
-);
-softmax_cached!(
-    /// [`SOFTMAX_CACHED_4`] combining with subgroup operations.
-    SOFTMAX_CACHED_4_SUBGROUP = "softmax_cached.wgsl (4, subgroup)", 4, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
-);
-softmax_cached!(
-    /// [`SOFTMAX_CACHED_8`] combining with subgroup operations.
-    SOFTMAX_CACHED_8_SUBGROUP = "softmax_cached.wgsl (8, subgroup)", 8, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
-);
-softmax_cached!(
-    /// [`SOFTMAX_CACHED_16`] combining with subgroup operations.
-    SOFTMAX_CACHED_16_SUBGROUP = "softmax_cached.wgsl (16, subgroup)", 16, "reduce_subgroup.wgsl", wgpu::Features::SUBGROUP
-);
-
-/// The cached softmax shaders by vec4 per invocation (1, 2, 4, 8, 16), portable then
-/// subgroup.
+/// Row softmax with the row held in registers (`softmax_cached.wgsl`), by vec4 per
+/// invocation: 1, 2, 4, 8 and 16 (rows of up to 1024 ... 16384 f32); the portable combine,
+/// then subgroups.
 pub const SOFTMAX_CACHED: [[Shader; 5]; 2] = [
     [
-        SOFTMAX_CACHED_1,
-        SOFTMAX_CACHED_2,
-        SOFTMAX_CACHED_4,
-        SOFTMAX_CACHED_8,
-        SOFTMAX_CACHED_16,
+        softmax_cached!("softmax_cached.wgsl (1)", 1, "reduce_workgroup.wgsl", NONE),
+        softmax_cached!("softmax_cached.wgsl (2)", 2, "reduce_workgroup.wgsl", NONE),
+        softmax_cached!("softmax_cached.wgsl (4)", 4, "reduce_workgroup.wgsl", NONE),
+        softmax_cached!("softmax_cached.wgsl (8)", 8, "reduce_workgroup.wgsl", NONE),
+        softmax_cached!(
+            "softmax_cached.wgsl (16)",
+            16,
+            "reduce_workgroup.wgsl",
+            NONE
+        ),
     ],
     [
-        SOFTMAX_CACHED_1_SUBGROUP,
-        SOFTMAX_CACHED_2_SUBGROUP,
-        SOFTMAX_CACHED_4_SUBGROUP,
-        SOFTMAX_CACHED_8_SUBGROUP,
-        SOFTMAX_CACHED_16_SUBGROUP,
+        softmax_cached!(
+            "softmax_cached.wgsl (1, subgroup)",
+            1,
+            "reduce_subgroup.wgsl",
+            SUBGROUP
+        ),
+        softmax_cached!(
+            "softmax_cached.wgsl (2, subgroup)",
+            2,
+            "reduce_subgroup.wgsl",
+            SUBGROUP
+        ),
+        softmax_cached!(
+            "softmax_cached.wgsl (4, subgroup)",
+            4,
+            "reduce_subgroup.wgsl",
+            SUBGROUP
+        ),
+        softmax_cached!(
+            "softmax_cached.wgsl (8, subgroup)",
+            8,
+            "reduce_subgroup.wgsl",
+            SUBGROUP
+        ),
+        softmax_cached!(
+            "softmax_cached.wgsl (16, subgroup)",
+            16,
+            "reduce_subgroup.wgsl",
+            SUBGROUP
+        ),
     ],
 ];
 shader!(
@@ -430,16 +427,16 @@ pub const ALL: &[Shader] = &[
     SCAN_F32_SUBGROUP,
     TRANSPOSE,
     SOFTMAX,
-    SOFTMAX_CACHED_1,
-    SOFTMAX_CACHED_2,
-    SOFTMAX_CACHED_4,
-    SOFTMAX_CACHED_8,
-    SOFTMAX_CACHED_16,
-    SOFTMAX_CACHED_1_SUBGROUP,
-    SOFTMAX_CACHED_2_SUBGROUP,
-    SOFTMAX_CACHED_4_SUBGROUP,
-    SOFTMAX_CACHED_8_SUBGROUP,
-    SOFTMAX_CACHED_16_SUBGROUP,
+    SOFTMAX_CACHED[0][0],
+    SOFTMAX_CACHED[0][1],
+    SOFTMAX_CACHED[0][2],
+    SOFTMAX_CACHED[0][3],
+    SOFTMAX_CACHED[0][4],
+    SOFTMAX_CACHED[1][0],
+    SOFTMAX_CACHED[1][1],
+    SOFTMAX_CACHED[1][2],
+    SOFTMAX_CACHED[1][3],
+    SOFTMAX_CACHED[1][4],
     MATMUL_F32,
     MATMUL_F16_PACKED,
     MATMUL_F16_NATIVE,
