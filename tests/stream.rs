@@ -1208,3 +1208,89 @@ fn tile_and_region_batches_land_where_they_were_sent() {
     )];
     assert!(up.upload_texture_tiles(&texture, tile, &outside).is_err());
 }
+
+/// Pinned buffers: random bytes up into an allocation and back down, at several ranges
+/// and offsets, checked against the bytes that went up (and against a readback that
+/// does not use pinned memory); misuse gets typed errors and leaves everything usable.
+#[test]
+fn pinned_buffers_move_random_bytes_both_ways() {
+    use vramkit::stream::PinnedBuffer;
+    let gpu = gpu();
+    let arena = staged_arena();
+    let uploader = Uploader::new(gpu, Default::default());
+    let downloader = Downloader::new(gpu, Default::default());
+    let mut r = rng();
+    let len: u64 = 3 << 20;
+    let mut up = PinnedBuffer::new(gpu, len, "up").unwrap();
+    let mut down = PinnedBuffer::new(gpu, len, "down").unwrap();
+    assert_eq!(up.len(), len);
+    assert!(
+        up.as_slice().iter().all(|&b| b == 0),
+        "a new buffer is zeroed"
+    );
+    if gpu.info().backend == wgpu::Backend::Vulkan {
+        assert!(
+            up.is_pinned(),
+            "Vulkan must give host memory the GPU copies directly"
+        );
+    }
+    let dst = arena.alloc(len + 4096, "dst").unwrap();
+    for (src_range, offset) in [
+        (0..len, 0u64),
+        (4..len - 1024, 4096),
+        (1 << 20..(1 << 20) + 12, 8),
+    ] {
+        r.fill_bytes(up.as_mut_slice());
+        let want = up.as_slice()[src_range.start as usize..src_range.end as usize].to_vec();
+        uploader
+            .upload_pinned(&dst, offset, &up, src_range.clone())
+            .unwrap();
+        // The uploaded bytes, read back without pinned memory.
+        let got =
+            readback::read_buffer(gpu, dst.buffer(), dst.offset() + offset, want.len() as u64)
+                .unwrap();
+        assert!(got == want, "upload_pinned {src_range:?} at {offset}");
+        // And down into another pinned buffer, at a different place in it.
+        let at = len - (src_range.end - src_range.start);
+        down.as_mut_slice().fill(0xAB);
+        downloader
+            .download_pinned(&dst, offset, &mut down, at..len)
+            .unwrap();
+        assert!(
+            down.as_slice()[at as usize..] == want[..],
+            "download_pinned {src_range:?} at {offset}"
+        );
+        assert!(
+            down.as_slice()[..at as usize].iter().all(|&b| b == 0xAB),
+            "download_pinned wrote outside its range"
+        );
+    }
+    // Misuse: each is an error and changes nothing.
+    let unaligned = uploader.upload_pinned(&dst, 2, &up, 0..8).unwrap_err();
+    assert!(
+        unaligned.to_string().contains("not whole words"),
+        "{unaligned}"
+    );
+    assert!(uploader.upload_pinned(&dst, 0, &up, 0..6).is_err());
+    assert!(uploader.upload_pinned(&dst, 0, &up, 0..len + 4).is_err());
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 8..4;
+    assert!(uploader.upload_pinned(&dst, 0, &up, backwards).is_err());
+    assert!(
+        uploader.upload_pinned(&dst, len, &up, 0..8192).is_err(),
+        "past dst's end"
+    );
+    assert!(downloader
+        .download_pinned(&dst, 0, &mut down, 0..len + 4)
+        .is_err());
+    assert!(PinnedBuffer::new(gpu, 0, "empty").is_err());
+    assert!(PinnedBuffer::new(gpu, 6, "odd").is_err());
+    assert!(PinnedBuffer::new(gpu, u64::MAX / 4 * 4, "huge").is_err());
+    // Still usable after the errors.
+    r.fill_bytes(up.as_mut_slice());
+    uploader.upload_pinned(&dst, 0, &up, 0..len).unwrap();
+    downloader
+        .download_pinned(&dst, 0, &mut down, 0..len)
+        .unwrap();
+    assert!(down.as_slice() == up.as_slice());
+}

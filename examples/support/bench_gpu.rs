@@ -639,6 +639,24 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         let view = downloader.download_view(&dst, 0, size).expect("view");
         assert!(view[..] == data[..], "viewed bytes differ");
     });
+    // Pinned buffers: the data already in host memory the GPU copies directly, as a
+    // PyTorch pinned tensor is (the bytes are checked once, outside the timing).
+    let mut pinned = vramkit::stream::PinnedBuffer::new(gpu, size, "bench pinned").expect("pinned");
+    pinned.as_mut_slice().copy_from_slice(&data);
+    let pinned_up = best(&mut || {
+        uploader
+            .upload_pinned(&dst, 0, &pinned, 0..size)
+            .expect("upload_pinned")
+    });
+    pinned.as_mut_slice().fill(0);
+    let pinned_down = best(&mut || {
+        downloader
+            .download_pinned(&dst, 0, &mut pinned, 0..size)
+            .expect("download_pinned")
+    });
+    assert!(pinned.as_slice() == &data[..], "pinned round trip differs");
+    let is_pinned = pinned.is_pinned();
+    drop(pinned);
     let gbps = |s: f64| size as f64 / s / 1e9;
     println!(
         "\n== stream: {} host <-> GPU, GB/s (best of {reps}) ==",
@@ -660,6 +678,8 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         ("DownloadView, ready", view_ready),
         ("DownloadView, every byte compared", view_read),
         ("download (plain map)", plain_download),
+        ("Uploader::upload_pinned (PinnedBuffer)", pinned_up),
+        ("Downloader::download_pinned (PinnedBuffer)", pinned_down),
     ] {
         println!("{name:<44} {:>10.2}", gbps(t));
     }
@@ -675,7 +695,12 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         s.bytes / size,
         downloader.direct_reads(),
     );
+    if !is_pinned {
+        println!("(PinnedBuffer fell back to ordinary memory on this device)");
+    }
     figures.add("upload_gbps", format!("{:.2}", gbps(ours)));
+    figures.add("upload_pinned_gbps", format!("{:.2}", gbps(pinned_up)));
+    figures.add("download_pinned_gbps", format!("{:.2}", gbps(pinned_down)));
     figures.add("upload_mapped_staging_gbps", format!("{:.2}", gbps(mapped)));
     figures.add("upload_device_block_gbps", format!("{:.2}", gbps(staged)));
     figures.add(

@@ -274,7 +274,11 @@ impl Downloader {
     /// [`super::check_range`] for a download from `src`: same device, inside, `COPY_SRC`.
     /// Checks a download's source range; every download path starts here, so this is
     /// also where its bytes are counted for the `metrics` facade.
-    fn check_src(&self, src: &Allocation, offset: u64, len: u64) -> Result<u64> {
+    pub(super) fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    pub(super) fn check_src(&self, src: &Allocation, offset: u64, len: u64) -> Result<u64> {
         let end = super::check_range(
             &self.gpu,
             src,

@@ -17,12 +17,18 @@
 //! keeps; or, with no copy at all, a [`DownloadView`] of staging memory, blocking or as a
 //! future that a polling thread resolves.
 //!
+//! [`PinnedBuffer`] is host memory the GPU copies from and into directly (CUDA's pinned
+//! memory): a program that produces its data there, or reads results from there, moves
+//! it with one GPU copy and no host copy ([`Uploader::upload_pinned`],
+//! [`Downloader::download_pinned`]).
+//!
 //! [`Pipeline`] streams a source larger than GPU memory (a memory-mapped file, any
 //! `Read`) through a fixed window of device chunks, overlapping the upload of chunk `k + 1`
 //! with the kernels on chunk `k` and the readback of chunk `k - 1`'s result.
 
 mod batch;
 mod downloader;
+mod pinned;
 mod pipeline;
 mod poller;
 mod staging;
@@ -32,6 +38,7 @@ mod view;
 
 pub use batch::UploadBatch;
 pub use downloader::{Downloader, DownloaderConfig};
+pub use pinned::PinnedBuffer;
 pub use pipeline::{Pipeline, PipelineConfig, PipelineReport, Source};
 pub use uploader::{Uploader, UploaderConfig, UploaderStats, SMALL_UPLOAD};
 pub use view::DownloadView;
