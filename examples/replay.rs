@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example replay [TRACE.csv.gz]           # default: examples/data/trace_resnet50_train.csv.gz
 //! cargo run --release --example replay -- [TRACE.csv.gz] --arena  # through a real Arena on the GPU
+//! cargo run --release --example replay -- TRACE --arena --async-only --scale 0.3  # sizes x 0.3
 //! cargo run --release --example replay -- --all [--scales 0.1,1,10]  # every trace in examples/data
 //! ```
 //!
@@ -161,7 +162,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .find(|a| !a.starts_with("--"))
         .cloned()
         .unwrap_or_else(|| DEFAULT_TRACE.to_string());
-    let events = traces::load(path.as_ref())?;
+    let mut events = traces::load(path.as_ref())?;
+    if let Some(i) = args.iter().position(|a| a == "--scale") {
+        let k: f64 = args
+            .get(i + 1)
+            .ok_or("--scale needs a factor such as 0.3")?
+            .parse()?;
+        events = scaled(&events, k);
+    }
     let json_path = path.replace(".csv.gz", ".json");
     let pytorch = std::fs::read_to_string(&json_path)
         .ok()
@@ -170,7 +178,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if on_gpu {
         let gpu = vramkit::Gpu::headless()?;
         println!("device: {}", gpu.describe());
-        replay_on_gpu(&gpu, &events, true)?;
+        if !args.iter().any(|a| a == "--async-only") {
+            replay_on_gpu(&gpu, &events, true)?;
+        }
         return replay_on_gpu(&gpu, &events, false);
     }
     // The arena's default policy on a device whose storage-binding limit is at least 256 MiB
@@ -252,6 +262,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// `events` with every allocation's size multiplied by `k` (at least 1 byte).
+fn scaled(events: &[TraceEvent], k: f64) -> Vec<TraceEvent> {
+    events
+        .iter()
+        .map(|e| match *e {
+            TraceEvent::Alloc { id, size } => TraceEvent::Alloc {
+                id,
+                size: ((size as f64 * k) as u64).max(1),
+            },
+            free => free,
+        })
+        .collect()
+}
+
 /// `--all`: every trace of `examples/data` at every scale (see the module docs).
 fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
     let paths = traces::all()?;
@@ -267,16 +291,7 @@ fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
             n.to_string_lossy().replace(".csv.gz", "")
         });
         for &k in scales {
-            let scaled: Vec<TraceEvent> = events
-                .iter()
-                .map(|e| match *e {
-                    TraceEvent::Alloc { id, size } => TraceEvent::Alloc {
-                        id,
-                        size: ((size as f64 * k) as u64).max(1),
-                    },
-                    free => free,
-                })
-                .collect();
+            let scaled = scaled(&events, k);
             let r = replay::<WithPlacement<false>>(&scaled, &policy, 256);
             worst = worst.max(r.ratio());
             over += usize::from(r.ratio() > 1.05);
