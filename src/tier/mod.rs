@@ -640,64 +640,73 @@ impl TierShared {
         bytes
     }
 
-    /// Unpinned, idle, device-resident entries in eviction order: other pools than
-    /// `prefer` last, then lower priority first, then least recently used first.
-    fn candidates(&self, st: &TierState, prefer: Option<usize>) -> (Vec<u32>, bool) {
+    /// Unpinned, device-resident entries in eviction order (other pools than `prefer`
+    /// last, then lower priority first, then least recently used first), each with
+    /// whether GPU work submitted before its last use may still be running on it.
+    fn candidates(&self, st: &TierState, prefer: Option<usize>) -> Vec<(u32, bool)> {
         let done = self.done.load(Ordering::Acquire);
-        let mut busy = false;
-        let mut c: Vec<(bool, u8, u64, u32)> = st
+        let mut c: Vec<(bool, u8, u64, u32, bool)> = st
             .entries
             .iter()
             .enumerate()
             .filter_map(|(i, e)| {
                 let e = e.as_ref()?;
-                if !matches!(e.place, Place::Device(_)) || e.dropped {
-                    return None;
-                }
-                if e.pins > 0 {
-                    return None;
-                }
-                if e.busy_until > done {
-                    // Settling the GPU would free this one; a pin it would not.
-                    busy = true;
+                if !matches!(e.place, Place::Device(_)) || e.dropped || e.pins > 0 {
                     return None;
                 }
                 let other = prefer.is_some_and(|p| p != e.pool.index());
-                Some((other, e.priority, e.last_use, i as u32))
+                // Settling the GPU would free a busy one; a pin it would not.
+                let busy = e.busy_until > done;
+                Some((other, e.priority, e.last_use, i as u32, busy))
             })
             .collect();
         c.sort_unstable();
-        (c.into_iter().map(|(.., i)| i).collect(), busy)
+        c.into_iter().map(|(.., i, busy)| (i, busy)).collect()
     }
 
-    /// Evicts in [`candidates`](Self::candidates) order until `bytes` moved; settles
-    /// in-flight work once if that is what stands in the way.
+    /// Evicts in [`candidates`](Self::candidates) order until `bytes` moved. An entry
+    /// whose turn comes while GPU work may still use it makes the first attempt settle
+    /// in-flight work and choose again, so the order holds (evicting the next idle entry
+    /// instead once evicted a high-priority handle while the low-priority one it should
+    /// have spared waited for its callback); after that, busy entries are passed over.
     fn evict_lru(&self, bytes: u64, prefer: Option<usize>) -> u64 {
         let mut moved = 0;
         for attempt in 0..2 {
             let mut st = self.state.lock();
-            let (order, busy) = self.candidates(&st, prefer);
+            let order = self.candidates(&st, prefer);
+            // (Only the first attempt can settle; the second always ends the loop.)
             let mut chosen = Vec::new();
             let mut sum = moved;
-            for slot in order {
+            let mut waiting = false;
+            for (slot, busy) in order {
                 if sum >= bytes {
                     break;
                 }
+                if busy {
+                    if attempt == 0 {
+                        waiting = true;
+                        break;
+                    }
+                    continue;
+                }
                 sum += st.get(slot).map_or(0, |e| e.size);
                 chosen.push(slot);
+            }
+            if waiting {
+                drop(st);
+                if self.settle().is_err() {
+                    break;
+                }
+                continue;
             }
             let planned = self.plan_evictions(&mut st, &chosen);
             drop(st);
             match planned {
                 Ok(p) => moved += self.run_evictions(p),
-                Err(_) => {
-                    HOST_FULL.with(|f| f.set(true));
-                    return moved;
-                }
+                Err(_) => HOST_FULL.with(|f| f.set(true)),
             }
-            if moved >= bytes || !busy || attempt == 1 || self.settle().is_err() {
-                break;
-            }
+            // Every entry in order was idle or passed over: settling cannot add any.
+            break;
         }
         moved
     }
@@ -719,11 +728,11 @@ impl TierShared {
             }
         }
         let mut st = self.state.lock();
-        let (order, _) = self.candidates(&st, None);
+        let order = self.candidates(&st, None);
         // Per block: its movable members, their highest priority and latest use.
         let mut members: std::collections::HashMap<_, (Vec<u32>, u8, u64)> =
             std::collections::HashMap::new();
-        for slot in order {
+        for (slot, _) in order.into_iter().filter(|&(_, busy)| !busy) {
             let Some(e) = st.get(slot) else {
                 continue;
             };
