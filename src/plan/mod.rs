@@ -26,7 +26,7 @@
 //!   which is what [`max_batch`](crate::Runtime::max_batch)'s margin is for.
 //!
 //! The report ([`DryRun`]) gives the peaks overall, per label and per pool, and the
-//! arena's memory history of the run ([`MemoryHistory`]: every allocation, free and
+//! arena's memory history of the run ([`MemoryHistory`](crate::arena::MemoryHistory): every allocation, free and
 //! block, exportable as a Perfetto trace or a timeline picture).
 //!
 //! # The largest batch that fits

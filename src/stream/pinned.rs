@@ -28,7 +28,14 @@ use crate::arena::Allocation;
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::{Error, Gpu, Result};
 
-/// Host memory for transfers without a host copy. See the [module docs](self).
+/// Host memory for transfers without a host copy: the counterpart of a CUDA pinned host
+/// allocation. Fill it (or read results from it) through [`as_mut_slice`](Self::as_mut_slice)
+/// and [`as_slice`](Self::as_slice); [`Uploader::upload_pinned`] and
+/// [`Downloader::download_pinned`] move whole words between it and an allocation with one
+/// GPU copy, borrowing the buffer until the copy has completed, so the CPU and the GPU
+/// never touch the bytes at once. On Vulkan it is host memory the GPU reads and writes
+/// directly; elsewhere an ordinary allocation whose transfers take the staging rings
+/// ([`is_pinned`](Self::is_pinned) says which).
 ///
 /// ```no_run
 /// # let gpu = vramkit::Gpu::headless()?;
