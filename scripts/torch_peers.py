@@ -101,6 +101,12 @@ def main():
     rows = n // 16384
     t = bench(lambda: torch.softmax(x.view(rows, 16384), dim=1))
     print(f"torch_softmax_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    # Vocabulary-sized rows, as vramkit's bench: 32000 and 50257 columns.
+    for cols in (32000, 50257):
+        rows = n // cols
+        v = x[: rows * cols].view(rows, cols)
+        t = bench(lambda: torch.softmax(v, dim=1))
+        print(f"torch_softmax_{cols}_gbps: {2 * 4 * rows * cols / t / 1e9:.1f}")
     del x, y, z
 
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -299,6 +299,9 @@ fn softmax_rows_match_the_cpu() {
         (2, 16_384),
         (2, 16_388),
         (1, 40_000),
+        // Vocabulary-sized rows: a multiple of 4 (the long-row sweep) and odd (scalar).
+        (3, 32_000),
+        (2, 50_257),
     ];
     for kernels in variants(&arena) {
         for (rows, cols) in shapes {
@@ -327,7 +330,7 @@ fn softmax_rows_match_the_cpu() {
 fn softmax_rows_propagate_nan_per_row() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     for kernels in variants(&arena) {
-        for cols in [6usize, 64, 4096] {
+        for cols in [6usize, 64, 4096, 20_000, 20_001] {
             let mut r = rng();
             let mut x = random_f32(&mut r, 3 * cols);
             x[cols + cols / 2] = f32::NAN;

@@ -281,8 +281,11 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     let nn = n as u64;
     let side = (n as f64).sqrt() as u64; // square transpose
     let (rows, cols) = (n as u64 / 16384, 16384u64); // softmax rows
-                                                     // (name, bytes per element read + written, elements)
-    let cases: [(&str, u64, u64); 13] = [
+                                                     // Vocabulary-sized rows: a multiple of 4 (long-row sweep) and odd (scalar kernel).
+    let (vocab_rows, vocab_cols) = (n as u64 / 32000, 32000u64);
+    let (odd_rows, odd_cols) = (n as u64 / 50257, 50257u64);
+    // (name, bytes per element read + written, elements)
+    let cases: [(&str, u64, u64); 15] = [
         ("axpy", 12, nn),
         ("copy", 8, nn),
         ("fill", 4, nn),
@@ -295,6 +298,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         ("scan_u32_portable", 8, nn),
         ("transpose", 8, side * side),
         ("softmax", 8, rows * cols),
+        ("softmax_32000", 8, vocab_rows * vocab_cols),
+        ("softmax_50257", 8, odd_rows * odd_cols),
         ("to_f16", 6, nn),
     ];
     let mut copy_gbps = 0.0;
@@ -320,6 +325,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
                     .map(|_| ()),
                 "transpose" => b.transpose(side, side, &x, &y).map(|_| ()),
                 "softmax" => b.softmax_rows(rows, cols, &x, &y).map(|_| ()),
+                "softmax_32000" => b.softmax_rows(vocab_rows, vocab_cols, &x, &y).map(|_| ()),
+                "softmax_50257" => b.softmax_rows(odd_rows, odd_cols, &x, &y).map(|_| ()),
                 _ => b.to_f16(nn, &x, &y).map(|_| ()),
             }
             .expect("record");

@@ -1,8 +1,11 @@
 //! Row-wise softmax. Rows whose length is a multiple of 4 and at most 16384 run
 //! `shaders/softmax_cached.wgsl`: the row is held in registers, read once and written once
 //! (on the H100 it moved 1.07x the bytes per second of PyTorch's softmax at rows of 16384,
-//! against 0.55x for the two-sweep kernel). Other rows run `shaders/softmax.wgsl`, which
-//! reads the row twice.
+//! against 0.55x for the two-sweep kernel). Longer rows whose length is a multiple of 4
+//! run `shaders/softmax_sweep.wgsl` (vec4 loads, 1024 invocations per row, two sweeps)
+//! where the device allows workgroups of 1024; other rows run `shaders/softmax.wgsl`,
+//! which reads the row twice with scalar loads (1024 invocations per row past 16384
+//! columns, 256 below).
 
 use super::{check_no_overlap, grid, shape, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
@@ -26,13 +29,27 @@ impl<'a> Batch<'a> {
         let params: Params = [rows as u32, cols as u32, 0, 0, 0, 0, 0, 0];
         let groups = grid(rows, 1, self.gpu());
         let io = Bindings::two(Bound::of(x), Bound::of(y));
+        let limits = self.gpu().limits();
+        let wide = limits.max_compute_invocations_per_workgroup >= 1024
+            && limits.max_compute_workgroup_size_x >= 1024;
         match cached_shader(cols, self.kernels.subgroups) {
             Some(shader) => self.record(shader, "softmax_cached", params, io, groups)?,
+            None if cols.is_multiple_of(4) && wide => {
+                self.record(&shaders::SOFTMAX_SWEEP, "softmax_sweep", params, io, groups)?
+            }
+            // Long rows of any length: 1024 invocations each (short rows leave most of a
+            // wide workgroup idle, so they keep 256).
+            None if cols > LONG_ROW && wide => {
+                self.record(&shaders::SOFTMAX_WIDE, "softmax", params, io, groups)?
+            }
             None => self.record(&shaders::SOFTMAX, "softmax", params, io, groups)?,
         }
         Ok(self)
     }
 }
+
+/// Rows longer than this (the longest a cached softmax holds) get 1024 invocations.
+const LONG_ROW: u64 = 16384;
 
 /// vec4 per invocation a cached softmax can hold (each of its 256 invocations keeps `PER`).
 const CACHED_PER: [u64; 5] = [1, 2, 4, 8, 16];

@@ -27,11 +27,11 @@
 //!   stall, and after `SPINS` stalls the workgroup reduces tile `j` itself and moves down
 //!   one, so it ends by tile 0 after at most `tile x (SPINS + 1)` rounds; the claim loop
 //!   takes at most `CLAIMS` tiles. (Loop bounding cost the scan 40 % on the H100.)
-//! - **softmax** (any row, and row-in-registers): every load and store is at
+//! - **softmax** (any row, row-in-registers, long-row sweep): every load and store is at
 //!   `row * cols + c` behind `row < rows` and `c < cols` (vec4: `c < cols / 4`), and the
 //!   host checks that `rows x cols` elements fit both allocations; the register array is
 //!   indexed by `k < PER`, its length; workgroup arrays by local ids and subgroup ids below
-//!   the workgroup size. Loops count up to `cols` by 256, to `PER`, or halve to 0.
+//!   the workgroup size, and the sweep's tree by `t + k` with `t < k <= 512`. Loops count up to `cols` by 256, to `PER`, or halve to 0.
 //!   (Checks cost the row softmax 13-28 % on the H100.)
 //! - **matmul, four-element loads** (f32, f16 packed, f16 native): `As`/`Bs` are indexed
 //!   up to `(a_k + 7) * 32 + slot`, `(b_k + 8) * 32 + t % 32` and `kk * 32 + 16 + tr`, at
@@ -202,8 +202,18 @@ shader!(
     TRANSPOSE = "transpose.wgsl", [file!("transpose.wgsl")], NONE, true
 );
 shader!(
-    /// Row-wise softmax for any row length (online max and sum, then one write).
-    SOFTMAX = "softmax.wgsl", [file!("softmax.wgsl")], NONE, true
+    /// Row-wise softmax for any row length (online max and sum, then one write), 256
+    /// invocations per row.
+    SOFTMAX = "softmax.wgsl", ["const WG: u32 = 256u;\n", file!("softmax.wgsl")], NONE, true
+);
+shader!(
+    /// [`SOFTMAX`] with 1024 invocations per row, for long rows.
+    SOFTMAX_WIDE = "softmax.wgsl (1024)", ["const WG: u32 = 1024u;\n", file!("softmax.wgsl")], NONE, true
+);
+
+shader!(
+    /// Row-wise softmax for long rows of vec4s, 1024 invocations per row.
+    SOFTMAX_SWEEP = "softmax_sweep.wgsl", [file!("softmax_sweep.wgsl")], NONE, true
 );
 
 /// The row-in-registers softmax for `PER` vec4 per invocation, with the portable or the
@@ -427,6 +437,8 @@ pub const ALL: &[Shader] = &[
     SCAN_F32_SUBGROUP,
     TRANSPOSE,
     SOFTMAX,
+    SOFTMAX_WIDE,
+    SOFTMAX_SWEEP,
     SOFTMAX_CACHED[0][0],
     SOFTMAX_CACHED[0][1],
     SOFTMAX_CACHED[0][2],
