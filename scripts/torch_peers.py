@@ -101,8 +101,8 @@ def main():
     rows = n // 16384
     t = bench(lambda: torch.softmax(x.view(rows, 16384), dim=1))
     print(f"torch_softmax_gbps: {2 * 4 * n / t / 1e9:.1f}")
-    # Vocabulary-sized rows, as vramkit's bench: 32000 and 50257 columns.
-    for cols in (32000, 50257):
+    # Vocabulary-sized rows and attention-score rows, as vramkit's bench.
+    for cols in (32000, 50257, 128):
         rows = n // cols
         v = x[: rows * cols].view(rows, cols)
         t = bench(lambda: torch.softmax(v, dim=1))

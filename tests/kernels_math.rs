@@ -289,6 +289,14 @@ fn softmax_rows_match_the_cpu() {
         (100, 1000),
         (70_000, 3),
         (5, 4),
+        // Short rows, several per workgroup (32, 64 and 128 invocations per row), with
+        // row counts that leave the last workgroup part empty.
+        (9, 64),
+        (1001, 128),
+        (13, 132),
+        (7, 256),
+        (3, 260),
+        (11, 512),
         (33, 1024),
         (7, 1028),
         (4, 2048),
@@ -330,7 +338,7 @@ fn softmax_rows_match_the_cpu() {
 fn softmax_rows_propagate_nan_per_row() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     for kernels in variants(&arena) {
-        for cols in [6usize, 64, 4096, 20_000, 20_001] {
+        for cols in [6usize, 64, 400, 4096, 20_000, 20_001] {
             let mut r = rng();
             let mut x = random_f32(&mut r, 3 * cols);
             x[cols + cols / 2] = f32::NAN;

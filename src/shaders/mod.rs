@@ -31,7 +31,9 @@
 //!   `row * cols + c` behind `row < rows` and `c < cols` (vec4: `c < cols / 4`), and the
 //!   host checks that `rows x cols` elements fit both allocations; the register array is
 //!   indexed by `k < PER`, its length; workgroup arrays by local ids and subgroup ids below
-//!   the workgroup size, and the sweep's tree by `t + k` with `t < k <= 512`. Loops count up to `cols` by 256, to `PER`, or halve to 0.
+//!   the workgroup size, the sweep's tree by `t + k` with `t < k <= 512`, and the short
+//!   rows' segment trees by `local + s` and `local - lane` inside the invocation's own
+//!   segment of `T` (`lane < s <= T / 2`). Loops count up to `cols` by 256, to `PER`, or halve to 0.
 //!   (Checks cost the row softmax 13-28 % on the H100.)
 //! - **matmul, four-element loads** (f32, f16 packed, f16 native): `As`/`Bs` are indexed
 //!   up to `(a_k + 7) * 32 + slot`, `(b_k + 8) * 32 + t % 32` and `kk * 32 + 16 + tr`, at
@@ -210,6 +212,31 @@ shader!(
     /// [`SOFTMAX`] with 1024 invocations per row, for long rows.
     SOFTMAX_WIDE = "softmax.wgsl (1024)", ["const WG: u32 = 1024u;\n", file!("softmax.wgsl")], NONE, true
 );
+
+/// The short-row softmax for `T` invocations per row.
+macro_rules! softmax_short {
+    ($name:literal, $t:literal) => {
+        Shader {
+            name: $name,
+            source: concat!(
+                "const T: u32 = ",
+                $t,
+                "u;\n",
+                file!("combine1.wgsl"),
+                file!("softmax_short.wgsl")
+            ),
+            requires: NONE,
+            unchecked: true,
+        }
+    };
+}
+/// Row softmax for short rows (`softmax_short.wgsl`), several rows per workgroup: 32, 64
+/// and 128 invocations per row (rows of up to 128, 256 and 512 f32).
+pub const SOFTMAX_SHORT: [Shader; 3] = [
+    softmax_short!("softmax_short.wgsl (32)", 32),
+    softmax_short!("softmax_short.wgsl (64)", 64),
+    softmax_short!("softmax_short.wgsl (128)", 128),
+];
 
 shader!(
     /// Row-wise softmax for long rows of vec4s, 1024 invocations per row.
@@ -439,6 +466,9 @@ pub const ALL: &[Shader] = &[
     SOFTMAX,
     SOFTMAX_WIDE,
     SOFTMAX_SWEEP,
+    SOFTMAX_SHORT[0],
+    SOFTMAX_SHORT[1],
+    SOFTMAX_SHORT[2],
     SOFTMAX_CACHED[0][0],
     SOFTMAX_CACHED[0][1],
     SOFTMAX_CACHED[0][2],
