@@ -102,7 +102,7 @@ def main():
     t = bench(lambda: torch.softmax(x.view(rows, 16384), dim=1))
     print(f"torch_softmax_gbps: {2 * 4 * n / t / 1e9:.1f}")
     # Vocabulary-sized rows and attention-score rows, as vramkit's bench.
-    for cols in (32000, 50257, 128):
+    for cols in (32000, 50257, 128, 197):
         rows = n // cols
         v = x[: rows * cols].view(rows, cols)
         t = bench(lambda: torch.softmax(v, dim=1))

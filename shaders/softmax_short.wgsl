@@ -2,9 +2,10 @@
 // per workgroup of 256, T invocations (32, 64 or 128, from the prefix) per row, one vec4
 // each. softmax_cached.wgsl gives every row a whole workgroup, which at rows of 128 floats
 // leaves seven of eight invocations idle; attention scores are rows this short.
-// The prefix sets `const T: u32` and brings `combine1` (combine1.wgsl). The combines are
-// trees over segments of T in workgroup memory, every invocation taking part (rows past
-// the end included), so every barrier is in uniform control flow.
+// The prefix sets `const T: u32` and brings `combine1` (combine1.wgsl) and
+// `segment_combine` (softmax_segment.wgsl): trees over segments of T in workgroup memory,
+// every invocation taking part (rows past the end included), so every barrier is in
+// uniform control flow. softmax_short_scalar.wgsl is the same for rows of any length.
 // NaN and infinities as in softmax_cached.wgsl. x may be y: each invocation reads its vec4
 // before the first combine and writes it after the second.
 
@@ -22,25 +23,6 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
-
-const ROWS_PER_GROUP: u32 = 256u / T;
-var<workgroup> red: array<f32, 256>;
-
-// op (0 sum, 1 max) over this invocation's segment of T, returned to each of them.
-fn segment_combine(op: u32, v: f32, local: u32) -> f32 {
-    let lane = local % T;
-    red[local] = v;
-    workgroupBarrier();
-    for (var s = T / 2u; s > 0u; s = s / 2u) {
-        if lane < s {
-            red[local] = combine1(op, red[local], red[local + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[local - lane];
-    workgroupBarrier();
-    return r;
-}
 
 @compute @workgroup_size(256)
 fn softmax_short(@builtin(workgroup_id) wg: vec3<u32>,

@@ -297,6 +297,11 @@ fn softmax_rows_match_the_cpu() {
         (7, 256),
         (3, 260),
         (11, 512),
+        // Short rows of other lengths (scalar, four elements per invocation).
+        (17, 3),
+        (9, 77),
+        (1001, 197),
+        (5, 509),
         (33, 1024),
         (7, 1028),
         (4, 2048),
@@ -338,7 +343,7 @@ fn softmax_rows_match_the_cpu() {
 fn softmax_rows_propagate_nan_per_row() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     for kernels in variants(&arena) {
-        for cols in [6usize, 64, 400, 4096, 20_000, 20_001] {
+        for cols in [6usize, 64, 197, 400, 4096, 20_000, 20_001] {
             let mut r = rng();
             let mut x = random_f32(&mut r, 3 * cols);
             x[cols + cols / 2] = f32::NAN;

@@ -286,8 +286,9 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     let (odd_rows, odd_cols) = (n as u64 / 50257, 50257u64);
     // Attention-score-sized rows: several rows per workgroup.
     let (short_rows, short_cols) = (n as u64 / 128, 128u64);
-    // (name, bytes per element read + written, elements)
-    let cases: [(&str, u64, u64); 16] = [
+    let (vit_rows, vit_cols) = (n as u64 / 197, 197u64); // ViT attention: 14 x 14 + 1 tokens
+                                                         // (name, bytes per element read + written, elements)
+    let cases: [(&str, u64, u64); 17] = [
         ("axpy", 12, nn),
         ("copy", 8, nn),
         ("fill", 4, nn),
@@ -303,6 +304,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         ("softmax_32000", 8, vocab_rows * vocab_cols),
         ("softmax_50257", 8, odd_rows * odd_cols),
         ("softmax_128", 8, short_rows * short_cols),
+        ("softmax_197", 8, vit_rows * vit_cols),
         ("to_f16", 6, nn),
     ];
     let mut copy_gbps = 0.0;
@@ -330,6 +332,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
                 "softmax" => b.softmax_rows(rows, cols, &x, &y).map(|_| ()),
                 "softmax_32000" => b.softmax_rows(vocab_rows, vocab_cols, &x, &y).map(|_| ()),
                 "softmax_50257" => b.softmax_rows(odd_rows, odd_cols, &x, &y).map(|_| ()),
+                "softmax_197" => b.softmax_rows(vit_rows, vit_cols, &x, &y).map(|_| ()),
                 "softmax_128" => b.softmax_rows(short_rows, short_cols, &x, &y).map(|_| ()),
                 _ => b.to_f16(nn, &x, &y).map(|_| ()),
             }

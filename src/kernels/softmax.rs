@@ -1,5 +1,7 @@
-//! Row-wise softmax. Rows whose length is a multiple of 4 and at most 512 run
-//! `shaders/softmax_short.wgsl`, several rows per workgroup. Longer ones, up to 16384, run
+//! Row-wise softmax. Rows of at most 512 run several to a workgroup:
+//! `shaders/softmax_short.wgsl` when their length is a multiple of 4,
+//! `shaders/softmax_short_scalar.wgsl` otherwise. Longer ones whose length is a multiple
+//! of 4, up to 16384, run
 //! `shaders/softmax_cached.wgsl`: the row is held in registers, read once and written once
 //! (on the H100 it moved 1.07x the bytes per second of PyTorch's softmax at rows of 16384,
 //! against 0.55x for the two-sweep kernel). Longer rows whose length is a multiple of 4
@@ -35,7 +37,12 @@ impl<'a> Batch<'a> {
             && limits.max_compute_workgroup_size_x >= 1024;
         if let Some((shader, per_row)) = short_shader(cols) {
             let groups = grid(rows, 256 / per_row, self.gpu());
-            self.record(shader, "softmax_short", params, io, groups)?;
+            let entry = if cols.is_multiple_of(4) {
+                "softmax_short"
+            } else {
+                "softmax_short_scalar"
+            };
+            self.record(shader, entry, params, io, groups)?;
             return Ok(self);
         }
         match cached_shader(cols, self.kernels.subgroups) {
@@ -54,15 +61,17 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// The short-row shader for rows of `cols` and its invocations per row, if `cols` is a
-/// multiple of 4 and at most 512: a power of two from 32 covering one vec4 each.
+/// The short-row shader for rows of `cols` and its invocations per row, if `cols` is at
+/// most 512: a power of two from 32 covering the row in vec4s (lengths that are multiples
+/// of 4) or in fours of scalars (any other).
 fn short_shader(cols: u64) -> Option<(&'static shaders::Shader, u64)> {
-    if cols == 0 || !cols.is_multiple_of(4) || cols > 512 {
+    if cols == 0 || cols > 512 {
         return None;
     }
-    let per_row = (cols / 4).next_power_of_two().max(32);
+    let per_row = cols.div_ceil(4).next_power_of_two().max(32);
     let slot = per_row.trailing_zeros() as usize - 5;
-    Some((&shaders::SOFTMAX_SHORT[slot], per_row))
+    let scalar = usize::from(!cols.is_multiple_of(4));
+    Some((&shaders::SOFTMAX_SHORT[scalar][slot], per_row))
 }
 
 /// Rows longer than this (the longest a cached softmax holds) get 1024 invocations.

@@ -33,7 +33,8 @@
 //!   indexed by `k < PER`, its length; workgroup arrays by local ids and subgroup ids below
 //!   the workgroup size, the sweep's tree by `t + k` with `t < k <= 512`, and the short
 //!   rows' segment trees by `local + s` and `local - lane` inside the invocation's own
-//!   segment of `T` (`lane < s <= T / 2`). Loops count up to `cols` by 256, to `PER`, or halve to 0.
+//!   segment of `T` (`lane < s <= T / 2`); the scalar short rows' register vec4 by
+//!   `k < 4`. Loops count up to `cols` by 256, to `PER`, or halve to 0.
 //!   (Checks cost the row softmax 13-28 % on the H100.)
 //! - **matmul, four-element loads** (f32, f16 packed, f16 native): `As`/`Bs` are indexed
 //!   up to `(a_k + 7) * 32 + slot`, `(b_k + 8) * 32 + t % 32` and `kk * 32 + 16 + tr`, at
@@ -213,9 +214,9 @@ shader!(
     SOFTMAX_WIDE = "softmax.wgsl (1024)", ["const WG: u32 = 1024u;\n", file!("softmax.wgsl")], NONE, true
 );
 
-/// The short-row softmax for `T` invocations per row.
+/// A short-row softmax kernel (`$file`) for `T` invocations per row.
 macro_rules! softmax_short {
-    ($name:literal, $t:literal) => {
+    ($name:literal, $file:literal, $t:literal) => {
         Shader {
             name: $name,
             source: concat!(
@@ -223,19 +224,41 @@ macro_rules! softmax_short {
                 $t,
                 "u;\n",
                 file!("combine1.wgsl"),
-                file!("softmax_short.wgsl")
+                file!("softmax_segment.wgsl"),
+                file!($file)
             ),
             requires: NONE,
             unchecked: true,
         }
     };
 }
-/// Row softmax for short rows (`softmax_short.wgsl`), several rows per workgroup: 32, 64
-/// and 128 invocations per row (rows of up to 128, 256 and 512 f32).
-pub const SOFTMAX_SHORT: [Shader; 3] = [
-    softmax_short!("softmax_short.wgsl (32)", 32),
-    softmax_short!("softmax_short.wgsl (64)", 64),
-    softmax_short!("softmax_short.wgsl (128)", 128),
+/// Row softmax for short rows, several rows per workgroup: 32, 64 and 128 invocations per
+/// row (rows of up to 128, 256 and 512 f32); one vec4 each (`softmax_short.wgsl`, rows
+/// whose length is a multiple of 4), then up to four scalars each
+/// (`softmax_short_scalar.wgsl`, any length).
+pub const SOFTMAX_SHORT: [[Shader; 3]; 2] = [
+    [
+        softmax_short!("softmax_short.wgsl (32)", "softmax_short.wgsl", 32),
+        softmax_short!("softmax_short.wgsl (64)", "softmax_short.wgsl", 64),
+        softmax_short!("softmax_short.wgsl (128)", "softmax_short.wgsl", 128),
+    ],
+    [
+        softmax_short!(
+            "softmax_short_scalar.wgsl (32)",
+            "softmax_short_scalar.wgsl",
+            32
+        ),
+        softmax_short!(
+            "softmax_short_scalar.wgsl (64)",
+            "softmax_short_scalar.wgsl",
+            64
+        ),
+        softmax_short!(
+            "softmax_short_scalar.wgsl (128)",
+            "softmax_short_scalar.wgsl",
+            128
+        ),
+    ],
 ];
 
 shader!(
@@ -466,9 +489,12 @@ pub const ALL: &[Shader] = &[
     SOFTMAX,
     SOFTMAX_WIDE,
     SOFTMAX_SWEEP,
-    SOFTMAX_SHORT[0],
-    SOFTMAX_SHORT[1],
-    SOFTMAX_SHORT[2],
+    SOFTMAX_SHORT[0][0],
+    SOFTMAX_SHORT[0][1],
+    SOFTMAX_SHORT[0][2],
+    SOFTMAX_SHORT[1][0],
+    SOFTMAX_SHORT[1][1],
+    SOFTMAX_SHORT[1][2],
     SOFTMAX_CACHED[0][0],
     SOFTMAX_CACHED[0][1],
     SOFTMAX_CACHED[0][2],
