@@ -5,18 +5,7 @@
 // The prefix sets `const WG: u32`, the invocations per row: 256, or 1024 for rows longer
 // than softmax_cached.wgsl holds (on the H100, rows of 50257 read 1037-1044 GB/s with 256).
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-    _pad5: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
+// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 

@@ -7,18 +7,7 @@
 // NaN and infinities as in softmax_cached.wgsl. x may be y: each invocation reads its
 // elements before the first combine and writes them after the second.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-    _pad5: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
+// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 

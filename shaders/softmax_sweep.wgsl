@@ -12,18 +12,7 @@
 // x may be y: each invocation's second-sweep reads are of the vec4s it then writes, and
 // every first-sweep read happens before the combine's first barrier.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-    _pad5: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
+// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 

@@ -86,12 +86,19 @@ macro_rules! shader {
     };
     ($(#[$doc:meta])* $ident:ident = $name:literal, [$($piece:expr),+ $(,)?], $requires:expr, $unchecked:expr) => {
         $(#[$doc])*
-        pub const $ident: Shader = Shader {
+        pub const $ident: Shader = shader_value!($name, [$($piece),+], $requires, $unchecked);
+    };
+}
+
+/// The [`Shader`] value of WGSL text pieces, for tables of variants.
+macro_rules! shader_value {
+    ($name:literal, [$($piece:expr),+ $(,)?], $requires:expr, $unchecked:expr) => {
+        Shader {
             name: $name,
             source: concat!($($piece),+),
             requires: $requires,
             unchecked: $unchecked,
-        };
+        }
     };
 }
 
@@ -207,29 +214,30 @@ shader!(
 shader!(
     /// Row-wise softmax for any row length (online max and sum, then one write), 256
     /// invocations per row.
-    SOFTMAX = "softmax.wgsl", ["const WG: u32 = 256u;\n", file!("softmax.wgsl")], NONE, true
+    SOFTMAX = "softmax.wgsl", ["const WG: u32 = 256u;\n", file!("softmax_params.wgsl"), file!("softmax.wgsl")], NONE, true
 );
 shader!(
     /// [`SOFTMAX`] with 1024 invocations per row, for long rows.
-    SOFTMAX_WIDE = "softmax.wgsl (1024)", ["const WG: u32 = 1024u;\n", file!("softmax.wgsl")], NONE, true
+    SOFTMAX_WIDE = "softmax.wgsl (1024)", ["const WG: u32 = 1024u;\n", file!("softmax_params.wgsl"), file!("softmax.wgsl")], NONE, true
 );
 
 /// A short-row softmax kernel (`$file`) for `T` invocations per row.
 macro_rules! softmax_short {
     ($name:literal, $file:literal, $t:literal) => {
-        Shader {
-            name: $name,
-            source: concat!(
+        shader_value!(
+            $name,
+            [
                 "const T: u32 = ",
                 $t,
                 "u;\n",
+                file!("softmax_params.wgsl"),
                 file!("combine1.wgsl"),
                 file!("softmax_segment.wgsl"),
                 file!($file)
-            ),
-            requires: NONE,
-            unchecked: true,
-        }
+            ],
+            NONE,
+            true
+        )
     };
 }
 /// Row softmax for short rows, several rows per workgroup: 32, 64 and 128 invocations per
@@ -263,26 +271,27 @@ pub const SOFTMAX_SHORT: [[Shader; 3]; 2] = [
 
 shader!(
     /// Row-wise softmax for long rows of vec4s, 1024 invocations per row.
-    SOFTMAX_SWEEP = "softmax_sweep.wgsl", [file!("softmax_sweep.wgsl")], NONE, true
+    SOFTMAX_SWEEP = "softmax_sweep.wgsl", [file!("softmax_params.wgsl"), file!("softmax_sweep.wgsl")], NONE, true
 );
 
 /// The row-in-registers softmax for `PER` vec4 per invocation, with the portable or the
 /// subgroup workgroup combine.
 macro_rules! softmax_cached {
     ($name:literal, $per:literal, $combine:literal, $requires:expr) => {
-        Shader {
-            name: $name,
-            source: concat!(
+        shader_value!(
+            $name,
+            [
                 "const PER: u32 = ",
                 $per,
                 "u;\n",
+                file!("softmax_params.wgsl"),
                 file!("combine1.wgsl"),
                 file!($combine),
                 file!("softmax_cached.wgsl")
-            ),
-            requires: $requires,
-            unchecked: true,
-        }
+            ],
+            $requires,
+            true
+        )
     };
 }
 /// Row softmax with the row held in registers (`softmax_cached.wgsl`), by vec4 per
@@ -382,16 +391,16 @@ macro_rules! in4_bindings {
 /// One matmul_vec4.wgsl variant for an input type and input access.
 macro_rules! matmul_vec4 {
     ($name:literal, $input:ident, $access:ident, $requires:expr) => {
-        Shader {
-            name: $name,
-            source: concat!(
+        shader_value!(
+            $name,
+            [
                 in4!($input),
                 in4_bindings!($access),
                 file!("matmul_vec4.wgsl")
-            ),
-            requires: $requires,
-            unchecked: true,
-        }
+            ],
+            $requires,
+            true
+        )
     };
 }
 /// f32 matmul with four-element loads and stores, for k and n multiples of 4: inputs

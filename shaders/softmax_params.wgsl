@@ -1,0 +1,15 @@
+// The parameters of every row softmax kernel (binding 0): x and y are row-major
+// `rows x cols` f32 matrices. The padding fills the kernels' 32-byte uniform slot.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
+    _pad5: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
