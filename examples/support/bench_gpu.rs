@@ -274,7 +274,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     let reps = if gpu.is_cpu() { 3 } else { 30 };
     warm_up(gpu, &kernels, &x, &y, figures);
     println!(
-        "{:<18} {:>12} {:>10} {:>10}",
+        "{:<20} {:>12} {:>10} {:>10}",
         "kernel", "elements", "ms/call", "GB/s"
     );
     let out = arena.alloc_typed::<f32>(1, "sum out").expect("out");
@@ -288,7 +288,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     let (short_rows, short_cols) = (n as u64 / 128, 128u64);
     let (vit_rows, vit_cols) = (n as u64 / 197, 197u64); // ViT attention: 14 x 14 + 1 tokens
                                                          // (name, bytes per element read + written, elements)
-    let cases: [(&str, u64, u64); 17] = [
+    let cases: [(&str, u64, u64); 19] = [
         ("axpy", 12, nn),
         ("copy", 8, nn),
         ("fill", 4, nn),
@@ -305,6 +305,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         ("softmax_50257", 8, odd_rows * odd_cols),
         ("softmax_128", 8, short_rows * short_cols),
         ("softmax_197", 8, vit_rows * vit_cols),
+        ("softmax_128_portable", 8, short_rows * short_cols),
+        ("softmax_197_portable", 8, vit_rows * vit_cols),
         ("to_f16", 6, nn),
     ];
     let mut copy_gbps = 0.0;
@@ -332,15 +334,19 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
                 "softmax" => b.softmax_rows(rows, cols, &x, &y).map(|_| ()),
                 "softmax_32000" => b.softmax_rows(vocab_rows, vocab_cols, &x, &y).map(|_| ()),
                 "softmax_50257" => b.softmax_rows(odd_rows, odd_cols, &x, &y).map(|_| ()),
-                "softmax_197" => b.softmax_rows(vit_rows, vit_cols, &x, &y).map(|_| ()),
-                "softmax_128" => b.softmax_rows(short_rows, short_cols, &x, &y).map(|_| ()),
+                "softmax_197" | "softmax_197_portable" => {
+                    b.softmax_rows(vit_rows, vit_cols, &x, &y).map(|_| ())
+                }
+                "softmax_128" | "softmax_128_portable" => {
+                    b.softmax_rows(short_rows, short_cols, &x, &y).map(|_| ())
+                }
                 _ => b.to_f16(nn, &x, &y).map(|_| ()),
             }
             .expect("record");
         });
         let gbps = bytes_per_elem as f64 * elems as f64 / secs / 1e9;
         println!(
-            "{:<18} {:>12} {:>10.3} {:>10.1}",
+            "{:<20} {:>12} {:>10.3} {:>10.1}",
             name,
             elems,
             secs * 1e3,

@@ -1,6 +1,11 @@
 //! Row-wise softmax, one kernel per kind of row (`kernel_for` picks it):
-//! - rows of at most 512, several to a workgroup: `shaders/softmax_short.wgsl` (length a
-//!   multiple of 4, one vec4 per invocation) or `shaders/softmax_short_scalar.wgsl`;
+//! - rows of at most 512, with subgroups: one row per subgroup,
+//!   `shaders/softmax_subgroup_rows.wgsl`, the row in the lanes' registers and combined by
+//!   subgroup operations (vec4 elements when the length is a multiple of 4), where up to
+//!   16 elements per lane of the smallest subgroup hold it;
+//! - other rows of at most 512, several to a workgroup: `shaders/softmax_short.wgsl`
+//!   (length a multiple of 4, one vec4 per invocation) or
+//!   `shaders/softmax_short_scalar.wgsl`, combined in workgroup memory;
 //! - rows of up to 16384 whose length is a multiple of 4: `shaders/softmax_cached.wgsl`,
 //!   the row held in registers, read once and written once;
 //! - longer rows whose length is a multiple of 4: `shaders/softmax_sweep.wgsl` (vec4
@@ -34,7 +39,12 @@ impl<'a> Batch<'a> {
         let limits = self.gpu().limits();
         let wide = limits.max_compute_invocations_per_workgroup >= 1024
             && limits.max_compute_workgroup_size_x >= 1024;
-        let (shader, entry, rows_per_group) = kernel_for(cols, self.kernels.subgroups, wide);
+        let info = self.gpu().info();
+        let subgroup_sizes = self
+            .kernels
+            .subgroups
+            .then_some((info.subgroup_min_size, info.subgroup_max_size));
+        let (shader, entry, rows_per_group) = kernel_for(cols, subgroup_sizes, wide);
         let groups = grid(rows, rows_per_group, self.gpu());
         let io = Bindings::two(Bound::of(x), Bound::of(y));
         self.record(shader, entry, params, io, groups)?;
@@ -43,13 +53,18 @@ impl<'a> Batch<'a> {
 }
 
 /// The kernel for rows of `cols` (see the module docs): its shader, entry point and rows
-/// per workgroup. `wide`: the device allows workgroups of 1024.
+/// per workgroup. `subgroup_sizes`: the smallest and largest subgroup size, when subgroup
+/// kernels may run; `wide`: the device allows workgroups of 1024.
 fn kernel_for(
     cols: u64,
-    subgroups: bool,
+    subgroup_sizes: Option<(u32, u32)>,
     wide: bool,
 ) -> (&'static shaders::Shader, &'static str, u64) {
     let vec4 = cols.is_multiple_of(4);
+    let subgroups = subgroup_sizes.is_some();
+    if let Some(kernel) = subgroup_sizes.and_then(|sizes| subgroup_rows_kernel(cols, sizes)) {
+        return kernel;
+    }
     if cols <= SHORT_ROW {
         // A power of two from 32 invocations covering the row in vec4s or fours of scalars.
         let per_row = cols.div_ceil(4).next_power_of_two().max(32);
@@ -73,6 +88,26 @@ fn kernel_for(
         (false, true) if cols > LONG_ROW => (&shaders::SOFTMAX_WIDE, "softmax", 1),
         _ => (&shaders::SOFTMAX, "softmax", 1),
     }
+}
+
+/// The one-row-per-subgroup kernel for rows of `cols`, if a lane's registers hold a row:
+/// at most 16 elements (f32, or vec4 when `cols` is a multiple of 4) per lane of the
+/// smallest subgroup, within [`SHORT_ROW`]. Rows per workgroup count the largest subgroups,
+/// so the grid covers every row whatever size the device picks (the kernel loops over
+/// rows past the first).
+fn subgroup_rows_kernel(
+    cols: u64,
+    (min_size, max_size): (u32, u32),
+) -> Option<(&'static shaders::Shader, &'static str, u64)> {
+    if cols > SHORT_ROW || min_size < 4 || max_size < min_size || max_size > 256 {
+        return None;
+    }
+    let vec4 = cols.is_multiple_of(4);
+    let elems = if vec4 { cols / 4 } else { cols };
+    let per = elems.div_ceil(u64::from(min_size)).next_power_of_two();
+    let slot = per.trailing_zeros() as usize;
+    let shader = shaders::SOFTMAX_SUBGROUP_ROWS[usize::from(vec4)].get(slot)?;
+    Some((shader, "softmax_subgroup_rows", 256 / u64::from(max_size)))
 }
 
 /// Rows of at most this many f32 share workgroups.

@@ -269,6 +269,99 @@ pub const SOFTMAX_SHORT: [[Shader; 3]; 2] = [
     ],
 ];
 
+/// Element prefixes of the one-row-per-subgroup softmax (`softmax_subgroup_rows.wgsl`).
+macro_rules! subgroup_rows_f32 {
+    () => {
+        "alias Elem = f32;\nconst ELEM: u32 = 1u;\n\
+         fn hmax(v: f32) -> f32 { return v; }\n\
+         fn hsum(v: f32) -> f32 { return v; }\n"
+    };
+}
+macro_rules! subgroup_rows_vec4 {
+    () => {
+        "alias Elem = vec4<f32>;\nconst ELEM: u32 = 4u;\n\
+         fn hmax(v: vec4<f32>) -> f32 { return max(max(v.x, v.y), max(v.z, v.w)); }\n\
+         fn hsum(v: vec4<f32>) -> f32 { return dot(v, vec4<f32>(1.0)); }\n"
+    };
+}
+/// The one-row-per-subgroup softmax for `PER` elements per lane.
+macro_rules! softmax_subgroup_rows {
+    ($name:literal, $elem:expr, $per:literal) => {
+        shader_value!(
+            $name,
+            [
+                "const PER: u32 = ",
+                $per,
+                "u;\n",
+                $elem,
+                file!("softmax_params.wgsl"),
+                file!("softmax_subgroup_rows.wgsl")
+            ],
+            SUBGROUP,
+            true
+        )
+    };
+}
+/// Row softmax for short rows, one row per subgroup (`softmax_subgroup_rows.wgsl`), by
+/// elements per lane (1, 2, 4, 8 and 16): f32 elements, then vec4 (rows whose length is a
+/// multiple of 4).
+pub const SOFTMAX_SUBGROUP_ROWS: [[Shader; 5]; 2] = [
+    [
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (f32, 1)",
+            subgroup_rows_f32!(),
+            1
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (f32, 2)",
+            subgroup_rows_f32!(),
+            2
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (f32, 4)",
+            subgroup_rows_f32!(),
+            4
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (f32, 8)",
+            subgroup_rows_f32!(),
+            8
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (f32, 16)",
+            subgroup_rows_f32!(),
+            16
+        ),
+    ],
+    [
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (vec4, 1)",
+            subgroup_rows_vec4!(),
+            1
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (vec4, 2)",
+            subgroup_rows_vec4!(),
+            2
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (vec4, 4)",
+            subgroup_rows_vec4!(),
+            4
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (vec4, 8)",
+            subgroup_rows_vec4!(),
+            8
+        ),
+        softmax_subgroup_rows!(
+            "softmax_subgroup_rows.wgsl (vec4, 16)",
+            subgroup_rows_vec4!(),
+            16
+        ),
+    ],
+];
+
 shader!(
     /// Row-wise softmax for long rows of vec4s, 1024 invocations per row.
     SOFTMAX_SWEEP = "softmax_sweep.wgsl", [file!("softmax_params.wgsl"), file!("softmax_sweep.wgsl")], NONE, true
@@ -504,6 +597,16 @@ pub const ALL: &[Shader] = &[
     SOFTMAX_SHORT[1][0],
     SOFTMAX_SHORT[1][1],
     SOFTMAX_SHORT[1][2],
+    SOFTMAX_SUBGROUP_ROWS[0][0],
+    SOFTMAX_SUBGROUP_ROWS[0][1],
+    SOFTMAX_SUBGROUP_ROWS[0][2],
+    SOFTMAX_SUBGROUP_ROWS[0][3],
+    SOFTMAX_SUBGROUP_ROWS[0][4],
+    SOFTMAX_SUBGROUP_ROWS[1][0],
+    SOFTMAX_SUBGROUP_ROWS[1][1],
+    SOFTMAX_SUBGROUP_ROWS[1][2],
+    SOFTMAX_SUBGROUP_ROWS[1][3],
+    SOFTMAX_SUBGROUP_ROWS[1][4],
     SOFTMAX_CACHED[0][0],
     SOFTMAX_CACHED[0][1],
     SOFTMAX_CACHED[0][2],
