@@ -11,7 +11,11 @@
 //!   the lock, releases it, polls or waits, and re-locks to collect; the next step is then
 //!   decided afresh, since other threads may have allocated or freed meanwhile;
 //! - blocks given back are only queued under the lock ([`State::doomed`]) and destroyed by
-//!   [`Shared::unlock`] after it is released.
+//!   [`Shared::unlock`] after it is released;
+//! - the one callback of ours that takes the lock, the allocation path's completion
+//!   callback ([`Shared::seal_lazily`]), only *tries* it: it may run inside another
+//!   thread's submit under the queue lock (`gpu::submit`), which a thread holding the
+//!   arena's lock may be waiting for.
 //!
 //! # The steps
 //! A request first takes a cached range of its exact size, then places a range in an
@@ -143,23 +147,82 @@ impl Shared {
         }
     }
 
-    /// Seals the open frees into an epoch when none is in flight or [`super::SEAL_BATCH`]
-    /// frees have gathered: a free sealed later still waits for all work submitted before
-    /// its drop, and registering a completion callback on every allocation would cost
-    /// more than the allocation. (With strictly one epoch in flight, the epoch sealed
-    /// right after a poll held a single free and everything dropped after it waited two
-    /// polls; batches let frees complete as the GPU finishes, whoever polls.)
-    pub(super) fn seal_lazily(&self, st: &mut State) {
-        if st.sealed.is_empty() || st.open.len() >= super::SEAL_BATCH {
-            self.seal(st);
+    /// Seals the open frees on the allocation path without making wgpu submit anything.
+    ///
+    /// `on_submitted_work_done` first submits the writes queued by `Queue::write_buffer`,
+    /// so a callback filed between a program's writes and its own submit costs it an extra
+    /// submission (48 us each on lavapipe, where registering one per allocation made a
+    /// loop of one write per allocation 1.9x slower than the same loop on one buffer).
+    /// So one callback at a time is *armed* for the allocation path: when it runs, most
+    /// often inside the program's next `Queue::submit` once the submission it was attached
+    /// to has finished, with no write queued, [`rearm`](Self::rearm) seals what was freed
+    /// meanwhile and files the next. Frees wait for the GPU as before: every epoch
+    /// completes through a callback filed after it was sealed. With no callback armed (the
+    /// first free, or after the arena went idle) the open frees are sealed and one is
+    /// armed at once. Frees beyond [`super::SEAL_BATCH`] are sealed without a callback of
+    /// their own so that they come back in batches. Waits, flushes and `maintain` seal and
+    /// file a callback at once ([`seal`](Self::seal)): they want the frees now.
+    pub(super) fn seal_lazily(self: &Arc<Self>, st: &mut State) {
+        if self.completion.armed() {
+            if st.open.len() >= super::SEAL_BATCH {
+                st.seal();
+            }
+            return;
+        }
+        if let Some(epoch) = st.seal() {
+            self.arm(epoch);
         }
     }
 
-    /// Seals the open frees and registers the epoch's completion. Safe under the lock:
-    /// `on_submitted_work_done` only flushes queued writes and files the callback, and the
-    /// callback only marks an atomic.
+    /// Files the armed callback (under the lock): it completes `epoch` and everything
+    /// sealed before it, then rearms. Safe under the lock, as [`seal`](Self::seal) is.
+    fn arm(self: &Arc<Self>, epoch: u64) {
+        if self.config.dry_run {
+            self.completion.mark(epoch);
+            return;
+        }
+        self.completion.set_armed(true);
+        let completion = self.completion.clone();
+        let arena = Arc::downgrade(self);
+        self.gpu.queue().on_submitted_work_done(move || {
+            completion.mark(epoch);
+            match arena.upgrade() {
+                Some(arena) => arena.rearm(),
+                None => completion.set_armed(false),
+            }
+        });
+    }
+
+    /// The armed callback ran: seal what was freed since and arm the next callback, unless
+    /// nothing is left to cover. Runs inside wgpu's callbacks, which may run inside
+    /// another thread's `Gpu::submit`, under the queue lock (`gpu::submit`), while this
+    /// thread holds the arena's lock and waits for that queue lock (a guard fill's
+    /// `write_buffer`): so it only *tries* the lock. When the lock is busy, nothing stays
+    /// armed and the next allocation's [`seal_lazily`](Self::seal_lazily) arms instead
+    /// (the lock's holder may be in it already, having seen the flag still set: then the
+    /// allocation after it).
+    fn rearm(self: &Arc<Self>) {
+        let Some(mut st) = self.state.try_lock() else {
+            self.completion.set_armed(false);
+            return;
+        };
+        self.completion.set_armed(false);
+        let done = self.completion.get();
+        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
+        if let Some(epoch) = st.seal().or(newest.filter(|&e| e > done)) {
+            self.arm(epoch);
+        }
+        self.unlock(st);
+    }
+
+    /// Seals the open frees and registers the completion of the newest epoch still in
+    /// flight (the allocation path may have sealed some without a callback of their own).
+    /// Safe under the lock: `on_submitted_work_done` only flushes queued writes and files
+    /// the callback, and the callback only marks an atomic.
     pub(super) fn seal(&self, st: &mut State) {
-        if let Some(epoch) = st.seal() {
+        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
+        let done = self.completion.get();
+        if let Some(epoch) = st.seal().or(newest.filter(|&e| e > done)) {
             if self.config.dry_run {
                 // A dry run records no GPU work: nothing can still be reading the range,
                 // as if the GPU finished every epoch at once.
@@ -184,11 +247,15 @@ impl Shared {
     /// that runs their callbacks (tens of microseconds). Either way a free comes back only
     /// through its callback: the flush is about when, never whether, the GPU is done.
     pub(super) fn poll_unlocked<'s>(
-        &'s self,
+        self: &'s Arc<Self>,
         mut st: MutexGuard<'s, State>,
         flush: bool,
     ) -> MutexGuard<'s, State> {
-        self.seal(&mut st);
+        if flush {
+            self.seal(&mut st);
+        } else {
+            self.seal_lazily(&mut st);
+        }
         self.unlock(st);
         self.gpu.poll();
         let mut st = self.state.lock();

@@ -5,7 +5,7 @@
 //! released (see `acquire.rs`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::alloc::{BlockAlloc, BlockId, BlockSet, RangeHandle};
@@ -166,6 +166,8 @@ pub(crate) struct State {
     pub budget: Option<u64>,
     pub pools: Vec<Pool>,
     pub open: Vec<PendingFree>,
+    /// Emptied epoch vectors, kept for the next seals (`seal`, `harvest`).
+    pub spare_epochs: Vec<Vec<PendingFree>>,
     pub sealed: VecDeque<(u64, Vec<PendingFree>)>,
     pub next_epoch: u64,
     pub live: LiveSlab,
@@ -204,6 +206,9 @@ pub(crate) struct State {
     pub loop_blocks: Vec<super::planned::LoopBlock>,
 }
 
+/// Emptied epoch vectors up to this capacity are kept for the next seals.
+const MAX_SPARE_EPOCH: usize = 4096;
+
 /// At most this many spare labels per label and arena references are kept.
 pub(crate) const MAX_SPARES: usize = 1024;
 
@@ -213,6 +218,7 @@ impl State {
             budget,
             pools: Vec::new(),
             open: Vec::new(),
+            spare_epochs: Vec::new(),
             sealed: VecDeque::new(),
             next_epoch: 1,
             live: LiveSlab::default(),
@@ -301,9 +307,6 @@ impl State {
         c.allocated += size;
         c.peak_allocated = c.peak_allocated.max(c.allocated);
         c.peak_active = c.peak_active.max(c.allocated + c.pending);
-        let reserved = self.reserved();
-        let c = &mut self.counters;
-        c.peak_reserved = c.peak_reserved.max(reserved);
         if let Some((_, l)) = self.label_stats.get_mut(label as usize) {
             l.count += 1;
             l.bytes += size;
@@ -346,7 +349,8 @@ impl State {
         let epoch = self.next_epoch;
         self.next_epoch += 1;
         self.counters.seals += 1;
-        let frees = std::mem::take(&mut self.open);
+        let spare = self.spare_epochs.pop().unwrap_or_default();
+        let frees = std::mem::replace(&mut self.open, spare);
         self.sealed.push_back((epoch, frees));
         Some(epoch)
     }
@@ -355,27 +359,36 @@ impl State {
     pub fn harvest(&mut self, completed: u64) -> usize {
         let mut n = 0;
         while self.sealed.front().is_some_and(|(e, _)| *e <= completed) {
-            let Some((_, frees)) = self.sealed.pop_front() else {
+            let Some((_, mut frees)) = self.sealed.pop_front() else {
                 break;
             };
             let used_at = self.harvests;
-            for f in frees {
+            let (pools, ready, counters) = (&mut self.pools, &mut self.ready, &mut self.counters);
+            // Frees of a loop come in runs of one size: one lookup per run, not per free.
+            let mut run: Option<((usize, u64), &mut ReadyList)> = None;
+            for f in frees.drain(..) {
                 let size = f.range.placed.size;
-                self.counters.pending -= size;
+                counters.pending -= size;
                 n += 1;
                 let Some(class) = f.class else {
-                    self.pools[f.pool].set.free(f.range.placed);
+                    pools[f.pool].set.free(f.range.placed);
                     continue;
                 };
-                self.counters.cached += size;
-                self.ready
-                    .entry((f.pool, class))
-                    .or_insert_with(|| ReadyList {
+                counters.cached += size;
+                let key = (f.pool, class);
+                let list = match run.take() {
+                    Some((k, list)) if k == key => list,
+                    _ => ready.entry(key).or_insert_with(|| ReadyList {
                         ranges: Vec::new(),
                         used_at,
-                    })
-                    .ranges
-                    .push(f.range);
+                    }),
+                };
+                list.ranges.push(f.range);
+                run = Some((key, list));
+            }
+            // The emptied vector serves the next epoch: no allocation per seal.
+            if self.spare_epochs.len() < 4 && frees.capacity() <= MAX_SPARE_EPOCH {
+                self.spare_epochs.push(frees);
             }
         }
         if n > 0 {
@@ -469,6 +482,10 @@ impl State {
         }
         p.buffers[i] = Some(Arc::new(buffer));
         self.counters.blocks_created += 1;
+        // Reserved bytes only grow here: the peak is kept here, not on every allocation.
+        let reserved = self.reserved();
+        let c = &mut self.counters;
+        c.peak_reserved = c.peak_reserved.max(reserved);
     }
 
     /// Takes the buffer of block `id` of `pool`, which its block set just released: it is
@@ -489,15 +506,26 @@ impl State {
     }
 }
 
-/// Completion marker shared with wgpu's `on_submitted_work_done` callbacks.
+/// Completion marker shared with wgpu's `on_submitted_work_done` callbacks: the newest
+/// epoch known complete, and whether the allocation path's callback is armed
+/// (`Shared::seal_lazily`).
 #[derive(Default)]
-pub(crate) struct Completion(AtomicU64);
+pub(crate) struct Completion {
+    done: AtomicU64,
+    armed: AtomicBool,
+}
 
 impl Completion {
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.done.load(Ordering::Acquire)
     }
     pub fn mark(&self, epoch: u64) {
-        self.0.fetch_max(epoch, Ordering::AcqRel);
+        self.done.fetch_max(epoch, Ordering::AcqRel);
+    }
+    pub fn armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+    pub fn set_armed(&self, armed: bool) {
+        self.armed.store(armed, Ordering::Release);
     }
 }
