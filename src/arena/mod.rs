@@ -113,6 +113,10 @@ pub(crate) struct Shared {
     completion: Arc<Completion>,
     /// Blocks go to host-visible memory ([`BlockMemory`], resolved for this device).
     host_visible_blocks: bool,
+    /// The allocation path files one completion callback at a time
+    /// (`Shared::seal_lazily`): on CPU adapters, where a submission costs tens of
+    /// microseconds.
+    chained_callbacks: bool,
     /// The pressure hook of the tier that owns this arena's movable allocations, if any
     /// (weak: the tier holds the arena, not the other way round).
     relief: Mutex<Option<std::sync::Weak<dyn Relief>>>,
@@ -138,6 +142,7 @@ impl Arena {
             state: Mutex::new(State::new(budget)),
             completion: Arc::new(Completion::default()),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
+            chained_callbacks: gpu.is_cpu(),
             relief: Mutex::new(None),
             config,
         });
