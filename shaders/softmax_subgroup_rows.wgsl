@@ -18,8 +18,9 @@
 // through exp, whichever maximum subgroupMax returns, so the whole row comes out NaN.
 // x may be y: each element is read and written by the same lane.
 
-@group(0) @binding(1) var<storage, read_write> x: array<Elem>;
-@group(0) @binding(2) var<storage, read_write> y: array<Elem>;
+// The prefix also declares `x` and `y`: both read_write at bindings 1 and 2, or `x`
+// read-only at binding 1 and `y` at binding 3 (the read-only layout, when x and y lie in
+// different buffers).
 
 @compute @workgroup_size(256)
 fn softmax_subgroup_rows(@builtin(workgroup_id) wg: vec3<u32>,

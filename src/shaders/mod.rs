@@ -287,6 +287,9 @@ macro_rules! subgroup_rows_vec4 {
 /// The one-row-per-subgroup softmax for `PER` elements per lane.
 macro_rules! softmax_subgroup_rows {
     ($name:literal, $elem:expr, $per:literal) => {
+        softmax_subgroup_rows!($name, $elem, $per, "@group(0) @binding(1) var<storage, read_write> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n")
+    };
+    ($name:literal, $elem:expr, $per:literal, $io:expr) => {
         shader_value!(
             $name,
             [
@@ -294,6 +297,7 @@ macro_rules! softmax_subgroup_rows {
                 $per,
                 "u;\n",
                 $elem,
+                $io,
                 file!("softmax_params.wgsl"),
                 file!("softmax_subgroup_rows.wgsl")
             ],
@@ -359,6 +363,23 @@ pub const SOFTMAX_SUBGROUP_ROWS: [[Shader; 5]; 2] = [
             subgroup_rows_vec4!(),
             16
         ),
+    ],
+];
+/// [`SOFTMAX_SUBGROUP_ROWS`] with `x` bound read-only (the kernels' read-only layout).
+pub const SOFTMAX_SUBGROUP_ROWS_RO: [[Shader; 5]; 2] = [
+    [
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 1, read-only x)", subgroup_rows_f32!(), 1, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 2, read-only x)", subgroup_rows_f32!(), 2, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 4, read-only x)", subgroup_rows_f32!(), 4, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 8, read-only x)", subgroup_rows_f32!(), 8, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 16, read-only x)", subgroup_rows_f32!(), 16, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+    ],
+    [
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 1, read-only x)", subgroup_rows_vec4!(), 1, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 2, read-only x)", subgroup_rows_vec4!(), 2, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 4, read-only x)", subgroup_rows_vec4!(), 4, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 8, read-only x)", subgroup_rows_vec4!(), 8, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 16, read-only x)", subgroup_rows_vec4!(), 16, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
     ],
 ];
 
@@ -607,6 +628,16 @@ pub const ALL: &[Shader] = &[
     SOFTMAX_SUBGROUP_ROWS[1][2],
     SOFTMAX_SUBGROUP_ROWS[1][3],
     SOFTMAX_SUBGROUP_ROWS[1][4],
+    SOFTMAX_SUBGROUP_ROWS_RO[0][0],
+    SOFTMAX_SUBGROUP_ROWS_RO[0][1],
+    SOFTMAX_SUBGROUP_ROWS_RO[0][2],
+    SOFTMAX_SUBGROUP_ROWS_RO[0][3],
+    SOFTMAX_SUBGROUP_ROWS_RO[0][4],
+    SOFTMAX_SUBGROUP_ROWS_RO[1][0],
+    SOFTMAX_SUBGROUP_ROWS_RO[1][1],
+    SOFTMAX_SUBGROUP_ROWS_RO[1][2],
+    SOFTMAX_SUBGROUP_ROWS_RO[1][3],
+    SOFTMAX_SUBGROUP_ROWS_RO[1][4],
     SOFTMAX_CACHED[0][0],
     SOFTMAX_CACHED[0][1],
     SOFTMAX_CACHED[0][2],
