@@ -32,8 +32,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<Elem>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+// `x` and `y` come from the prefix: both read_write at bindings 1 and 2, or `x` read-only
+// at binding 1 and `y` at binding 3 (the kernels' read-only layout).
 
 const WG: u32 = 256u;
 

@@ -61,14 +61,27 @@ fn segment_vec4(vec4s: u64) -> u64 {
 }
 
 impl<'a> Batch<'a> {
-    fn reduce_pass(&mut self, op: Reduce, pass: ReducePass, io: Bindings) -> Result<()> {
-        let shader = match (pass.vec4, self.kernels.subgroups) {
-            (true, true) => &shaders::REDUCE_VEC4_SUBGROUP,
-            (true, false) => &shaders::REDUCE_VEC4,
-            (false, true) => &shaders::REDUCE_SUBGROUP,
-            (false, false) => &shaders::REDUCE,
+    fn reduce_pass(&mut self, op: Reduce, pass: ReducePass, mut io: Bindings) -> Result<()> {
+        // The vec4 pass reads x through a read-only binding when x lies in another buffer
+        // than its output (y written through binding 3, binding 2 repeating x).
+        // H100, sum of 64 Mi floats: 2399-2440 GB/s against 2312-2405 read_write, paired.
+        let read_only = pass.vec4 && io.x.buffer != io.y.buffer;
+        let shader = match (pass.vec4, self.kernels.subgroups, read_only) {
+            (true, true, true) => &shaders::REDUCE_VEC4_SUBGROUP_READ_ONLY,
+            (true, false, true) => &shaders::REDUCE_VEC4_READ_ONLY,
+            (true, true, false) => &shaders::REDUCE_VEC4_SUBGROUP,
+            (true, false, false) => &shaders::REDUCE_VEC4,
+            (false, true, _) => &shaders::REDUCE_SUBGROUP,
+            (false, false, _) => &shaders::REDUCE,
         };
-        let pipeline = self.kernels.pipeline(shader, "reduce_rows")?;
+        let pipeline = if read_only {
+            io = Bindings::three(io.x.clone(), io.x, io.y);
+            io.read_only_inputs = true;
+            self.kernels
+                .pipeline_read_only_inputs(shader, "reduce_rows")?
+        } else {
+            self.kernels.pipeline(shader, "reduce_rows")?
+        };
         let params: Params = [
             pass.n as u32,
             pass.cols as u32,

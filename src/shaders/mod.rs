@@ -146,19 +146,31 @@ shader!(
     /// f32 elementwise kernels, one vec4 per invocation (the aligned body of each array).
     ELEMENTWISE_VEC4 = "elementwise.wgsl (vec4)", ["alias Elem = vec4<f32>;\n", file!("elementwise.wgsl")], NONE
 );
+/// The reduction's `x` and `y`, both read_write (bindings 1 and 2).
+macro_rules! REDUCE_IO_RW {
+    () => {
+        "@group(0) @binding(1) var<storage, read_write> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<f32>;\n"
+    };
+}
+/// The reduction's `x` read-only (binding 1) and `y` at binding 3: the read-only layout.
+macro_rules! REDUCE_IO_RO {
+    () => {
+        "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<f32>;\n"
+    };
+}
 shader!(
     /// Sum, max and min over rows of a 2-D view (and, in passes, over whole arrays), f32
     /// loads, combined in workgroup memory.
     REDUCE = "reduce.wgsl (f32)",
     ["alias Elem = f32;\nalias Bits = u32;\n", "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
-     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
     NONE
 );
 shader!(
     /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
     REDUCE_VEC4 = "reduce.wgsl (vec4)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
     NONE
 );
 shader!(
@@ -166,7 +178,7 @@ shader!(
     REDUCE_SUBGROUP = "reduce.wgsl (f32, subgroup)",
     ["alias Elem = f32;\nalias Bits = u32;\n",
      "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
-     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
     wgpu::Features::SUBGROUP
 );
 shader!(
@@ -174,7 +186,23 @@ shader!(
     REDUCE_VEC4_SUBGROUP = "reduce.wgsl (vec4, subgroup)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
+    wgpu::Features::SUBGROUP
+);
+shader!(
+    /// [`REDUCE_VEC4`] reading `x` through a read-only binding (when it lies in another
+    /// buffer than the output).
+    REDUCE_VEC4_READ_ONLY = "reduce.wgsl (vec4, read-only x)",
+    ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
+     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+    NONE
+);
+shader!(
+    /// [`REDUCE_VEC4_SUBGROUP`] reading `x` through a read-only binding.
+    REDUCE_VEC4_SUBGROUP_READ_ONLY = "reduce.wgsl (vec4, subgroup, read-only x)",
+    ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
+     "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
+     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
     wgpu::Features::SUBGROUP
 );
 shader!(
@@ -604,6 +632,8 @@ pub const ALL: &[Shader] = &[
     REDUCE_VEC4,
     REDUCE_SUBGROUP,
     REDUCE_VEC4_SUBGROUP,
+    REDUCE_VEC4_READ_ONLY,
+    REDUCE_VEC4_SUBGROUP_READ_ONLY,
     SCAN_U32,
     SCAN_F32,
     SCAN_U32_SUBGROUP,
