@@ -34,16 +34,14 @@ impl<'a> Batch<'a> {
         if eights > 0 {
             let params: Params = [eights as u32, 0, 0, 0, 0, 0, 0, 0];
             let groups = grid(eights, WORKGROUP, self.gpu());
-            let pipeline = self.kernels.pipeline(&shaders::CAST_F16_X8, entry)?;
-            self.dispatch(entry, &pipeline, params, io.clone(), groups)?;
+            self.run(&shaders::CAST_F16_X8, entry, params, io.clone(), groups)?;
         }
         let rest = n - eights * 8;
         if rest > 0 {
             // Pairs from 4 * eights on; an odd n ends in a half-used word.
             let params: Params = [n as u32, (eights * 4) as u32, 0, 0, 0, 0, 0, 0];
             let groups = grid(rest.div_ceil(2), WORKGROUP, self.gpu());
-            let pipeline = self.kernels.pipeline(&shaders::CAST_F16_PACKED, entry)?;
-            self.dispatch(entry, &pipeline, params, io, groups)?;
+            self.run(&shaders::CAST_F16_PACKED, entry, params, io, groups)?;
         }
         self.dispatches += 1;
         Ok(())

@@ -129,7 +129,6 @@ impl<'a> Batch<'a> {
         [alpha, beta, value]: [f32; 3],
         io: Bindings,
     ) -> Result<()> {
-        let k = self.kernels;
         let gpu = self.gpu();
         let body = n / 4;
         let tail = n % 4;
@@ -146,20 +145,18 @@ impl<'a> Batch<'a> {
             ]
         };
         if body > 0 {
-            let pipeline = k.pipeline(&shaders::ELEMENTWISE_VEC4, entry)?;
-            self.dispatch(
+            self.run(
+                &shaders::ELEMENTWISE_VEC4,
                 entry,
-                &pipeline,
                 params(body, 0),
                 io.clone(),
                 grid(body, WORKGROUP, gpu),
             )?;
         }
         if tail > 0 {
-            let pipeline = k.pipeline(&shaders::ELEMENTWISE, entry)?;
-            self.dispatch(
+            self.run(
+                &shaders::ELEMENTWISE,
                 entry,
-                &pipeline,
                 params(n, body * 4),
                 io,
                 grid(tail, WORKGROUP, gpu),

@@ -85,14 +85,8 @@ impl<'a> Batch<'a> {
             (MatmulInput::F16, true) => &shaders::MATMUL_VEC4_F16_NATIVE,
             (MatmulInput::F16, false) => &shaders::MATMUL_VEC4_F16_PACKED,
         };
-        let pipeline = if io.read_only_inputs {
-            self.kernels
-                .pipeline_read_only_inputs(&variants[1], "matmul")?
-        } else {
-            self.kernels.pipeline(&variants[0], "matmul")?
-        };
-        self.dispatch("matmul", &pipeline, params, io, groups)?;
-        self.dispatches += 1;
+        let shader = &variants[usize::from(io.read_only_inputs)];
+        self.record(shader, "matmul", params, io, groups)?;
         Ok(self)
     }
 }

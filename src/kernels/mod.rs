@@ -362,28 +362,25 @@ impl Kernels {
         }
     }
 
-    /// A pipeline of a shader written for the shared layout (parameters, `x`, `y`, `z`).
+    /// The pipeline of `shader`'s `entry` in the layout `io` is bound with: every storage
+    /// binding writable, or `x` and `y` read-only (`Bindings::read_only_inputs`, for
+    /// shaders that declare them so).
     fn pipeline(
         &self,
         shader: &shaders::Shader,
         entry: &str,
+        io: &Bindings,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
-        let layout = NamedLayout {
-            name: "kernels",
-            layout: &self.shared.pipeline_layout,
-        };
-        self.arena.gpu().pipeline_with_layout(shader, entry, layout)
-    }
-
-    /// A pipeline of a shader that declares `x` and `y` read-only (the second layout).
-    fn pipeline_read_only_inputs(
-        &self,
-        shader: &shaders::Shader,
-        entry: &str,
-    ) -> Result<Arc<wgpu::ComputePipeline>> {
-        let layout = NamedLayout {
-            name: "kernels (read-only x, y)",
-            layout: &self.shared.read_only_pipeline_layout,
+        let layout = if io.read_only_inputs {
+            NamedLayout {
+                name: "kernels (read-only x, y)",
+                layout: &self.shared.read_only_pipeline_layout,
+            }
+        } else {
+            NamedLayout {
+                name: "kernels",
+                layout: &self.shared.pipeline_layout,
+            }
         };
         self.arena.gpu().pipeline_with_layout(shader, entry, layout)
     }
@@ -730,10 +727,23 @@ impl<'a> Batch<'a> {
         io: Bindings,
         groups: (u32, u32),
     ) -> Result<()> {
-        let pipeline = self.kernels.pipeline(shader, entry)?;
-        self.dispatch(entry, &pipeline, params, io, groups)?;
+        self.run(shader, entry, params, io, groups)?;
         self.dispatches += 1;
         Ok(())
+    }
+
+    /// Dispatches `entry` of `shader` on `io`, in the pipeline layout `io` asks for, without
+    /// counting a kernel (one kernel may take several dispatches).
+    fn run(
+        &mut self,
+        shader: &shaders::Shader,
+        entry: &'static str,
+        params: Params,
+        io: Bindings,
+        groups: (u32, u32),
+    ) -> Result<()> {
+        let pipeline = self.kernels.pipeline(shader, entry, &io)?;
+        self.dispatch(entry, &pipeline, params, io, groups)
     }
 
     /// A scratch range of `bytes` that lives until the batch is submitted.

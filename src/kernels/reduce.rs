@@ -74,14 +74,10 @@ impl<'a> Batch<'a> {
             (false, true, _) => &shaders::REDUCE_SUBGROUP,
             (false, false, _) => &shaders::REDUCE,
         };
-        let pipeline = if read_only {
+        if read_only {
             io = Bindings::three(io.x.clone(), io.x, io.y);
             io.read_only_inputs = true;
-            self.kernels
-                .pipeline_read_only_inputs(shader, "reduce_rows")?
-        } else {
-            self.kernels.pipeline(shader, "reduce_rows")?
-        };
+        }
         let params: Params = [
             pass.n as u32,
             pass.cols as u32,
@@ -93,7 +89,7 @@ impl<'a> Batch<'a> {
             0,
         ];
         let groups = grid(pass.rows, 1, self.gpu());
-        self.dispatch("reduce_rows", &pipeline, params, io, groups)
+        self.run(shader, "reduce_rows", params, io, groups)
     }
 
     /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed
