@@ -32,8 +32,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-// `x` and `y` come from the prefix: both read_write at bindings 1 and 2, or `x` read-only
-// at binding 1 and `y` at binding 3 (the kernels' read-only layout).
+// `x` and `y` come from the prefix, at bindings 1 and 2: both read_write, or `x` read-only
+// (when it lies in another buffer than `y`).
 
 const WG: u32 = 256u;
 

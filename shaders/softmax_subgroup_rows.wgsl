@@ -19,8 +19,7 @@
 // x may be y: each element is read and written by the same lane.
 
 // The prefix also declares `x` and `y`: both read_write at bindings 1 and 2, or `x`
-// read-only at binding 1 and `y` at binding 3 (the read-only layout, when x and y lie in
-// different buffers).
+// read-only at binding 1 (when x and y lie in different buffers).
 
 @compute @workgroup_size(256)
 fn softmax_subgroup_rows(@builtin(workgroup_id) wg: vec3<u32>,

@@ -3,7 +3,7 @@
 //! steps of 16 along k: 1.45x `matmul.wgsl` at 4096^3 f32 on the H100); the others run
 //! `shaders/matmul.wgsl`.
 
-use super::{check_no_overlap, shape, Batch, Bindings, Bound, Params};
+use super::{check_no_overlap, shape, Access, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -79,13 +79,15 @@ impl<'a> Batch<'a> {
                 .map(|_| self);
         }
         // Inputs in buffers of their own are bound read-only (see `Shared` in mod.rs).
-        io.read_only_inputs = a.buffer() != c.buffer() && b.buffer() != c.buffer();
+        if a.buffer() != c.buffer() && b.buffer() != c.buffer() {
+            io.access = Access::ReadOnlyXY;
+        }
         let variants = match (input, self.kernels.native_f16) {
             (MatmulInput::F32, _) => &shaders::MATMUL_VEC4_F32,
             (MatmulInput::F16, true) => &shaders::MATMUL_VEC4_F16_NATIVE,
             (MatmulInput::F16, false) => &shaders::MATMUL_VEC4_F16_PACKED,
         };
-        let shader = &variants[usize::from(io.read_only_inputs)];
+        let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
         self.record(shader, "matmul", params, io, groups)?;
         Ok(self)
     }

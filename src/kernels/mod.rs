@@ -97,10 +97,43 @@ struct Bindings {
     x: Bound,
     y: Bound,
     z: Bound,
-    /// `x` and `y` are bound read-only (the second layout; see [`Shared`]). Only where
-    /// neither shares a buffer with `z`: WebGPU refuses one buffer bound both read-only
-    /// and writable in a dispatch.
-    read_only_inputs: bool,
+    /// Which bindings are read-only (the layout; see [`Shared`]).
+    access: Access,
+}
+
+/// Which storage bindings a dispatch binds read-only: one pipeline layout each. A range
+/// may be bound read-only only where it shares no buffer with a writable one: WebGPU
+/// refuses one buffer bound both read-only and writable in a dispatch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+enum Access {
+    /// Every binding writable (arena ranges share buffers; see `shaders/elementwise.wgsl`).
+    #[default]
+    Writable,
+    /// `x` read-only; `y` and `z` writable.
+    ReadOnlyX,
+    /// `x` and `y` read-only; `z` writable.
+    ReadOnlyXY,
+}
+
+impl Access {
+    const ALL: [Access; 3] = [Access::Writable, Access::ReadOnlyX, Access::ReadOnlyXY];
+
+    /// Whether storage binding `binding` (1, 2 or 3) is read-only.
+    fn read_only(self, binding: u32) -> bool {
+        match self {
+            Access::Writable => false,
+            Access::ReadOnlyX => binding == 1,
+            Access::ReadOnlyXY => binding < 3,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Access::Writable => "kernels",
+            Access::ReadOnlyX => "kernels (read-only x)",
+            Access::ReadOnlyXY => "kernels (read-only x, y)",
+        }
+    }
 }
 
 impl Bindings {
@@ -110,7 +143,7 @@ impl Bindings {
             z: y.clone(),
             x,
             y,
-            read_only_inputs: false,
+            access: Access::Writable,
         }
     }
 
@@ -120,8 +153,16 @@ impl Bindings {
             x,
             y,
             z,
-            read_only_inputs: false,
+            access: Access::Writable,
         }
+    }
+
+    /// These bindings with `x` read-only where its buffer holds neither `y` nor `z`.
+    fn reading_x_only(mut self) -> Bindings {
+        if self.x.buffer != self.y.buffer && self.x.buffer != self.z.buffer {
+            self.access = Access::ReadOnlyX;
+        }
+        self
     }
 }
 
@@ -136,16 +177,15 @@ struct BindCache {
     groups: HashMap<BindKey, wgpu::BindGroup>,
 }
 
-/// The kernels' layouts and bind groups. Every storage binding is writable in the shared
-/// layout (arena ranges share buffers, see `shaders/elementwise.wgsl`); the second layout
-/// binds `x` and `y` read-only, for kernels whose inputs are in buffers of their own: on
-/// the H100 the f32 matmul ran 33.2 TFLOP/s with writable inputs and 36.7 read-only, the
-/// f16 one 30.9 and 36.3 (the compiler may then cache and reorder their loads).
+/// The kernels' layouts, one per [`Access`], and bind groups. Every storage binding is
+/// writable in the shared layout (arena ranges share buffers, see
+/// `shaders/elementwise.wgsl`); the others bind inputs read-only, for kernels whose inputs
+/// are in buffers of their own (the compiler may then cache and reorder their loads). On
+/// the H100: the f32 matmul 33.2 TFLOP/s with writable inputs and 36.7 read-only, the f16
+/// one 30.9 and 36.3; the softmax of rows of 197 floats 2257-2273 GB/s and 2753-2785.
 struct Shared {
-    layout: wgpu::BindGroupLayout,
-    pipeline_layout: wgpu::PipelineLayout,
-    read_only_layout: wgpu::BindGroupLayout,
-    read_only_pipeline_layout: wgpu::PipelineLayout,
+    /// By `Access as usize`: the bind group layout and its pipeline layout.
+    layouts: [(wgpu::BindGroupLayout, wgpu::PipelineLayout); 3],
     cache: Mutex<BindCache>,
 }
 
@@ -254,12 +294,9 @@ impl Kernels {
         };
         // Downlevel devices (WebGL2 limits: no storage buffers in compute) refuse this
         // layout: a typed error, not a panic in wgpu's uncaptured-error handler.
-        let ((layout, pipeline_layout), (read_only_layout, read_only_pipeline_layout)) = gpu
+        let layouts = gpu
             .scoped("creating the kernels' bind group layouts", || {
-                (
-                    Self::layouts(device, |b| storage(b, false)),
-                    Self::layouts(device, |b| storage(b, b < 3)),
-                )
+                Access::ALL.map(|access| Self::layouts(device, |b| storage(b, access.read_only(b))))
             })
             .map_err(|e| {
                 Error::invalid(
@@ -276,10 +313,7 @@ impl Kernels {
             subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
             native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
             shared: Arc::new(Shared {
-                layout,
-                pipeline_layout,
-                read_only_layout,
-                read_only_pipeline_layout,
+                layouts,
                 cache: Mutex::new(BindCache {
                     released: 0,
                     groups: HashMap::new(),
@@ -362,25 +396,17 @@ impl Kernels {
         }
     }
 
-    /// The pipeline of `shader`'s `entry` in the layout `io` is bound with: every storage
-    /// binding writable, or `x` and `y` read-only (`Bindings::read_only_inputs`, for
-    /// shaders that declare them so).
+    /// The pipeline of `shader`'s `entry` in the layout `io` is bound with
+    /// (`Bindings::access`; the shader must declare the same bindings read-only).
     fn pipeline(
         &self,
         shader: &shaders::Shader,
         entry: &str,
         io: &Bindings,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
-        let layout = if io.read_only_inputs {
-            NamedLayout {
-                name: "kernels (read-only x, y)",
-                layout: &self.shared.read_only_pipeline_layout,
-            }
-        } else {
-            NamedLayout {
-                name: "kernels",
-                layout: &self.shared.pipeline_layout,
-            }
+        let layout = NamedLayout {
+            name: io.access.name(),
+            layout: &self.shared.layouts[io.access as usize].1,
         };
         self.arena.gpu().pipeline_with_layout(shader, entry, layout)
     }
@@ -409,11 +435,7 @@ impl Kernels {
             .device()
             .create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("vramkit kernels"),
-                layout: if key.io.read_only_inputs {
-                    &self.shared.read_only_layout
-                } else {
-                    &self.shared.layout
-                },
+                layout: &self.shared.layouts[key.io.access as usize].0,
                 entries: &[
                     wgpu::BindGroupEntry {
                         binding: 0,

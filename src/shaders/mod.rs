@@ -152,10 +152,10 @@ macro_rules! REDUCE_IO_RW {
         "@group(0) @binding(1) var<storage, read_write> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<f32>;\n"
     };
 }
-/// The reduction's `x` read-only (binding 1) and `y` at binding 3: the read-only layout.
+/// The reduction's `x` read-only (binding 1) and `y` writable (binding 2).
 macro_rules! REDUCE_IO_RO {
     () => {
-        "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<f32>;\n"
+        "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<f32>;\n"
     };
 }
 shader!(
@@ -393,21 +393,21 @@ pub const SOFTMAX_SUBGROUP_ROWS: [[Shader; 5]; 2] = [
         ),
     ],
 ];
-/// [`SOFTMAX_SUBGROUP_ROWS`] with `x` bound read-only (the kernels' read-only layout).
+/// [`SOFTMAX_SUBGROUP_ROWS`] with `x` bound read-only (when it lies in another buffer than `y`).
 pub const SOFTMAX_SUBGROUP_ROWS_RO: [[Shader; 5]; 2] = [
     [
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 1, read-only x)", subgroup_rows_f32!(), 1, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 2, read-only x)", subgroup_rows_f32!(), 2, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 4, read-only x)", subgroup_rows_f32!(), 4, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 8, read-only x)", subgroup_rows_f32!(), 8, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 16, read-only x)", subgroup_rows_f32!(), 16, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 1, read-only x)", subgroup_rows_f32!(), 1, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 2, read-only x)", subgroup_rows_f32!(), 2, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 4, read-only x)", subgroup_rows_f32!(), 4, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 8, read-only x)", subgroup_rows_f32!(), 8, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (f32, 16, read-only x)", subgroup_rows_f32!(), 16, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
     ],
     [
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 1, read-only x)", subgroup_rows_vec4!(), 1, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 2, read-only x)", subgroup_rows_vec4!(), 2, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 4, read-only x)", subgroup_rows_vec4!(), 4, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 8, read-only x)", subgroup_rows_vec4!(), 8, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
-        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 16, read-only x)", subgroup_rows_vec4!(), 16, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(3) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 1, read-only x)", subgroup_rows_vec4!(), 1, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 2, read-only x)", subgroup_rows_vec4!(), 2, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 4, read-only x)", subgroup_rows_vec4!(), 4, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 8, read-only x)", subgroup_rows_vec4!(), 8, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
+        softmax_subgroup_rows!("softmax_subgroup_rows.wgsl (vec4, 16, read-only x)", subgroup_rows_vec4!(), 16, "@group(0) @binding(1) var<storage, read> x: array<Elem>;\n@group(0) @binding(2) var<storage, read_write> y: array<Elem>;\n"),
     ],
 ];
 
