@@ -6,9 +6,12 @@
 //! selected with dynamic offsets, so a dispatch costs no buffer creation and, when the same
 //! allocations are used again, no bind group creation either.
 //!
-//! Every kernel uses one bind group layout: a 32-byte parameter block (dynamic uniform) and
-//! three storage ranges `x`, `y`, `z`. A kernel that needs fewer binds the same range twice;
-//! one bind group then serves every kernel over the same allocations.
+//! Every kernel uses one shape of bind group: a 32-byte parameter block (dynamic uniform)
+//! and three storage ranges `x`, `y`, `z`. A kernel that needs fewer binds the same range
+//! twice; one bind group then serves every kernel over the same allocations. All three
+//! ranges are writable, since arena ranges share buffers; where the inputs lie in buffers
+//! of their own, the matmul, the short-row softmax and the reduction's first pass bind
+//! them read-only instead (a layout per `Access`), which the H100 rewards.
 //!
 //! | file | kernels |
 //! |---|---|
