@@ -301,3 +301,29 @@ fn a_prometheus_scrape_has_every_metric_with_consistent_values() {
             > value(&first, &arena("vramkit_allocations_total"))
     );
 }
+
+/// Each transfer counts its bytes once, whichever path it takes: pinned buffers (one GPU
+/// copy, or the staging rings where no pinned memory could be had) and plain slices.
+#[test]
+fn transfers_count_their_bytes_once() {
+    use vramkit::stream::{Downloader, PinnedBuffer, Uploader};
+    let gpu = common::gpu();
+    let arena = Arena::new(gpu, Default::default()).unwrap();
+    let uploader = Uploader::new(gpu, Default::default());
+    let downloader = Downloader::new(gpu, Default::default());
+    let a = arena.alloc(1 << 16, "transfers").unwrap();
+    let mut pinned = PinnedBuffer::new(gpu, 1 << 16, "transfers").unwrap();
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || {
+        uploader.upload_pinned(&a, 0, &pinned, 0..4096).unwrap();
+        downloader
+            .download_pinned(&a, 0, &mut pinned, 0..8192)
+            .unwrap();
+        uploader.upload(&a, 0, &[1u8; 100]).unwrap();
+        downloader.download(&a, 0, 300).unwrap();
+    });
+    let m = capture.0.lock().unwrap();
+    let get = |name: &str| m.get(&format!("{name}{{}}")).copied().unwrap_or(0.0);
+    assert_eq!(get("vramkit_uploaded_bytes_total"), 4196.0, "{m:?}");
+    assert_eq!(get("vramkit_downloaded_bytes_total"), 8492.0, "{m:?}");
+}

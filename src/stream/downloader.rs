@@ -145,7 +145,7 @@ impl Downloader {
         offset: u64,
         len: u64,
     ) -> Result<impl Future<Output = Result<DownloadView>> + Send + 'static> {
-        let end = self.check_src(src, offset, len)?;
+        let end = self.check_and_count_src(src, offset, len)?;
         if src.is_virtual() {
             return Err(Error::invalid(
                 format!(
@@ -271,22 +271,33 @@ impl Downloader {
         )
     }
 
-    /// [`super::check_range`] for a download from `src`: same device, inside, `COPY_SRC`.
-    /// Checks a download's source range; every download path starts here, so this is
-    /// also where its bytes are counted for the `metrics` facade.
     pub(super) fn gpu(&self) -> &Gpu {
         &self.gpu
     }
 
-    pub(super) fn check_src(&self, src: &Allocation, offset: u64, len: u64) -> Result<u64> {
-        let end = super::check_range(
+    /// [`super::check_range`] for a download from `src`: same device, inside, `COPY_SRC`.
+    /// Returns the range's end.
+    fn check_src(&self, src: &Allocation, offset: u64, len: u64) -> Result<u64> {
+        super::check_range(
             &self.gpu,
             src,
             offset,
             len,
             wgpu::BufferUsages::COPY_SRC,
             "download",
-        )?;
+        )
+    }
+
+    /// [`check_src`](Self::check_src), then counts the bytes for the `metrics` facade: every
+    /// path that moves a download's bytes starts here, once (`download` checks first and
+    /// then moves them through `download_into`).
+    pub(super) fn check_and_count_src(
+        &self,
+        src: &Allocation,
+        offset: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let end = self.check_src(src, offset, len)?;
         super::publish_moved(super::DOWNLOADED, len);
         Ok(end)
     }
@@ -353,7 +364,7 @@ impl Downloader {
     /// ```
     pub fn download_into(&self, src: &Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
-        let end = self.check_src(src, offset, len)?;
+        let end = self.check_and_count_src(src, offset, len)?;
         if src.is_virtual() {
             // A dry run has no bytes to read: it reads zeros (see `crate::plan`).
             out.fill(0);

@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use super::{Downloader, Uploader, DOWNLOADED};
+use super::{Downloader, Uploader};
 use crate::arena::Allocation;
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::{Error, Gpu, Result};
@@ -230,31 +230,29 @@ impl Uploader {
         range: Range<u64>,
     ) -> Result<()> {
         let len = src.check(self.gpu(), offset, &range, "upload_pinned")?;
+        let host = match &src.memory {
+            Memory::Host(h) => h,
+            // Through the staging rings, which check `dst` and count the bytes. `upload`
+            // may return with its last chunk in flight; it copied the bytes out of `v`
+            // already, so nothing reads `src` after this.
+            Memory::Plain(v) => {
+                return self.upload(dst, offset, &v[range.start as usize..range.end as usize])
+            }
+        };
         self.check_dst(dst, offset, len)?;
         if len == 0 || dst.is_virtual() {
             // A dry run moves no bytes (see `crate::plan`).
             return Ok(());
         }
-        match &src.memory {
-            Memory::Host(h) => {
-                copy_and_wait(
-                    self.gpu(),
-                    "uploading from a pinned buffer",
-                    (h.buffer(), range.start),
-                    (dst.buffer(), dst.offset() + offset),
-                    len,
-                )?;
-                self.count_bytes(len);
-                Ok(())
-            }
-            Memory::Plain(v) => {
-                let bytes = &v[range.start as usize..range.end as usize];
-                self.upload(dst, offset, bytes)?;
-                // `upload` may return with its last chunk in flight; it copied the bytes
-                // out of `v` already, so nothing reads `src` after this.
-                Ok(())
-            }
-        }
+        copy_and_wait(
+            self.gpu(),
+            "uploading from a pinned buffer",
+            (host.buffer(), range.start),
+            (dst.buffer(), dst.offset() + offset),
+            len,
+        )?;
+        self.count_bytes(len);
+        Ok(())
     }
 }
 
@@ -273,7 +271,12 @@ impl Downloader {
         range: Range<u64>,
     ) -> Result<()> {
         let len = dst.check(self.gpu(), offset, &range, "download_pinned")?;
-        self.check_src(src, offset, len)?;
+        if let Memory::Plain(v) = &mut dst.memory {
+            // Through the staging rings, which check `src` and count the bytes.
+            let out = &mut v[range.start as usize..range.end as usize];
+            return self.download_into(src, offset, out);
+        }
+        self.check_and_count_src(src, offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -282,23 +285,15 @@ impl Downloader {
             dst.as_mut_slice()[range.start as usize..range.end as usize].fill(0);
             return Ok(());
         }
-        match &mut dst.memory {
-            Memory::Host(h) => {
-                copy_and_wait(
-                    self.gpu(),
-                    "downloading into a pinned buffer",
-                    (src.buffer(), src.offset() + offset),
-                    (h.buffer(), range.start),
-                    len,
-                )?;
-                super::publish_moved(DOWNLOADED, len);
-                Ok(())
-            }
-            Memory::Plain(v) => self.download_into(
-                src,
-                offset,
-                &mut v[range.start as usize..range.end as usize],
-            ),
+        if let Memory::Host(host) = &dst.memory {
+            copy_and_wait(
+                self.gpu(),
+                "downloading into a pinned buffer",
+                (src.buffer(), src.offset() + offset),
+                (host.buffer(), range.start),
+                len,
+            )?;
         }
+        Ok(())
     }
 }
