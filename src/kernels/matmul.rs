@@ -66,7 +66,7 @@ impl<'a> Batch<'a> {
             ));
         }
         let params: Params = [m as u32, n as u32, k as u32, 0, 0, 0, 0, 0];
-        let mut io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
+        let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
         let groups = (gx as u32, gy as u32);
         if !k.is_multiple_of(4) || !n.is_multiple_of(4) {
             let shader = match (input, self.kernels.native_f16) {
@@ -79,9 +79,7 @@ impl<'a> Batch<'a> {
                 .map(|_| self);
         }
         // Inputs in buffers of their own are bound read-only (see `Shared` in mod.rs).
-        if a.buffer() != c.buffer() && b.buffer() != c.buffer() {
-            io.access = Access::ReadOnlyXY;
-        }
+        let io = io.reading_x_and_y_only();
         let variants = match (input, self.kernels.native_f16) {
             (MatmulInput::F32, _) => &shaders::MATMUL_VEC4_F32,
             (MatmulInput::F16, true) => &shaders::MATMUL_VEC4_F16_NATIVE,

@@ -167,6 +167,14 @@ impl Bindings {
         }
         self
     }
+
+    /// These bindings with `x` and `y` read-only where neither buffer holds `z`.
+    fn reading_x_and_y_only(mut self) -> Bindings {
+        if self.x.buffer != self.z.buffer && self.y.buffer != self.z.buffer {
+            self.access = Access::ReadOnlyXY;
+        }
+        self
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]

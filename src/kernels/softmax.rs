@@ -47,19 +47,17 @@ impl<'a> Batch<'a> {
             .then_some((info.subgroup_min_size, info.subgroup_max_size));
         let kernel = kernel_for(cols, subgroup_sizes, wide);
         let groups = grid(rows, kernel.rows_per_group, self.gpu());
-        let entry = kernel.entry;
-        let io = Bindings::two(Bound::of(x), Bound::of(y));
-        if let Some(shader) = kernel.read_only_x {
+        let mut io = Bindings::two(Bound::of(x), Bound::of(y));
+        let mut shader = kernel.shader;
+        if let Some(read_only) = kernel.read_only_x {
             // x in a buffer of its own is bound read-only. At rows of 197 on the H100:
             // 2753-2785 GB/s against 2257-2273 with x read_write.
-            let io = io.reading_x_only();
+            io = io.reading_x_only();
             if io.access == Access::ReadOnlyX {
-                self.record(shader, entry, params, io, groups)?;
-                return Ok(self);
+                shader = read_only;
             }
         }
-        let io = Bindings::two(Bound::of(x), Bound::of(y));
-        self.record(kernel.shader, entry, params, io, groups)?;
+        self.record(shader, kernel.entry, params, io, groups)?;
         Ok(self)
     }
 }
