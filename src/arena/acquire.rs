@@ -218,12 +218,20 @@ impl Shared {
             return;
         };
         self.completion.set_armed(false);
-        let done = self.completion.get();
-        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
-        if let Some(epoch) = st.seal().or(newest.filter(|&e| e > done)) {
+        if let Some(epoch) = self.seal_or_uncovered(&mut st) {
             self.arm(epoch);
         }
         self.unlock(st);
+    }
+
+    /// Seals the open frees and returns their epoch; with none open, the newest sealed
+    /// epoch the GPU has not completed (the allocation path may have sealed it without a
+    /// callback of its own). A callback filed for the epoch returned covers every free
+    /// sealed so far.
+    fn seal_or_uncovered(&self, st: &mut State) -> Option<u64> {
+        let done = self.completion.get();
+        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
+        st.seal().or(newest.filter(|&e| e > done))
     }
 
     /// Seals the open frees and registers the epoch's completion; with chained callbacks,
@@ -232,13 +240,12 @@ impl Shared {
     /// `on_submitted_work_done` only flushes queued writes and files the callback, and the
     /// callback only marks an atomic.
     pub(super) fn seal(&self, st: &mut State) {
-        let done = self.completion.get();
-        let uncovered = st
-            .sealed
-            .back()
-            .map(|&(epoch, _)| epoch)
-            .filter(|&e| self.chained_callbacks && e > done);
-        if let Some(epoch) = st.seal().or(uncovered) {
+        let epoch = if self.chained_callbacks {
+            self.seal_or_uncovered(st)
+        } else {
+            st.seal()
+        };
+        if let Some(epoch) = epoch {
             if self.config.dry_run {
                 // A dry run records no GPU work: nothing can still be reading the range,
                 // as if the GPU finished every epoch at once.
