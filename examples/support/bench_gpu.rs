@@ -279,15 +279,17 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     );
     let out = arena.alloc_typed::<f32>(1, "sum out").expect("out");
     let nn = n as u64;
-    let side = (n as f64).sqrt() as u64; // square transpose
-    let (rows, cols) = (n as u64 / 16384, 16384u64); // softmax rows
-                                                     // Vocabulary-sized rows: a multiple of 4 (long-row sweep) and odd (scalar kernel).
+    // A square transpose.
+    let side = (n as f64).sqrt() as u64;
+    // Softmax rows: long rows held in registers, vocabulary-sized rows (a multiple of 4:
+    // the long-row sweep; odd: the scalar kernel) and attention-score-sized rows (several
+    // per workgroup; 197 is ViT's 14 x 14 + 1 tokens).
+    let (rows, cols) = (n as u64 / 16384, 16384u64);
     let (vocab_rows, vocab_cols) = (n as u64 / 32000, 32000u64);
     let (odd_rows, odd_cols) = (n as u64 / 50257, 50257u64);
-    // Attention-score-sized rows: several rows per workgroup.
     let (short_rows, short_cols) = (n as u64 / 128, 128u64);
-    let (vit_rows, vit_cols) = (n as u64 / 197, 197u64); // ViT attention: 14 x 14 + 1 tokens
-                                                         // (name, bytes per element read + written, elements)
+    let (vit_rows, vit_cols) = (n as u64 / 197, 197u64);
+    // (name, bytes per element read + written, elements)
     let cases: [(&str, u64, u64); 19] = [
         ("axpy", 12, nn),
         ("copy", 8, nn),
