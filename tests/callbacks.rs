@@ -28,6 +28,7 @@ fn within(secs: u64, what: &str, f: impl FnOnce() + Send + 'static) {
     match rx.recv_timeout(Duration::from_secs(secs)) {
         Ok(()) => {}
         Err(RecvTimeoutError::Timeout) => {
+            eprintln!("every thread:\n{}", common::hang::dump_all_threads());
             panic!("{what} did not return within {secs} s: a vramkit lock waits on itself")
         }
         Err(RecvTimeoutError::Disconnected) => panic!("{what} panicked (see above)"),

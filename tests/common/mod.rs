@@ -1,6 +1,8 @@
 //! Shared test harness: one GPU per test binary, or a failure that says how to get one.
 #![allow(dead_code)]
 
+pub mod hang;
+
 use std::sync::OnceLock;
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -9,6 +11,7 @@ use vramkit::Gpu;
 /// The test GPU. Fails the test (never skips it) when no adapter exists.
 pub fn gpu() -> &'static Gpu {
     static GPU: OnceLock<Gpu> = OnceLock::new();
+    hang::start_watchdog();
     GPU.get_or_init(|| match Gpu::headless() {
         Ok(gpu) => {
             eprintln!("test GPU: {}", gpu.describe());
