@@ -296,11 +296,14 @@ fn steady_loops_create_no_buffers_after_warm_up() {
     let a = arena(Default::default());
     let kernels = Kernels::new(&a).unwrap();
     let n = 4096;
-    // A synchronize every 40 iterations, as a training loop's step ends in one, bounds the
-    // frees in flight at 40 x 32 KiB whatever the GPU's lag. Without it the working set
-    // follows how far the GPU falls behind, which on the H100 depends on this binary's
-    // other tests submitting on the same device (blocks per round [2, 0, 0, 1] once in 12
-    // runs). Each round still allocates 6.4 MiB through 4 MiB of blocks: only reuse fits.
+    // A synchronize every 10 iterations, as a training loop's step ends in one, bounds the
+    // frees in flight whatever the GPU's lag: 10 x 32 KiB of data and 10 batches' 4 KiB of
+    // kernel parameters, within the first 4 MiB block and the first 64 KiB parameter
+    // block. Without it the working set follows how far the GPU falls behind, which on
+    // the H100 depends on this binary's other tests submitting on the same device (blocks
+    // per round [2, 0, 0, 1] once in 12 runs; [2, 0, 2, 0], two parameter blocks, with a
+    // synchronize every 40). Each round still allocates 6.4 MiB of data and 800 KiB of
+    // parameters through 4.06 MiB of blocks: only reuse fits.
     let run = |iters: usize| {
         for i in 0..iters {
             let x = a.alloc_typed::<f32>(n, "x").unwrap();
@@ -308,7 +311,7 @@ fn steady_loops_create_no_buffers_after_warm_up() {
             let mut b = kernels.batch();
             b.axpy(n as u64, 1.0, &x, &y).unwrap();
             b.submit().unwrap();
-            if i % 40 == 39 {
+            if i % 10 == 9 {
                 a.synchronize().unwrap();
             }
         }
@@ -833,4 +836,49 @@ fn a_block_given_back_to_make_room_makes_room() {
         drop((held, next));
         a.synchronize().unwrap();
     }
+}
+
+/// `synchronize` returns every free made before it, even while other threads poll the
+/// device: wgpu runs a completion callback on whichever thread's poll collects it, which
+/// may not have run it yet when the waiting thread wakes.
+#[test]
+fn synchronize_returns_every_free_while_other_threads_poll() {
+    let a = arena(Default::default());
+    let kernels = Kernels::new(&a).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pollers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    gpu().poll();
+                }
+            })
+        })
+        .collect();
+    let mut left = Vec::new();
+    for round in 0..200 {
+        let xs: Vec<_> = (0..4)
+            .map(|_| a.alloc_typed::<f32>(4096, "x").unwrap())
+            .collect();
+        let mut b = kernels.batch();
+        for x in &xs {
+            b.fill(4096, round as f32, x).unwrap();
+        }
+        b.submit().unwrap();
+        drop(xs);
+        a.synchronize().unwrap();
+        let pending = a.stats().pending_frees;
+        if pending != 0 {
+            left.push((round, pending));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for p in pollers {
+        p.join().unwrap();
+    }
+    assert!(
+        left.is_empty(),
+        "frees left pending after synchronize (round, count): {left:?}"
+    );
 }

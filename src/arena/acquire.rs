@@ -301,14 +301,26 @@ impl Shared {
     }
 
     /// Seals, waits for all submitted work without the lock, and returns the re-taken
-    /// lock with every finished free collected and the by-size cache given back.
+    /// lock with every free sealed before the wait collected and the by-size cache given
+    /// back.
+    ///
+    /// The wait itself completes the epochs, not their callbacks: wgpu runs a callback on
+    /// whichever thread polls, and another thread's poll may have taken it from the device
+    /// and not yet run it when this wait returns (the H100 suite saw `synchronize` leave
+    /// 24 MiB of frees pending that way). Every epoch sealed here had its callback filed,
+    /// which submits the queued writes first, so the wait covers all work submitted before
+    /// any of its frees.
     pub(super) fn wait_unlocked<'s>(
         &'s self,
         mut st: MutexGuard<'s, State>,
     ) -> Result<MutexGuard<'s, State>> {
         self.seal(&mut st);
+        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
         self.unlock(st);
         self.gpu.wait_idle()?;
+        if let Some(epoch) = newest {
+            self.completion.mark(epoch);
+        }
         Ok(self.collect_after_wait())
     }
 
