@@ -116,7 +116,10 @@ def main():
     b = torch.randn(m, m, device=dev)
     t = bench(lambda: a @ b, calls=10)
     print(f"torch_matmul_fp32_tflops: {2 * m ** 3 / t / 1e12:.1f}")
-    del a, b
+    ah, bh = a.half(), b.half()
+    t = bench(lambda: ah @ bh, calls=10)
+    print(f"torch_matmul_fp16_tflops: {2 * m ** 3 / t / 1e12:.1f}")
+    del a, b, ah, bh
 
     # The caching allocator's own alloc+free (host time, as vramkit's arena is measured).
     for size in (256, 1 << 20, 64 << 20):

@@ -415,6 +415,9 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
     // (inputs bound read-only).
     let other = Arena::new(gpu(), config).unwrap();
     let mut r = rng();
+    let matrix_units = variants(&arena)[0].options().matrix_units;
+    assert_eq!(matrix_units, gpu().has_matrix_units());
+    eprintln!("f16 matmul on matrix units: {matrix_units}");
     for (kernels, out) in variants(&arena)
         .into_iter()
         .flat_map(|k| [(k.clone(), &arena), (k, &other)])
@@ -432,6 +435,14 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             (200, 388, 44),
             (3, 200, 8),
             (4, 8, 1028),
+            // m and n multiples of 16, k of 8: f16 runs on the matrix units where the
+            // device has them (matmul_coop.wgsl, 128 x 256 tiles, steps of 32 along k):
+            // one fragment, edges in all three, one exact tile, two tiles each way
+            // with a tail of 8 along k.
+            (16, 16, 8),
+            (48, 272, 40),
+            (128, 256, 64),
+            (144, 528, 1032),
         ] {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);

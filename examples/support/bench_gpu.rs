@@ -400,11 +400,30 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         bytemuck::cast_slice(&to_half(&b_data)),
     );
     let mm_reps = if gpu.is_cpu() { 1 } else { 10 };
-    for (name, input, (ai, bi)) in [
-        ("matmul_f32", MatmulInput::F32, (&*a, &*b)),
-        ("matmul_f16", MatmulInput::F16, (&ah, &bh)),
-    ] {
-        let secs = time_batch(gpu, &kernels, mm_reps, |batch| {
+    // The f16 product on the matrix units where the device has them, and without them in
+    // the same process (the register-blocked kernel the f32 product runs).
+    let without_units = Kernels::with_options(
+        &arena,
+        KernelOptions {
+            matrix_units: false,
+            ..Default::default()
+        },
+    )
+    .expect("kernels");
+    let mut cases = vec![
+        ("matmul_f32", MatmulInput::F32, (&*a, &*b), &kernels),
+        ("matmul_f16", MatmulInput::F16, (&ah, &bh), &kernels),
+    ];
+    if gpu.has_matrix_units() {
+        cases.push((
+            "matmul_f16_simt",
+            MatmulInput::F16,
+            (&ah, &bh),
+            &without_units,
+        ));
+    }
+    for (name, input, (ai, bi), kernels) in cases {
+        let secs = time_batch(gpu, kernels, mm_reps, |batch| {
             batch
                 .matmul(input, dim, dim, dim, ai, bi, &c)
                 .expect("record");

@@ -89,6 +89,8 @@ struct GpuInner {
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     features: wgpu::Features,
+    /// The f16 matmul may run on cooperative matrices ([`Gpu::has_matrix_units`]).
+    matrix_units: bool,
     limits: wgpu::Limits,
     pipelines: PipelineCache,
     timer: timer::TimerState,
@@ -145,7 +147,19 @@ impl Gpu {
                 hint: "pick another adapter with VRAMKIT_ADAPTER, or drop the requirement".into(),
             });
         }
-        let features = (offered & OPTIONAL_FEATURES) | options.required_features;
+        let matrix_units = !options.disable_matrix_units && runs_f16_matrix_units(&adapter);
+        let mut features = (offered & OPTIONAL_FEATURES) | options.required_features;
+        let experimental = if matrix_units {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu marks its experimental features as possibly containing bugs
+            // with undefined behaviour. vramkit uses this one in a single shader
+            // (matmul_coop.wgsl), whose results the tests check against the CPU on the
+            // devices that run it, and only where the adapter reports the exact
+            // configuration that shader uses; `disable_matrix_units` turns it off.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         // The adapter's own limits, not WebGPU's defaults: the default 128 MiB storage
         // binding would cap every arena block at 128 MiB.
         let limits = adapter.limits();
@@ -154,7 +168,7 @@ impl Gpu {
                 label: Some("vramkit"),
                 required_features: features,
                 required_limits: limits,
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features: experimental,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
@@ -163,7 +177,7 @@ impl Gpu {
                 adapter: info.name.clone(),
                 source,
             })?;
-        let gpu = Self::build(Some(instance), device, queue, info);
+        let gpu = Self::build(Some(instance), device, queue, info, matrix_units);
         // vramkit owns this device, so the device-lost callback is ours.
         lost::LostState::install(&gpu.inner.lost, &gpu.inner.device);
         Ok(gpu)
@@ -191,9 +205,12 @@ impl Gpu {
     /// let (device, queue) = host();
     /// let gpu = vramkit::Gpu::from_wgpu(device, queue);
     /// ```
+    ///
+    /// The matrix units stay off ([`has_matrix_units`](Self::has_matrix_units)): a device
+    /// does not say which cooperative-matrix shapes its adapter runs.
     pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Gpu {
         let info = device.adapter_info();
-        Self::build(None, device, queue, info)
+        Self::build(None, device, queue, info, false)
     }
 
     fn build(
@@ -201,6 +218,7 @@ impl Gpu {
         device: wgpu::Device,
         queue: wgpu::Queue,
         info: wgpu::AdapterInfo,
+        matrix_units: bool,
     ) -> Gpu {
         let features = device.features();
         let limits = device.limits();
@@ -212,6 +230,7 @@ impl Gpu {
                 queue,
                 info,
                 features,
+                matrix_units: matrix_units && matrix_kernel_fits(&limits),
                 limits,
                 pipelines: PipelineCache::default(),
                 timer: timer::TimerState::default(),
@@ -289,6 +308,13 @@ impl Gpu {
         self.inner.features.contains(features)
     }
 
+    /// True if the f16 matmul runs on the GPU's matrix units (tensor cores): vramkit
+    /// opened the device, the adapter runs 16 x 16 x 16 f16 -> f32 cooperative matrices on
+    /// subgroups of exactly 32, and the limits fit the kernel (`shaders/matmul_coop.wgsl`).
+    pub fn has_matrix_units(&self) -> bool {
+        self.inner.matrix_units
+    }
+
     /// True if this is a CPU implementation (lavapipe, WARP, SwiftShader).
     pub fn is_cpu(&self) -> bool {
         self.inner.info.device_type == wgpu::DeviceType::Cpu
@@ -308,6 +334,9 @@ impl Gpu {
             if self.has(flag) {
                 on.push(name);
             }
+        }
+        if self.has_matrix_units() {
+            on.push("matrix-units");
         }
         let driver = format!("{} {}", i.driver, i.driver_info);
         format!(
@@ -508,6 +537,30 @@ impl Gpu {
         self.check_alive()?;
         crate::error::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))
     }
+}
+
+/// The configuration `shaders/matmul_coop.wgsl` multiplies in: 16 x 16 x 16, f16 inputs,
+/// f32 accumulators, on subgroups of exactly 32 (its eight subgroups split a 128 x 256
+/// tile), with f16 and subgroup operations.
+fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::CooperativeScalarType::{F16, F32};
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == F16 && p.cr_type == F32
+        })
+}
+
+/// The cooperative matmul's workgroup: 256 invocations and 27 KiB of workgroup memory.
+fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
+    limits.max_compute_invocations_per_workgroup >= 256
+        && limits.max_compute_workgroup_size_x >= 256
+        && limits.max_compute_workgroup_storage_size >= crate::kernels::matmul::COOP_WORKGROUP_BYTES
 }
 
 /// The largest device-local Vulkan heap, read through wgpu-hal.

@@ -21,10 +21,16 @@ pub struct GpuOptions {
     /// Features the caller needs on top of the ones vramkit turns on when present.
     /// Opening fails with [`Error::MissingFeature`] if the adapter lacks one.
     pub required_features: wgpu::Features,
+    /// Leave the GPU's matrix units (tensor cores) off. By default vramkit turns on wgpu's
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` where the adapter runs 16 x 16 x 16 f16 -> f32
+    /// cooperative matrices on subgroups of 32, for the f16 matmul
+    /// ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)). `VRAMKIT_MATRIX_UNITS=0`
+    /// sets this in [`from_env`](Self::from_env).
+    pub disable_matrix_units: bool,
 }
 
 impl GpuOptions {
-    /// Options read from `VRAMKIT_BACKEND` and `VRAMKIT_ADAPTER`.
+    /// Options read from `VRAMKIT_BACKEND`, `VRAMKIT_ADAPTER` and `VRAMKIT_MATRIX_UNITS`.
     ///
     /// An unknown backend name is an error rather than being ignored: a typo would otherwise
     /// silently pick a different GPU and make benchmark tables lie.
@@ -38,6 +44,8 @@ impl GpuOptions {
                 options.adapter_name = Some(name.trim().to_string());
             }
         }
+        options.disable_matrix_units =
+            std::env::var("VRAMKIT_MATRIX_UNITS").is_ok_and(|v| v == "0");
         Ok(options)
     }
 

@@ -1,7 +1,10 @@
-//! Matrix products: f32, and f16 inputs with f32 accumulation. Shapes whose k and n are
-//! multiples of 4 run `shaders/matmul_vec4.wgsl` (four-element loads and stores, prefetched
-//! steps of 16 along k: 1.45x `matmul.wgsl` at 4096^3 f32 on the H100); the others run
-//! `shaders/matmul.wgsl`.
+//! Matrix products: f32, and f16 inputs with f32 accumulation.
+//! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
+//!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
+//!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA).
+//! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
+//!   (four-element loads and stores, prefetched steps of 16 along k: 1.45x `matmul.wgsl`
+//!   at 4096^3 f32 on the H100); the rest run `shaders/matmul.wgsl`.
 
 use super::{check_no_overlap, shape, Access, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
@@ -9,6 +12,10 @@ use crate::{shaders, Error, Result};
 
 /// Rows and columns of C one workgroup computes.
 const TILE: u64 = 128;
+/// Rows and columns of C one workgroup of `matmul_coop.wgsl` computes.
+const COOP_TILE: (u64, u64) = (128, 256);
+/// Workgroup memory of `matmul_coop.wgsl`: its 128 x 40 and 32 x 264 f16 slices.
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = (128 * 40 + 32 * 264) * 2;
 
 /// Element type of matmul inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +64,13 @@ impl<'a> Batch<'a> {
         self.check_f32(c, shape(m, n, "matmul output c")?, "c")?;
         check_no_overlap(a, c, false, "matmul")?;
         check_no_overlap(b, c, false, "matmul")?;
-        let (gx, gy) = (n.div_ceil(TILE), m.div_ceil(TILE));
+        let coop = input == MatmulInput::F16
+            && self.kernels.matrix_units
+            && m.is_multiple_of(16)
+            && n.is_multiple_of(16)
+            && k.is_multiple_of(8);
+        let (tile_m, tile_n) = if coop { COOP_TILE } else { (TILE, TILE) };
+        let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
         let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
         if gx > max || gy > max {
             return Err(Error::invalid(
@@ -68,6 +81,13 @@ impl<'a> Batch<'a> {
         let params: Params = [m as u32, n as u32, k as u32, 0, 0, 0, 0, 0];
         let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
         let groups = (gx as u32, gy as u32);
+        if coop {
+            let io = io.reading_x_and_y_only();
+            let shader = &shaders::MATMUL_COOP_F16[usize::from(io.access == Access::ReadOnlyXY)];
+            return self
+                .record(shader, "matmul", params, io, groups)
+                .map(|_| self);
+        }
         if !k.is_multiple_of(4) || !n.is_multiple_of(4) {
             let shader = match (input, self.kernels.native_f16) {
                 (MatmulInput::F32, _) => &shaders::MATMUL_F32,

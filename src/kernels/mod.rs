@@ -210,6 +210,9 @@ pub struct KernelOptions {
     /// false or absent, f16 pairs are packed in `u32` words with `pack2x16float`. The
     /// memory layout is the same either way.
     pub native_f16: bool,
+    /// Run the f16 matmul on the GPU's matrix units (tensor cores) where the context has
+    /// them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)).
+    pub matrix_units: bool,
 }
 
 impl Default for KernelOptions {
@@ -217,6 +220,7 @@ impl Default for KernelOptions {
         KernelOptions {
             subgroups: true,
             native_f16: true,
+            matrix_units: true,
         }
     }
 }
@@ -227,6 +231,7 @@ impl KernelOptions {
         KernelOptions {
             subgroups: false,
             native_f16: false,
+            matrix_units: false,
         }
     }
 }
@@ -252,6 +257,7 @@ pub struct Kernels {
     stride: u64,
     subgroups: bool,
     native_f16: bool,
+    matrix_units: bool,
     shared: Arc<Shared>,
 }
 
@@ -261,6 +267,7 @@ impl std::fmt::Debug for Kernels {
             .field("arena", &self.arena)
             .field("subgroups", &self.subgroups)
             .field("native_f16", &self.native_f16)
+            .field("matrix_units", &self.matrix_units)
             .finish()
     }
 }
@@ -323,6 +330,7 @@ impl Kernels {
             stride,
             subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
             native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
+            matrix_units: options.matrix_units && gpu.has_matrix_units(),
             shared: Arc::new(Shared {
                 layouts,
                 cache: Mutex::new(BindCache {
@@ -374,6 +382,7 @@ impl Kernels {
         KernelOptions {
             subgroups: self.subgroups,
             native_f16: self.native_f16,
+            matrix_units: self.matrix_units,
         }
     }
 

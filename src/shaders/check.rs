@@ -58,6 +58,10 @@ pub fn capabilities_for(features: wgpu::Features) -> Capabilities {
         (wgpu::Features::SHADER_F64, Capabilities::FLOAT64),
         (wgpu::Features::IMMEDIATES, Capabilities::IMMEDIATES),
         (wgpu::Features::SHADER_INT64, Capabilities::SHADER_INT64),
+        (
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+            Capabilities::COOPERATIVE_MATRIX,
+        ),
     ] {
         if features.contains(f) {
             caps |= c;

@@ -15,6 +15,14 @@
 //!   `bc + i < n`, every store of `c` behind `r < m`, `col + j < n`, and the host checks
 //!   that `m x k`, `k x n` and `m x n` elements fit the bound allocations. Every loop
 //!   counts up to a constant or to `k` by `BK`.
+//! - **matmul on matrix units** (`matmul_coop.wgsl`): each invocation writes eight halves
+//!   at `row * 40 + col` (`row < 128`, `col <= 24`: at most 5111 of 5120) and
+//!   `row * 264 + col` (`row < 32`, `col <= 248`: at most 8439 of 8448), and fragments
+//!   read 16 x 16 from offsets whose last element is the same 5111 and 8439; every load
+//!   of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
+//!   otherwise, every fragment store behind `row < m && col < n` with both multiples of
+//!   16, and the host checks the three allocations' sizes. Loops count to `k` by 32 and
+//!   to 32 by 16.
 //! - **transpose**: the 32 x 33 tile is indexed by `(lid.y + j) * 33 + lid.x` with
 //!   `lid.x < 32`, `lid.y + j < 32` (at most 1054 of 1056); loads and stores are behind
 //!   `r < rows && c < cols` and the host checks `rows x cols` elements fit. Its loops run
@@ -581,6 +589,42 @@ pub const MATMUL_VEC4_F16_NATIVE: [Shader; 2] = [
         wgpu::Features::SHADER_F16
     ),
 ];
+/// The input bindings of matmul_coop.wgsl (eight f16 per element) and its output.
+macro_rules! coop_bindings {
+    ($access:literal) => {
+        concat!(
+            "enable f16;\nenable wgpu_cooperative_matrix;\n\
+             @group(0) @binding(1) var<storage, ",
+            $access,
+            "> a: array<vec4<u32>>;\n\
+             @group(0) @binding(2) var<storage, ",
+            $access,
+            "> b: array<vec4<u32>>;\n\
+             @group(0) @binding(3) var<storage, read_write> c: array<f32>;\n"
+        )
+    };
+}
+/// What matmul_coop.wgsl needs of the device (the host also checks the cooperative
+/// matrix configuration and subgroup size: `Gpu::has_matrix_units`).
+const MATRIX_UNITS: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::SUBGROUP);
+/// Matmul of f16 inputs on the matrix units (cooperative matrices, f32 accumulators):
+/// inputs writable (the shared layout), then read-only.
+pub const MATMUL_COOP_F16: [Shader; 2] = [
+    shader_value!(
+        "matmul_coop.wgsl",
+        [coop_bindings!("read_write"), file!("matmul_coop.wgsl")],
+        MATRIX_UNITS,
+        true
+    ),
+    shader_value!(
+        "matmul_coop.wgsl (read-only inputs)",
+        [coop_bindings!("read"), file!("matmul_coop.wgsl")],
+        MATRIX_UNITS,
+        true
+    ),
+];
 shader!(
     /// f32 <-> f16 casts, f16 pairs packed in u32 words on every adapter: the tail of an
     /// odd count needs the words' bits, which naga cannot bitcast out of `vec2<f16>`.
@@ -687,6 +731,8 @@ pub const ALL: &[Shader] = &[
     MATMUL_VEC4_F16_PACKED[1],
     MATMUL_VEC4_F16_NATIVE[0],
     MATMUL_VEC4_F16_NATIVE[1],
+    MATMUL_COOP_F16[0],
+    MATMUL_COOP_F16[1],
     CAST_F16_PACKED,
     CAST_F16_X8,
     PATCH_WORDS,
