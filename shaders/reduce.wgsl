@@ -15,8 +15,8 @@
 // portable) or reduce_subgroup.wgsl (subgroup operations, where the adapter has them).
 //
 // Each invocation walks its columns with a stride of 256 and keeps four independent
-// accumulators, so four loads are in flight before the first is used; the workgroup then
-// combines its 256 values in a tree in workgroup memory.
+// accumulators, so four loads are in flight before the first is used (`fold`); the
+// workgroup then combines its 256 values.
 // Bindings follow the elementwise layout (params, x, y; storage read_write, see
 // elementwise.wgsl for why).
 
@@ -68,11 +68,31 @@ fn combine(op: u32, a: Elem, b: Elem) -> Elem {
 }
 
 
-fn load(op: u32, i: u32, end: u32) -> Elem {
-    if i < end {
-        return x[i];
+// op over x[i] for i = first, first + WG, ... below end: four independent accumulators
+// over whole strides of 4 x WG with no bounds test per load, then the rest one stride at
+// a time. Called with a literal `op` in each arm of a switch: once inlined, each copy
+// combines with one operation, not a switch per element (the whole-array sum's first pass
+// went from 2631-2655 to 2839-2904 GB/s on the H100 with the op known and the loads
+// unguarded; PyTorch's `x.sum()` 2850).
+fn fold(op: u32, first: u32, end: u32) -> Elem {
+    var a0 = Elem(identity(op));
+    var a1 = a0;
+    var a2 = a0;
+    var a3 = a0;
+    var i = first;
+    // `end - i`, not `i + 3 * WG`: no wrap however close `end` is to 2^32.
+    while i < end && end - i > 3u * WG {
+        a0 = combine(op, a0, x[i]);
+        a1 = combine(op, a1, x[i + WG]);
+        a2 = combine(op, a2, x[i + 2u * WG]);
+        a3 = combine(op, a3, x[i + 3u * WG]);
+        i += 4u * WG;
     }
-    return Elem(identity(op));
+    while i < end {
+        a0 = combine(op, a0, x[i]);
+        i += WG;
+    }
+    return combine(op, combine(op, a0, a1), combine(op, a2, a3));
 }
 
 @compute @workgroup_size(256)
@@ -86,22 +106,13 @@ fn reduce_rows(ids: Ids) {
     let op = params.op;
     let start = params.base + row * params.cols;
     let end = min(start + params.cols, params.base + params.n);
-    var a0 = Elem(identity(op));
-    var a1 = a0;
-    var a2 = a0;
-    var a3 = a0;
-    var i = start + local;
-    loop {
-        if i >= end {
-            break;
-        }
-        a0 = combine(op, a0, x[i]);
-        a1 = combine(op, a1, load(op, i + WG, end));
-        a2 = combine(op, a2, load(op, i + 2u * WG, end));
-        a3 = combine(op, a3, load(op, i + 3u * WG, end));
-        i += 4u * WG;
+    var folded: Elem;
+    switch op {
+        case 1u: { folded = fold(1u, start + local, end); }
+        case 2u: { folded = fold(2u, start + local, end); }
+        default: { folded = fold(0u, start + local, end); }
     }
-    let v = widen(combine(op, combine(op, a0, a1), combine(op, a2, a3)), identity(op));
+    let v = widen(folded, identity(op));
     let total = workgroup_combine(op, combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w)), ids);
     if local == 0u {
         y[params.out_base + row] = total * params.scale;

@@ -51,6 +51,13 @@
 //!   `c` behind `r < m && q < n / 4`, and the host runs it only for k and n multiples of 4
 //!   after checking that `m x k`, `k x n` and `m x n` elements fit. Loops count to `k` by
 //!   16 and to 16.
+//! - **reduce** (f32 and vec4 loads, portable and subgroup combines, `x` read_write or
+//!   read-only): `x` is read at `i < end = min(start + cols, base + n)`, and the host
+//!   checks that `base + n` elements fit `x`; `y` is written at `out_base + row` behind
+//!   `row < rows`, with `out_base + rows` within `y`; workgroup arrays are indexed by the
+//!   local id (below 256, the tree's `local + s` with `local < s`) and subgroup ids. The
+//!   fold's loops advance `i` by 1024 or 256 while `end - i` exceeds 768 or `i < end`;
+//!   the tree halves `s` to 0. (Checks cost the whole-array sum's first pass 1-2 %.)
 //! - **cast, eight per invocation**: group `i` reads and writes `f[2i]`, `f[2i + 1]` and
 //!   `h[i]` behind `i < groups`, and the host sets `groups = n / 8` after checking that `n`
 //!   f32 and `n` f16 fit the bound allocations (`32 * groups <= 4n`, `16 * groups <= 2n`).
@@ -172,14 +179,14 @@ shader!(
     REDUCE = "reduce.wgsl (f32)",
     ["alias Elem = f32;\nalias Bits = u32;\n", "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
      file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
-    NONE
+    NONE, true
 );
 shader!(
     /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
     REDUCE_VEC4 = "reduce.wgsl (vec4)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
      file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
-    NONE
+    NONE, true
 );
 shader!(
     /// [`REDUCE`] combining each workgroup with subgroup operations.
@@ -187,7 +194,7 @@ shader!(
     ["alias Elem = f32;\nalias Bits = u32;\n",
      "fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }\n",
      file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
-    wgpu::Features::SUBGROUP
+    wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// [`REDUCE_VEC4`] combining each workgroup with subgroup operations.
@@ -195,7 +202,7 @@ shader!(
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
      file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
-    wgpu::Features::SUBGROUP
+    wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// [`REDUCE_VEC4`] reading `x` through a read-only binding (when it lies in another
@@ -203,7 +210,7 @@ shader!(
     REDUCE_VEC4_READ_ONLY = "reduce.wgsl (vec4, read-only x)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
      REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
-    NONE
+    NONE, true
 );
 shader!(
     /// [`REDUCE_VEC4_SUBGROUP`] reading `x` through a read-only binding.
@@ -211,7 +218,7 @@ shader!(
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
      REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
-    wgpu::Features::SUBGROUP
+    wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
