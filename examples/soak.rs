@@ -1,5 +1,6 @@
 //! Soak test: several threads run random mixes of allocations (two pools, sizes from
-//! 16 B to 4 MiB), uploads, kernels, verified downloads, frees, trims and budget changes
+//! 16 B to 4 MiB), uploads, kernels (f16 matmuls on the matrix units where the device
+//! has them, checked exactly), verified downloads, frees, trims and budget changes
 //! against one runtime for a given time, and one more runs a planned loop
 //! (`vramkit::plan::PlannedLoop`) among them, every iteration checked, some deviating. Every allocation has a CPU shadow copy; every
 //! download is compared with it. At the end it prints `name: value` lines and exits
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use half::f16;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
@@ -35,6 +37,8 @@ struct Counts {
     planned_replayed: AtomicU64,
     planned_deviations: AtomicU64,
     planned_unplanned: AtomicU64,
+    /// f16 matmuls checked (on the matrix units where the device has them).
+    matmuls: AtomicU64,
 }
 
 /// A live allocation and what its bytes must be.
@@ -124,6 +128,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("threads: {threads}");
     println!("operations: {}", c.operations.load(Ordering::Relaxed));
     println!("mismatches: {}", c.mismatches.load(Ordering::Relaxed));
+    println!(
+        "f16_matmuls: {} (matrix units: {})",
+        c.matmuls.load(Ordering::Relaxed),
+        rt.gpu().has_matrix_units()
+    );
     println!(
         "errors_unexpected: {}",
         c.unexpected.load(Ordering::Relaxed)
@@ -273,8 +282,55 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                     Err(e) => fail(e, "download"),
                 }
             }
+            // An f16 matmul of small integers, checked exactly (products and sums stay
+            // well inside f32's exact integers): on the matrix units where the device has
+            // them (m and n multiples of 16, k of 8), among the other threads' work.
+            93..=94 => {
+                let (m, n, k) = (
+                    16 * r.gen_range(1..=10),
+                    16 * r.gen_range(1..=20),
+                    8 * r.gen_range(1..=40),
+                );
+                let mut ints = |len: usize| -> Vec<f16> {
+                    (0..len)
+                        .map(|_| f16::from_f32(r.gen_range(-4i32..=4) as f32))
+                        .collect()
+                };
+                let (a, b) = (ints(m * k), ints(k * n));
+                let run = || -> vramkit::Result<Vec<f32>> {
+                    let aa = rt.alloc_from(&a, "soak matmul a")?;
+                    let ba = rt.alloc_from(&b, "soak matmul b")?;
+                    let c = rt.alloc::<f32>(m * n, "soak matmul c")?;
+                    let mut batch = rt.batch();
+                    batch.matmul(m as u64, k as u64, n as u64, &aa, &ba, &c)?;
+                    batch.submit()?;
+                    rt.download(&c)
+                };
+                match run() {
+                    Ok(got) => {
+                        counts.matmuls.fetch_add(1, Ordering::Relaxed);
+                        let want = |i: usize, j: usize| -> f32 {
+                            (0..k)
+                                .map(|p| a[i * k + p].to_f32() * b[p * n + j].to_f32())
+                                .sum()
+                        };
+                        let bad = (0..m * n).find(|&e| got[e] != want(e / n, e % n));
+                        if let Some(e) = bad {
+                            eprintln!(
+                                "mismatch in a {m}x{n}x{k} f16 matmul at ({}, {}): got {} want {}",
+                                e / n,
+                                e % n,
+                                got[e],
+                                want(e / n, e % n)
+                            );
+                            counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => fail(e, "matmul"),
+                }
+            }
             // Free.
-            75..=94 if !live.is_empty() => {
+            75..=92 if !live.is_empty() => {
                 live.swap_remove(r.gen_range(0..live.len()));
             }
             // Trim, or budget pressure (lowered, then raised again by another draw).
