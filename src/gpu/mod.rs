@@ -438,32 +438,28 @@ impl Gpu {
         let (tx, rx) = std::sync::mpsc::channel();
         let slice = buffer.slice(offset..offset + size);
         slice.map_async(wgpu::MapMode::Read, move |r| {
-            // The receiver lives until after the wait below, so the send cannot fail.
+            // The receiver may be gone when this runs late on another thread: nothing to do.
             let _ = tx.send(r);
         });
         self.wait_idle()?;
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
+        // Not `rx.recv()`: wgpu runs the callback on whichever thread's poll resolved the
+        // mapping, and that thread may be inside another callback waiting for a lock this
+        // one holds (a read inside a callback of `Gpu::submit` holds the queue lock). Once
+        // the wait has returned the mapping is resolved, whoever polled, so the buffer is
+        // read if it is mapped; the callback only explains a failure.
+        let data = match slice.get_mapped_range() {
+            Ok(view) => view.to_vec(),
+            Err(e) => {
+                let message = match rx.try_recv() {
+                    Ok(Err(reason)) => reason.to_string(),
+                    _ => e.to_string(),
+                };
                 return Err(Error::Device {
                     during: "mapping a buffer for reading".into(),
-                    message: e.to_string(),
-                })
+                    message,
+                });
             }
-            Err(_) => {
-                return Err(Error::Device {
-                    during: "mapping a buffer for reading".into(),
-                    message: "the map callback never ran".into(),
-                })
-            }
-        }
-        let data = slice
-            .get_mapped_range()
-            .map_err(|e| Error::Device {
-                during: "reading a mapped buffer".into(),
-                message: e.to_string(),
-            })?
-            .to_vec();
+        };
         buffer.unmap();
         Ok(data)
     }

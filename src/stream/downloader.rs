@@ -448,7 +448,12 @@ impl Downloader {
                     // while this one is copied out.
                     Err(_) => match submitted[done].take() {
                         Some(index) => self.gpu.wait_for(index)?,
-                        None => self.gpu.wait_idle()?,
+                        // The copy is done, and its callback ran on another thread or
+                        // waits there: the buffer itself says whether it is ours (see
+                        // `Staging::owned_after_wait`; waiting for the callback hung).
+                        None => {
+                            resolved[done] = Some(ring[done % self.config.depth].owned_after_wait())
+                        }
                     },
                 }
             }

@@ -111,6 +111,25 @@ impl Staging {
         }
     }
 
+    /// After a blocking wait for the submission whose copies used the buffer has returned:
+    /// whether the CPU owns the buffer again, asked of the buffer itself rather than
+    /// learned from the [`when_cpu_owned`](Self::when_cpu_owned) callback.
+    ///
+    /// wgpu runs that callback on whichever thread's poll resolves the mapping, after the
+    /// poll has released its locks; that thread may be inside another callback, waiting
+    /// for a lock this thread holds (a download inside a callback of `Gpu::submit` holds
+    /// the queue lock: seen on the H100 as three tests hung together). Once the wait has
+    /// returned, the mapping is resolved whoever polled (wgpu-core maps buffers under its
+    /// lifetime lock, in the poll that finds their submission done), so a mapped buffer
+    /// answers here; a host buffer is the CPU's as soon as the submission is done. False
+    /// means the mapping failed.
+    pub(crate) fn owned_after_wait(&self) -> bool {
+        match self {
+            Staging::Host(_) => true,
+            Staging::Mapped(b) => b.slice(..4).get_mapped_range().is_ok(),
+        }
+    }
+
     /// Gives a mapped buffer back for good (destroys it); a host buffer is freed when its
     /// last clone drops.
     pub(crate) fn destroy(self) {
