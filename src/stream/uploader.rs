@@ -99,10 +99,27 @@ struct Ring {
     dead: Vec<usize>,
     /// Staging buffers mapped and ready to be written.
     free: Vec<usize>,
-    /// Submissions of copies whose staging buffer is not back yet, oldest first: a full
-    /// ring waits for the oldest one only, so the GPU keeps copying the others meanwhile.
-    in_flight: std::collections::VecDeque<wgpu::SubmissionIndex>,
+    /// Submissions of copies whose staging buffer is not back yet, oldest first, with the
+    /// slot and its lease: a full ring waits for the oldest one only, so the GPU keeps
+    /// copying the others meanwhile.
+    in_flight: std::collections::VecDeque<(wgpu::SubmissionIndex, usize, u64)>,
+    /// By slot: the lease of the copy in flight from it, 0 when none. A slot comes back
+    /// once per lease, through its callback or through [`Ring::reclaim`] after a wait,
+    /// whichever is first; the other finds the lease gone.
+    lease: Vec<u64>,
+    /// The last lease handed out.
+    leases: u64,
     stats: UploaderStats,
+}
+
+impl Ring {
+    /// Puts `slot` back on the free list if `lease` is still its copy in flight.
+    fn reclaim(&mut self, slot: usize, lease: u64) {
+        if lease != 0 && self.lease.get(slot) == Some(&lease) {
+            self.lease[slot] = 0;
+            self.free.push(slot);
+        }
+    }
 }
 
 /// Uploads host bytes into arena allocations through a ring of mapped staging buffers.
@@ -120,8 +137,9 @@ pub struct Uploader {
     gpu: Gpu,
     config: UploaderConfig,
     ring: Mutex<Ring>,
-    ready_tx: mpsc::Sender<usize>,
-    ready_rx: Mutex<mpsc::Receiver<usize>>,
+    /// (slot, lease) of staging buffers the GPU has released, sent by their callbacks.
+    ready_tx: mpsc::Sender<(usize, u64)>,
+    ready_rx: Mutex<mpsc::Receiver<(usize, u64)>>,
     /// Drives the futures of asynchronous uploads; started on first use.
     poller: LazyPoller,
 }
@@ -157,6 +175,8 @@ impl Uploader {
                 dead: Vec::new(),
                 free: Vec::new(),
                 in_flight: std::collections::VecDeque::new(),
+                lease: Vec::new(),
+                leases: 0,
                 stats: UploaderStats::default(),
             }),
             ready_tx,
@@ -401,6 +421,13 @@ impl Uploader {
         staging: &Staging,
         encoder: wgpu::CommandEncoder,
     ) -> Result<()> {
+        let lease = {
+            let mut ring = self.ring.lock();
+            ring.leases += 1;
+            let lease = ring.leases;
+            ring.lease[index] = lease;
+            lease
+        };
         staging.to_gpu();
         let submitted = self.gpu.scoped("submitting an upload chunk", || {
             self.gpu.submit_timed("upload", [encoder.finish()])
@@ -409,13 +436,13 @@ impl Uploader {
         // Even after a failed submit: the buffer must come back to the ring.
         staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Write, staging.size(), move |ok| {
             if ok {
-                let _ = tx.send(index);
+                let _ = tx.send((index, lease));
             }
         });
         let submitted = submitted?;
         let mut ring = self.ring.lock();
         ring.stats.chunks += 1;
-        ring.in_flight.push_back(submitted);
+        ring.in_flight.push_back((submitted, index, lease));
         // Bounded by the ring: older entries than the ring's size are certainly done.
         while ring.in_flight.len() > ring.buffers.len() {
             ring.in_flight.pop_front();
@@ -486,8 +513,8 @@ impl Uploader {
     pub fn release_idle(&self, older_than: Duration) -> u64 {
         let rx = self.ready_rx.lock();
         let mut ring = self.ring.lock();
-        while let Ok(i) = rx.try_recv() {
-            ring.free.push(i);
+        while let Ok((slot, lease)) = rx.try_recv() {
+            ring.reclaim(slot, lease);
         }
         self.release_idle_locked(&mut ring, older_than)
     }
@@ -530,8 +557,8 @@ impl Uploader {
             let oldest = {
                 let rx = self.ready_rx.lock();
                 let mut ring = self.ring.lock();
-                while let Ok(i) = rx.try_recv() {
-                    ring.free.push(i);
+                while let Ok((slot, lease)) = rx.try_recv() {
+                    ring.reclaim(slot, lease);
                 }
                 if let Some(idle) = self.config.idle_release {
                     self.release_idle_locked(&mut ring, idle);
@@ -595,6 +622,7 @@ impl Uploader {
                         None => {
                             ring.buffers.push(Some(buffer.clone()));
                             ring.last_used.push(now);
+                            ring.lease.push(0);
                             ring.buffers.len() - 1
                         }
                     };
@@ -605,10 +633,24 @@ impl Uploader {
                 ring.stats.waits += 1;
                 ring.in_flight.pop_front()
             };
-            // Back-pressure: wait for the oldest copy only (its re-map resolves in that
-            // poll); later copies keep the GPU busy meanwhile.
+            // Back-pressure: wait for the oldest copy only; later copies keep the GPU busy
+            // meanwhile. Its buffer is then taken back without waiting for its callback:
+            // wgpu runs that on whichever thread's poll resolved the mapping, which may be
+            // inside another callback waiting for a lock this thread holds (an upload in
+            // a callback of `Gpu::submit` holds the queue lock). See
+            // `Staging::owned_after_wait`.
             match oldest {
-                Some(index) => self.gpu.wait_for(index)?,
+                Some((index, slot, lease)) => {
+                    self.gpu.wait_for(index)?;
+                    let mut ring = self.ring.lock();
+                    let owned = ring.buffers[slot]
+                        .as_ref()
+                        .is_some_and(Staging::owned_after_wait);
+                    if owned {
+                        ring.reclaim(slot, lease);
+                    }
+                }
+                // Another thread is waiting for the oldest copy and takes its buffer back.
                 None => self.gpu.wait_idle()?,
             }
         }
