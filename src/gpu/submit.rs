@@ -40,6 +40,13 @@
 //! upload, write or submit on its own thread; a callback must not block on *another*
 //! thread's vramkit submit or write, which would wait for this lock.
 //!
+//! For the same reason vramkit never waits for one of its own callbacks after a blocking
+//! wait has covered the work: wgpu runs a callback on whichever thread's poll collected
+//! it, and that thread may be inside an earlier callback, waiting for this lock while the
+//! waiting thread holds it (a download inside a work-done callback, on the H100). Reads
+//! and the upload ring ask the staging buffer itself once the wait returns
+//! (`Staging::owned_after_wait`); the arena completes the epochs its wait covered.
+//!
 //! # GPU writes and host reads (the Vulkan memory model)
 //! A fence wait makes the *device's* accesses complete, not *available* to the host: a
 //! memory dependency with destination `HOST` / `HOST_READ` is needed before the host may
