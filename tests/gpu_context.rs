@@ -88,6 +88,89 @@ fn embeds_a_device_the_host_owns() {
     assert_close(&got, &want, 1e-6, "axpy on an embedded device");
 }
 
+/// A host that hands over its adapter and enabled the cooperative-matrix feature lends
+/// vramkit its matrix units: the f16 matmul runs on them (where the adapter has them) and
+/// matches the CPU. Without the adapter, or without the feature, they stay off.
+#[test]
+fn a_host_device_with_its_adapter_lends_the_matrix_units() {
+    let name = gpu().info().name.clone();
+    let _lock = Gpu::lifecycle_lock();
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapter = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+        .into_iter()
+        .find(|a| a.get_info().name == name)
+        .expect("the test GPU's adapter");
+    let wanted = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    let device = |features: wgpu::Features| {
+        pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            required_features: adapter.features() & features,
+            required_limits: adapter.limits(),
+            // SAFETY: the test enables wgpu's experimental cooperative matrices as a host
+            // app would; its one use is vramkit's matmul, checked below against the CPU.
+            experimental_features: unsafe { wgpu::ExperimentalFeatures::enabled() },
+            ..Default::default()
+        }))
+        .expect("a device")
+    };
+    let without = device(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+    let with = device(wanted);
+    // Released before either context is dropped: dropping a `Gpu` takes it.
+    drop(_lock);
+    assert!(
+        !Gpu::from_wgpu_with_adapter(&adapter, without.0, without.1).has_matrix_units(),
+        "off when the host did not enable the feature"
+    );
+    let host = Gpu::from_wgpu_with_adapter(&adapter, with.0, with.1);
+    assert_eq!(host.has_matrix_units(), gpu().has_matrix_units());
+    let arena = Arena::new(&host, Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    assert_eq!(kernels.options().matrix_units, host.has_matrix_units());
+    let (m, n, k) = (48usize, 272usize, 40usize);
+    let mut r = rng();
+    let half = |v: &[f32]| -> Vec<u16> {
+        v.iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect()
+    };
+    let (a, b) = (
+        half(&random_f32(&mut r, m * k)),
+        half(&random_f32(&mut r, k * n)),
+    );
+    let aa = arena.alloc(2 * (m * k) as u64, "a").unwrap();
+    let ba = arena.alloc(2 * (k * n) as u64, "b").unwrap();
+    let other = Arena::new(&host, Default::default()).unwrap();
+    let c = other.alloc_typed::<f32>(m * n, "c").unwrap();
+    host.write_buffer(aa.buffer(), aa.offset(), bytemuck::cast_slice(&a));
+    host.write_buffer(ba.buffer(), ba.offset(), bytemuck::cast_slice(&b));
+    let mut batch = kernels.batch();
+    batch
+        .matmul(
+            vramkit::kernels::MatmulInput::F16,
+            m as u64,
+            n as u64,
+            k as u64,
+            &aa,
+            &ba,
+            &c,
+        )
+        .unwrap();
+    batch.submit().unwrap();
+    let got = readback::read_as::<f32>(&host, c.buffer(), c.offset(), m * n).unwrap();
+    let f = |h: u16| half::f16::from_bits(h).to_f32() as f64;
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k).map(|p| f(a[i * k + p]) * f(b[p * n + j])).sum();
+            let mag: f64 = (0..k)
+                .map(|p| (f(a[i * k + p]) * f(b[p * n + j])).abs())
+                .sum();
+            let err = (got[i * n + j] as f64 - want).abs() / mag.max(1e-30);
+            assert!(err < 1e-5, "c[{i}][{j}] = {} want {want}", got[i * n + j]);
+        }
+    }
+}
+
 #[test]
 fn times_gpu_work() {
     let g = gpu();

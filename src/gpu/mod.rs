@@ -207,10 +207,43 @@ impl Gpu {
     /// ```
     ///
     /// The matrix units stay off ([`has_matrix_units`](Self::has_matrix_units)): a device
-    /// does not say which cooperative-matrix shapes its adapter runs.
+    /// does not say which cooperative-matrix shapes its adapter runs; hand over the
+    /// adapter too with [`from_wgpu_with_adapter`](Self::from_wgpu_with_adapter).
     pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Gpu {
         let info = device.adapter_info();
         Self::build(None, device, queue, info, false)
+    }
+
+    /// [`from_wgpu`](Self::from_wgpu) for a host that also hands over the adapter its
+    /// device came from, so that the f16 matmul can run on the matrix units: they are used
+    /// when the host enabled `EXPERIMENTAL_COOPERATIVE_MATRIX` (with `SHADER_F16` and
+    /// `SUBGROUP`) on the device and the adapter runs the configuration vramkit's kernel
+    /// needs ([`has_matrix_units`](Self::has_matrix_units)). An adapter other than the
+    /// device's leaves them off.
+    ///
+    /// ```no_run
+    /// # fn host() -> (wgpu::Adapter, wgpu::Device, wgpu::Queue) { unimplemented!() }
+    /// let (adapter, device, queue) = host();
+    /// let gpu = vramkit::Gpu::from_wgpu_with_adapter(&adapter, device, queue);
+    /// println!("matrix units: {}", gpu.has_matrix_units());
+    /// ```
+    pub fn from_wgpu_with_adapter(
+        adapter: &wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Gpu {
+        let info = device.adapter_info();
+        let same = {
+            let a = adapter.get_info();
+            (a.name.as_str(), a.vendor, a.device, a.backend)
+                == (info.name.as_str(), info.vendor, info.device, info.backend)
+        };
+        let units = same
+            && device
+                .features()
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+            && runs_f16_matrix_units(adapter);
+        Self::build(None, device, queue, info, units)
     }
 
     fn build(
@@ -309,7 +342,7 @@ impl Gpu {
     }
 
     /// True if the f16 matmul runs on the GPU's matrix units (tensor cores): vramkit
-    /// opened the device, the adapter runs 16 x 16 x 16 f16 -> f32 cooperative matrices on
+    /// opened the device (or was handed its adapter and the feature was on), the adapter runs 16 x 16 x 16 f16 -> f32 cooperative matrices on
     /// subgroups of exactly 32, and the limits fit the kernel (`shaders/matmul_coop.wgsl`).
     pub fn has_matrix_units(&self) -> bool {
         self.inner.matrix_units
