@@ -13,6 +13,11 @@
 // and k, and a fragment past m or n is not stored. Fragments are loaded and multiplied
 // in subgroup-uniform control flow, as cooperative operations require.
 //
+// The prefix sets `GUARDED`. Shapes of whole tiles (m a multiple of 128, n of 256, k of
+// 32) take the variant without the per-load bounds test: every load is inside then, and
+// the next slice is loaded only while one remains. The test cost a quarter of the speed
+// on the H100 (4096^3: 168-170 TFLOP/s with it, 220-222 without; 8192^3: 187 and 256).
+//
 // The 16 accumulators are named one by one: naga 30 cannot index an array of
 // cooperative matrices with a loop variable.
 
@@ -49,6 +54,9 @@ var<workgroup> sb: array<f16, 8448>;   // STEP_K * B_STRIDE
 
 /// Eight halves of a (row, col) of `a`, zero outside m x k.
 fn load_a(row: u32, col: u32) -> vec4<u32> {
+    if !GUARDED {
+        return a[(row * params.k + col) / 8u];
+    }
     let ok = row < params.m && col < params.k;
     let i = select(0u, (row * params.k + col) / 8u, ok);
     return select(vec4<u32>(0u), a[i], ok);
@@ -56,6 +64,9 @@ fn load_a(row: u32, col: u32) -> vec4<u32> {
 
 /// Eight halves of b at (row, col), zero outside k x n.
 fn load_b(row: u32, col: u32) -> vec4<u32> {
+    if !GUARDED {
+        return b[(row * params.n + col) / 8u];
+    }
     let ok = row < params.k && col < params.n;
     let i = select(0u, (row * params.n + col) / 8u, ok);
     return select(vec4<u32>(0u), b[i], ok);
@@ -137,12 +148,14 @@ fn matmul(
         workgroupBarrier();
         // The next slices load while this one is multiplied.
         let next = kk + STEP_K;
-        ga0 = load_a(row0 + a_row0, next + a_col);
-        ga1 = load_a(row0 + a_row1, next + a_col);
-        gb0 = load_b(next + b_row0, col0 + b_col);
-        gb1 = load_b(next + b_row1, col0 + b_col);
-        gb2 = load_b(next + b_row2, col0 + b_col);
-        gb3 = load_b(next + b_row3, col0 + b_col);
+        if next < params.k {
+            ga0 = load_a(row0 + a_row0, next + a_col);
+            ga1 = load_a(row0 + a_row1, next + a_col);
+            gb0 = load_b(next + b_row0, col0 + b_col);
+            gb1 = load_b(next + b_row1, col0 + b_col);
+            gb2 = load_b(next + b_row2, col0 + b_col);
+            gb3 = load_b(next + b_row3, col0 + b_col);
+        }
 
         for (var ks = 0u; ks < STEP_K; ks += 16u) {
             let ia0 = br * A_STRIDE + ks;

@@ -443,6 +443,8 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             (48, 272, 40),
             (128, 256, 64),
             (144, 528, 1032),
+            // Whole tiles, two each way, three steps along k (the unguarded variant).
+            (256, 512, 96),
         ] {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);

@@ -83,7 +83,10 @@ impl<'a> Batch<'a> {
         let groups = (gx as u32, gy as u32);
         if coop {
             let io = io.reading_x_and_y_only();
-            let shader = &shaders::MATMUL_COOP_F16[usize::from(io.access == Access::ReadOnlyXY)];
+            let whole_tiles =
+                m.is_multiple_of(tile_m) && n.is_multiple_of(tile_n) && k.is_multiple_of(32);
+            let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
+                [usize::from(io.access == Access::ReadOnlyXY)];
             return self
                 .record(shader, "matmul", params, io, groups)
                 .map(|_| self);

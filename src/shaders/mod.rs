@@ -21,8 +21,11 @@
 //!   read 16 x 16 from offsets whose last element is the same 5111 and 8439; every load
 //!   of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
 //!   otherwise, every fragment store behind `row < m && col < n` with both multiples of
-//!   16, and the host checks the three allocations' sizes. Loops count to `k` by 32 and
-//!   to 32 by 16.
+//!   16, and the host checks the three allocations' sizes. The whole-tiles variant drops
+//!   the load tests only where the host found m, n and k multiples of 128, 256 and 32:
+//!   a workgroup's rows and columns then lie inside, slices start below `k` and end at
+//!   most at `k`, and the next slice loads behind `next < k`. Loops count to `k` by 32
+//!   and to 32 by 16.
 //! - **transpose**: the 32 x 33 tile is indexed by `(lid.y + j) * 33 + lid.x` with
 //!   `lid.x < 32`, `lid.y + j < 32` (at most 1054 of 1056); loads and stores are behind
 //!   `r < rows && c < cols` and the host checks `rows x cols` elements fit. Its loops run
@@ -616,21 +619,40 @@ macro_rules! coop_bindings {
 const MATRIX_UNITS: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP);
-/// Matmul of f16 inputs on the matrix units (cooperative matrices, f32 accumulators):
-/// inputs writable (the shared layout), then read-only.
-pub const MATMUL_COOP_F16: [Shader; 2] = [
-    shader_value!(
-        "matmul_coop.wgsl",
-        [coop_bindings!("read_write"), file!("matmul_coop.wgsl")],
-        MATRIX_UNITS,
-        true
-    ),
-    shader_value!(
-        "matmul_coop.wgsl (read-only inputs)",
-        [coop_bindings!("read"), file!("matmul_coop.wgsl")],
-        MATRIX_UNITS,
-        true
-    ),
+/// One matmul_coop.wgsl variant: input access and whether loads test bounds.
+macro_rules! matmul_coop {
+    ($name:literal, $access:literal, $guarded:literal) => {
+        shader_value!(
+            $name,
+            [
+                coop_bindings!($access),
+                "const GUARDED: bool = ",
+                $guarded,
+                ";\n",
+                file!("matmul_coop.wgsl")
+            ],
+            MATRIX_UNITS,
+            true
+        )
+    };
+}
+/// Matmul of f16 inputs on the matrix units (cooperative matrices, f32 accumulators), by
+/// `[whole tiles][read-only inputs]`: loads tested against the bounds, then not (m a
+/// multiple of 128, n of 256, k of 32); inputs writable (the shared layout), then
+/// read-only.
+pub const MATMUL_COOP_F16: [[Shader; 2]; 2] = [
+    [
+        matmul_coop!("matmul_coop.wgsl", "read_write", "true"),
+        matmul_coop!("matmul_coop.wgsl (read-only inputs)", "read", "true"),
+    ],
+    [
+        matmul_coop!("matmul_coop.wgsl (whole tiles)", "read_write", "false"),
+        matmul_coop!(
+            "matmul_coop.wgsl (whole tiles, read-only inputs)",
+            "read",
+            "false"
+        ),
+    ],
 ];
 shader!(
     /// f32 <-> f16 casts, f16 pairs packed in u32 words on every adapter: the tail of an
@@ -738,8 +760,10 @@ pub const ALL: &[Shader] = &[
     MATMUL_VEC4_F16_PACKED[1],
     MATMUL_VEC4_F16_NATIVE[0],
     MATMUL_VEC4_F16_NATIVE[1],
-    MATMUL_COOP_F16[0],
-    MATMUL_COOP_F16[1],
+    MATMUL_COOP_F16[0][0],
+    MATMUL_COOP_F16[0][1],
+    MATMUL_COOP_F16[1][0],
+    MATMUL_COOP_F16[1][1],
     CAST_F16_PACKED,
     CAST_F16_X8,
     PATCH_WORDS,
