@@ -49,8 +49,9 @@ const A_STRIDE: u32 = 40u;   // STEP_K + 8
 const B_STRIDE: u32 = 264u;  // TILE_N + 8
 const THREADS: u32 = 256u;
 
-var<workgroup> sa: array<f16, 5120>;   // TILE_M * A_STRIDE
-var<workgroup> sb: array<f16, 8448>;   // STEP_K * B_STRIDE
+// The staged slices: a's (TILE_M x A_STRIDE) from 0, then b's (STEP_K x B_STRIDE).
+const B_AT: u32 = 5120u;     // TILE_M * A_STRIDE
+var<workgroup> slices: array<f16, 13568>;   // B_AT + STEP_K * B_STRIDE
 
 /// Eight halves of a (row, col) of `a`, zero outside m x k.
 fn load_a(row: u32, col: u32) -> vec4<u32> {
@@ -72,22 +73,14 @@ fn load_b(row: u32, col: u32) -> vec4<u32> {
     return select(vec4<u32>(0u), b[i], ok);
 }
 
-fn put_a(at: u32, v: vec4<u32>) {
+/// Eight halves into the staged slices at `at`.
+fn put(at: u32, v: vec4<u32>) {
     let h0 = vec2<f16>(unpack2x16float(v.x));
     let h1 = vec2<f16>(unpack2x16float(v.y));
     let h2 = vec2<f16>(unpack2x16float(v.z));
     let h3 = vec2<f16>(unpack2x16float(v.w));
-    sa[at] = h0.x; sa[at + 1u] = h0.y; sa[at + 2u] = h1.x; sa[at + 3u] = h1.y;
-    sa[at + 4u] = h2.x; sa[at + 5u] = h2.y; sa[at + 6u] = h3.x; sa[at + 7u] = h3.y;
-}
-
-fn put_b(at: u32, v: vec4<u32>) {
-    let h0 = vec2<f16>(unpack2x16float(v.x));
-    let h1 = vec2<f16>(unpack2x16float(v.y));
-    let h2 = vec2<f16>(unpack2x16float(v.z));
-    let h3 = vec2<f16>(unpack2x16float(v.w));
-    sb[at] = h0.x; sb[at + 1u] = h0.y; sb[at + 2u] = h1.x; sb[at + 3u] = h1.y;
-    sb[at + 4u] = h2.x; sb[at + 5u] = h2.y; sb[at + 6u] = h3.x; sb[at + 7u] = h3.y;
+    slices[at] = h0.x; slices[at + 1u] = h0.y; slices[at + 2u] = h1.x; slices[at + 3u] = h1.y;
+    slices[at + 4u] = h2.x; slices[at + 5u] = h2.y; slices[at + 6u] = h3.x; slices[at + 7u] = h3.y;
 }
 
 /// Stores one accumulator at (row, col) of c unless it lies past m or n (both multiples
@@ -139,12 +132,12 @@ fn matmul(
 
     for (var kk = 0u; kk < params.k; kk += STEP_K) {
         workgroupBarrier();
-        put_a(a_row0 * A_STRIDE + a_col, ga0);
-        put_a(a_row1 * A_STRIDE + a_col, ga1);
-        put_b(b_row0 * B_STRIDE + b_col, gb0);
-        put_b(b_row1 * B_STRIDE + b_col, gb1);
-        put_b(b_row2 * B_STRIDE + b_col, gb2);
-        put_b(b_row3 * B_STRIDE + b_col, gb3);
+        put(a_row0 * A_STRIDE + a_col, ga0);
+        put(a_row1 * A_STRIDE + a_col, ga1);
+        put(B_AT + b_row0 * B_STRIDE + b_col, gb0);
+        put(B_AT + b_row1 * B_STRIDE + b_col, gb1);
+        put(B_AT + b_row2 * B_STRIDE + b_col, gb2);
+        put(B_AT + b_row3 * B_STRIDE + b_col, gb3);
         workgroupBarrier();
         // The next slices load while this one is multiplied.
         let next = kk + STEP_K;
@@ -162,18 +155,18 @@ fn matmul(
             let ia1 = ia0 + 16u * A_STRIDE;
             let ia2 = ia0 + 32u * A_STRIDE;
             let ia3 = ia0 + 48u * A_STRIDE;
-            let a0 = coopLoadT<FragA>(&sa[ia0], A_STRIDE);
-            let a1 = coopLoadT<FragA>(&sa[ia1], A_STRIDE);
-            let a2 = coopLoadT<FragA>(&sa[ia2], A_STRIDE);
-            let a3 = coopLoadT<FragA>(&sa[ia3], A_STRIDE);
-            let ib0 = ks * B_STRIDE + bc;
+            let a0 = coopLoadT<FragA>(&slices[ia0], A_STRIDE);
+            let a1 = coopLoadT<FragA>(&slices[ia1], A_STRIDE);
+            let a2 = coopLoadT<FragA>(&slices[ia2], A_STRIDE);
+            let a3 = coopLoadT<FragA>(&slices[ia3], A_STRIDE);
+            let ib0 = B_AT + ks * B_STRIDE + bc;
             let ib1 = ib0 + 16u;
             let ib2 = ib0 + 32u;
             let ib3 = ib0 + 48u;
-            let b0 = coopLoadT<FragB>(&sb[ib0], B_STRIDE);
-            let b1 = coopLoadT<FragB>(&sb[ib1], B_STRIDE);
-            let b2 = coopLoadT<FragB>(&sb[ib2], B_STRIDE);
-            let b3 = coopLoadT<FragB>(&sb[ib3], B_STRIDE);
+            let b0 = coopLoadT<FragB>(&slices[ib0], B_STRIDE);
+            let b1 = coopLoadT<FragB>(&slices[ib1], B_STRIDE);
+            let b2 = coopLoadT<FragB>(&slices[ib2], B_STRIDE);
+            let b3 = coopLoadT<FragB>(&slices[ib3], B_STRIDE);
             c00 = coopMultiplyAdd(a0, b0, c00); c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02); c03 = coopMultiplyAdd(a0, b3, c03);
             c10 = coopMultiplyAdd(a1, b0, c10); c11 = coopMultiplyAdd(a1, b1, c11);

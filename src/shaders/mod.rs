@@ -16,9 +16,10 @@
 //!   that `m x k`, `k x n` and `m x n` elements fit the bound allocations. Every loop
 //!   counts up to a constant or to `k` by `BK`.
 //! - **matmul on matrix units** (`matmul_coop.wgsl`): each invocation writes eight halves
-//!   at `row * 40 + col` (`row < 128`, `col <= 24`: at most 5111 of 5120) and
-//!   `row * 264 + col` (`row < 32`, `col <= 248`: at most 8439 of 8448), and fragments
-//!   read 16 x 16 from offsets whose last element is the same 5111 and 8439; every load
+//!   of the staged slices at `row * 40 + col` (`row < 128`, `col <= 24`: at most 5111,
+//!   below b's slice at 5120) and `5120 + row * 264 + col` (`row < 32`, `col <= 248`: at
+//!   most 13559 of 13568), and fragments read 16 x 16 from offsets whose last element is
+//!   the same 5111 and 13559; every load
 //!   of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
 //!   otherwise, every fragment store behind `row < m && col < n` with both multiples of
 //!   16, and the host checks the three allocations' sizes. The whole-tiles variant drops
