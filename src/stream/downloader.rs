@@ -114,11 +114,59 @@ impl Downloader {
     /// through one staging buffer, so it may be at most the device's largest buffer
     /// ([`download`](Self::download) has no such limit).
     pub fn download_view(&self, src: &Allocation, offset: u64, len: u64) -> Result<DownloadView> {
-        let view = self.download_async(src, offset, len)?;
-        // Wait here rather than on the polling thread: the map callback runs in whichever
-        // poll sees the copy finish.
-        self.gpu.wait_idle()?;
-        pollster::block_on(view)
+        let Some(plan) = self.plan_view(src, offset, len)? else {
+            return Ok(DownloadView::empty(self.views.clone()));
+        };
+        let index = self.copy_into_staging(
+            src,
+            plan.start,
+            &plan.staging,
+            plan.bytes,
+            "submitting a download view",
+            |_| {},
+        )?;
+        // The copy's own wait, then the buffer itself: not the map callback, which another
+        // thread's poll may hold while it waits for a lock this thread has (see
+        // `Staging::owned_after_wait`).
+        self.gpu.wait_for(index)?;
+        if !plan.staging.owned_after_wait() {
+            return Err(view_unmapped());
+        }
+        plan.into_view(len, self.views.clone(), self.config.depth)
+    }
+
+    /// Checks a download view's arguments and takes its staging buffer; `None` for an
+    /// empty range.
+    fn plan_view(&self, src: &Allocation, offset: u64, len: u64) -> Result<Option<ViewPlan>> {
+        let end = self.check_and_count_src(src, offset, len)?;
+        if src.is_virtual() {
+            return Err(Error::invalid(
+                format!(
+                    "a download view of '{}' in a dry run, which has no bytes to map",
+                    src.label()
+                ),
+                "read with Downloader::download or download_into, which give zeros in a dry \
+                 run, or skip the read when Allocation::is_virtual() is true",
+            ));
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let start = offset / 4 * 4;
+        let bytes = end.next_multiple_of(4) - start;
+        let max = self.gpu.limits().max_buffer_size;
+        if bytes > max {
+            return Err(Error::invalid(
+                format!("a download view of {len} bytes (the device's largest buffer is {max})"),
+                "use Downloader::download, which streams in chunks",
+            ));
+        }
+        Ok(Some(ViewPlan {
+            staging: self.view_buffer(bytes)?,
+            start,
+            bytes,
+            skip: (offset - start) as usize,
+        }))
     }
 
     /// [`download_view`](Self::download_view) without blocking: records and submits the
@@ -145,71 +193,34 @@ impl Downloader {
         offset: u64,
         len: u64,
     ) -> Result<impl Future<Output = Result<DownloadView>> + Send + 'static> {
-        let end = self.check_and_count_src(src, offset, len)?;
-        if src.is_virtual() {
-            return Err(Error::invalid(
-                format!(
-                    "a download view of '{}' in a dry run, which has no bytes to map",
-                    src.label()
-                ),
-                "read with Downloader::download or download_into, which give zeros in a dry \
-                 run, or skip the read when Allocation::is_virtual() is true",
-            ));
-        }
         let pool = self.views.clone();
         let keep = self.config.depth;
-        if len == 0 {
+        let Some(plan) = self.plan_view(src, offset, len)? else {
             return Ok(futures::future::Either::Left(futures::future::ready(Ok(
                 DownloadView::empty(pool),
             ))));
-        }
-        let start = offset / 4 * 4;
-        let bytes = end.next_multiple_of(4) - start;
-        let max = self.gpu.limits().max_buffer_size;
-        if bytes > max {
-            return Err(Error::invalid(
-                format!("a download view of {len} bytes (the device's largest buffer is {max})"),
-                "use Downloader::download, which streams in chunks",
-            ));
-        }
+        };
         let poller = self.poller.get(&self.gpu)?;
-        let staging = self.view_buffer(bytes)?;
         let (tx, rx) = oneshot::channel();
         let pending = poller.begin();
         self.copy_into_staging(
             src,
-            start,
-            &staging,
-            bytes,
+            plan.start,
+            &plan.staging,
+            plan.bytes,
             "submitting a download view",
             move |ok| {
                 let _ = tx.send(ok);
                 pending.done();
             },
         )?;
-        let skip = (offset - start) as usize;
         Ok(futures::future::Either::Right(async move {
             // Keeps the polling thread alive until this download has resolved.
             let _poller = poller;
-            let mapped = rx.await.unwrap_or(false);
-            let failed = || Error::Device {
-                during: "mapping a download view".into(),
-                message: "the staging buffer could not be mapped".into(),
-            };
-            if !mapped {
-                return Err(failed());
+            if !rx.await.unwrap_or(false) {
+                return Err(view_unmapped());
             }
-            // SAFETY: the copy into `staging` has finished (the callback ran) and no other
-            // copy uses it: the view owns it until it drops.
-            let view = unsafe { staging.bytes(0..bytes) }?;
-            Ok(DownloadView::new(
-                view,
-                staging,
-                skip,
-                len as usize,
-                pool,
-                keep,
-            ))
+            plan.into_view(len, pool, keep)
         }))
     }
 
@@ -475,5 +486,41 @@ impl Downloader {
             read?;
         }
         Ok(())
+    }
+}
+
+/// A download view's staging buffer and where its bytes lie in it.
+struct ViewPlan {
+    staging: Staging,
+    /// First byte copied from the source (the offset rounded down to a word).
+    start: u64,
+    /// Bytes copied (whole words).
+    bytes: u64,
+    /// Bytes of the copy before the requested offset.
+    skip: usize,
+}
+
+impl ViewPlan {
+    /// The view of `len` bytes, once the copy has finished and the CPU owns the buffer.
+    fn into_view(self, len: u64, pool: ViewPool, keep: usize) -> Result<DownloadView> {
+        // SAFETY: callers come here after the copy into `staging` finished (its wait
+        // returned and the buffer said it is mapped, or its callback ran) and no other copy
+        // uses it: the view owns it until it drops.
+        let view = unsafe { self.staging.bytes(0..self.bytes) }?;
+        Ok(DownloadView::new(
+            view,
+            self.staging,
+            self.skip,
+            len as usize,
+            pool,
+            keep,
+        ))
+    }
+}
+
+fn view_unmapped() -> Error {
+    Error::Device {
+        during: "mapping a download view".into(),
+        message: "the staging buffer could not be mapped".into(),
     }
 }
