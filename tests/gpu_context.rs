@@ -115,12 +115,17 @@ fn a_host_device_with_its_adapter_lends_the_matrix_units() {
         .expect("a device")
     };
     let without = device(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+    let alone = device(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
     let with = device(wanted);
     // Released before either context is dropped: dropping a `Gpu` takes it.
     drop(_lock);
     assert!(
         !Gpu::from_wgpu_with_adapter(&adapter, without.0, without.1).has_matrix_units(),
         "off when the host did not enable the feature"
+    );
+    assert!(
+        !Gpu::from_wgpu_with_adapter(&adapter, alone.0, alone.1).has_matrix_units(),
+        "off when the host enabled it without f16 and subgroups, which the kernel needs"
     );
     let host = Gpu::from_wgpu_with_adapter(&adapter, with.0, with.1);
     assert_eq!(host.has_matrix_units(), gpu().has_matrix_units());

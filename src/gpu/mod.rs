@@ -238,10 +238,10 @@ impl Gpu {
             (a.name.as_str(), a.vendor, a.device, a.backend)
                 == (info.name.as_str(), info.vendor, info.device, info.backend)
         };
+        // All three features on the device itself: the adapter offering f16 or subgroups
+        // does not mean the host enabled them, and the kernel needs them.
         let units = same
-            && device
-                .features()
-                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+            && device.features().contains(crate::shaders::MATRIX_UNITS)
             && runs_f16_matrix_units(adapter);
         Self::build(None, device, queue, info, units)
     }
@@ -573,11 +573,8 @@ impl Gpu {
 /// tile), with f16 and subgroup operations.
 fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
     use wgpu::CooperativeScalarType::{F16, F32};
-    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
-        | wgpu::Features::SHADER_F16
-        | wgpu::Features::SUBGROUP;
     let info = adapter.get_info();
-    adapter.features().contains(needed)
+    adapter.features().contains(crate::shaders::MATRIX_UNITS)
         && info.subgroup_min_size == 32
         && info.subgroup_max_size == 32
         && adapter.cooperative_matrix_properties().iter().any(|p| {

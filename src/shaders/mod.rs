@@ -617,7 +617,7 @@ macro_rules! coop_bindings {
 }
 /// What matmul_coop.wgsl needs of the device (the host also checks the cooperative
 /// matrix configuration and subgroup size: `Gpu::has_matrix_units`).
-const MATRIX_UNITS: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+pub(crate) const MATRIX_UNITS: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP);
 /// One matmul_coop.wgsl variant: input access and whether loads test bounds.
