@@ -206,8 +206,10 @@ pub(crate) struct State {
     pub loop_blocks: Vec<super::planned::LoopBlock>,
 }
 
-/// Emptied epoch vectors up to this capacity are kept for the next seals.
+/// Emptied epoch vectors up to this capacity are kept for the next seals...
 const MAX_SPARE_EPOCH: usize = 4096;
+/// ...and at most this many of them.
+const MAX_SPARE_EPOCHS: usize = 4;
 
 /// At most this many spare labels per label and arena references are kept.
 pub(crate) const MAX_SPARES: usize = 1024;
@@ -387,7 +389,7 @@ impl State {
                 run = Some((key, list));
             }
             // The emptied vector serves the next epoch: no allocation per seal.
-            if self.spare_epochs.len() < 4 && frees.capacity() <= MAX_SPARE_EPOCH {
+            if self.spare_epochs.len() < MAX_SPARE_EPOCHS && frees.capacity() <= MAX_SPARE_EPOCH {
                 self.spare_epochs.push(frees);
             }
         }

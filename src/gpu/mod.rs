@@ -342,8 +342,9 @@ impl Gpu {
     }
 
     /// True if the f16 matmul runs on the GPU's matrix units (tensor cores): vramkit
-    /// opened the device (or was handed its adapter and the feature was on), the adapter runs 16 x 16 x 16 f16 -> f32 cooperative matrices on
-    /// subgroups of exactly 32, and the limits fit the kernel (`shaders/matmul_coop.wgsl`).
+    /// opened the device (or was handed its adapter and the features were on), the adapter
+    /// runs 16 x 16 x 16 f16 -> f32 cooperative matrices on subgroups of exactly 32, and
+    /// the limits fit the kernel (`shaders/matmul_coop.wgsl`).
     pub fn has_matrix_units(&self) -> bool {
         self.inner.matrix_units
     }

@@ -19,10 +19,10 @@
 //!   of the staged slices at `row * 40 + col` (`row < 128`, `col <= 24`: at most 5111,
 //!   below b's slice at 5120) and `5120 + row * 264 + col` (`row < 32`, `col <= 248`: at
 //!   most 13559 of 13568), and fragments read 16 x 16 from offsets whose last element is
-//!   the same 5111 and 13559; every load
-//!   of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
-//!   otherwise, every fragment store behind `row < m && col < n` with both multiples of
-//!   16, and the host checks the three allocations' sizes. The whole-tiles variant drops
+//!   the same 5111 and 13559; every load of `a`/`b` is behind `row < m && col < k`
+//!   (`row < k && col < n`) and reads element 0 otherwise, every fragment store behind
+//!   `row < m && col < n` with both multiples of 16, and the host checks the three
+//!   allocations' sizes. The whole-tiles variant drops
 //!   the load tests only where the host found m, n and k multiples of 128, 256 and 32:
 //!   a workgroup's rows and columns then lie inside, slices start below `k` and end at
 //!   most at `k`, and the next slice loads behind `next < k`. Loops count to `k` by 32

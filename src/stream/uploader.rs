@@ -120,6 +120,13 @@ impl Ring {
             self.free.push(slot);
         }
     }
+
+    /// Reclaims every slot whose callback has reported it back since the last call.
+    fn take_returned(&mut self, returned: &mpsc::Receiver<(usize, u64)>) {
+        while let Ok((slot, lease)) = returned.try_recv() {
+            self.reclaim(slot, lease);
+        }
+    }
 }
 
 /// Uploads host bytes into arena allocations through a ring of mapped staging buffers.
@@ -513,9 +520,7 @@ impl Uploader {
     pub fn release_idle(&self, older_than: Duration) -> u64 {
         let rx = self.ready_rx.lock();
         let mut ring = self.ring.lock();
-        while let Ok((slot, lease)) = rx.try_recv() {
-            ring.reclaim(slot, lease);
-        }
+        ring.take_returned(&rx);
         self.release_idle_locked(&mut ring, older_than)
     }
 
@@ -557,9 +562,7 @@ impl Uploader {
             let oldest = {
                 let rx = self.ready_rx.lock();
                 let mut ring = self.ring.lock();
-                while let Ok((slot, lease)) = rx.try_recv() {
-                    ring.reclaim(slot, lease);
-                }
+                ring.take_returned(&rx);
                 if let Some(idle) = self.config.idle_release {
                     self.release_idle_locked(&mut ring, idle);
                 }
