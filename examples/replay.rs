@@ -12,7 +12,8 @@
 //! `--all` replays every trace of `examples/data` (sizes multiplied by each scale: the same
 //! program at other model sizes) under the default policy and prints, per trace, peak
 //! reserved over peak allocated and, at scale 1, the one-block speed against
-//! offset-allocator; then the worst of each.
+//! offset-allocator; then the worst of each, the same over the replays whose peak lies in
+//! issue 20's range (100 MiB to 60 GiB), and the blocks created in all.
 
 #[path = "support/peers.rs"]
 mod peers;
@@ -302,6 +303,9 @@ fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
         "trace", "scale", "peak alloc", "ratio", "blocks", "speed"
     );
     let (mut worst, mut over, mut slowest) = (0.0f64, 0, f64::MAX);
+    // Issue 20's range: peaks from 100 MiB to 60 GiB.
+    let in_range = |peak: u64| ((100u64 << 20)..=(60u64 << 30)).contains(&peak);
+    let (mut ranged, mut ranged_over, mut ranged_worst, mut blocks) = (0, 0, 0.0f64, 0u64);
     for path in &paths {
         let events = traces::load(path)?;
         let name = path.file_name().map_or(String::new(), |n| {
@@ -312,6 +316,12 @@ fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
             let r = replay::<WithPlacement<false>>(&scaled, &policy, 256);
             worst = worst.max(r.ratio());
             over += usize::from(r.ratio() > 1.05);
+            blocks += r.blocks_created;
+            if in_range(r.peak_allocated) {
+                ranged += 1;
+                ranged_over += usize::from(r.ratio() > 1.05);
+                ranged_worst = ranged_worst.max(r.ratio());
+            }
             // Speed at the recorded size only: one block, each allocator built first.
             let speed = if k == 1.0 {
                 let (ours, theirs) = one_block_duel(&scaled);
@@ -336,6 +346,10 @@ fn replay_all(scales: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
     println!("traces: {}", paths.len());
     println!("worst_reserved_over_allocated: {worst:.4}");
     println!("replays_over_1_05: {over}");
+    println!("replays_100mib_to_60gib: {ranged}");
+    println!("replays_100mib_to_60gib_over_1_05: {ranged_over}");
+    println!("worst_100mib_to_60gib: {ranged_worst:.4}");
+    println!("blocks_created: {blocks}");
     if slowest < f64::MAX {
         println!("min_speed_vs_offset_allocator: {slowest:.3}");
     }

@@ -9,7 +9,9 @@ transformers, training and inference, a growing KV cache, batch sizes that chang
 between steps, and peaks from about 100 MiB to tens of GiB. The last four (a ViT under
 fp16 autocast, an LSTM language model, a UNet at several resolutions, batched sampled
 generation) were added after the planner and the block policy were tuned, as workloads
-neither had seen.
+neither had seen; the four after them (mixture-of-experts training, an autoencoder at a
+new resolution every step, variable-length BERT serving, generation from a preallocated
+KV cache) after the policy was retuned for scaled traces, for the same reason.
 
     python3 scripts/record_traces.py OUT_DIR [NAME ...]      # on the GPU machine
 """
@@ -288,6 +290,124 @@ def w_gpt_generate_batched():
             top = torch.topk(logits[:, -1].float(), 40)
             pick = torch.multinomial(F.softmax(top.values, -1), 1, generator=g)
             logits, cache = m(top.indices.gather(1, pick), cache)
+    torch.cuda.synchronize()
+
+
+def w_moe_train():
+    """A mixture-of-experts MLP block stack (8 experts of d 1024 -> 4096, top-2 routing),
+    AdamW: every expert's batch is as large as the tokens routed to it, so sizes change
+    with each step's routing. Batches of 4096, 6144 and 3072 tokens."""
+    class MoE(nn.Module):
+        def __init__(self, d=1024, experts=8, layers=4):
+            super().__init__()
+            self.gates = nn.ModuleList(nn.Linear(d, experts) for _ in range(layers))
+            self.experts = nn.ModuleList(
+                nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+                              for _ in range(experts)) for _ in range(layers))
+            self.head = nn.Linear(d, 1000)
+
+        def forward(self, x):
+            for gate, experts in zip(self.gates, self.experts):
+                w, idx = torch.topk(F.softmax(gate(x), -1), 2, dim=-1)
+                out = torch.zeros_like(x)
+                for e, expert in enumerate(experts):
+                    rows, slot = (idx == e).nonzero(as_tuple=True)
+                    if rows.numel():
+                        out.index_add_(0, rows, expert(x[rows]) * w[rows, slot, None])
+                x = x + out
+            return self.head(x)
+
+    m = MoE().to(DEV)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for n in [4096, 6144, 3072]:
+        x = torch.randn(n, 1024, device=DEV)
+        y = torch.randint(0, 1000, (n,), device=DEV)
+        loss = F.cross_entropy(m(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+def w_autoencoder_train_varres():
+    """A convolutional autoencoder (5 strided levels, 32-512 channels, transposed-conv
+    decoder), Adam, a different image resolution and batch every step."""
+    enc, dec, c = [], [], 3
+    for co in [32, 64, 128, 256, 512]:
+        enc += [nn.Conv2d(c, co, 4, 2, 1), nn.BatchNorm2d(co), nn.ReLU()]
+        dec = [nn.ConvTranspose2d(co, c, 4, 2, 1)] + ([nn.ReLU()] if c != 3 else []) + dec
+        c = co
+    m = nn.Sequential(*enc, *dec).to(DEV)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+    for b, r in [(32, 256), (8, 512), (64, 128), (16, 384), (24, 320)]:
+        x = torch.randn(b, 3, r, r, device=DEV)
+        loss = F.mse_loss(m(x), x)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+def w_bert_infer_varlen():
+    """A BERT-base-like encoder (d 768, 12 layers), inference under no_grad on requests
+    of random batch size and sequence length, as a serving loop sees them."""
+    layer = nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True)
+    m = nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).to(DEV).eval()
+    emb = nn.Embedding(30522, 768).to(DEV)
+    rng = random.Random(11)
+    with torch.no_grad():
+        for _ in range(40):
+            b, t = rng.choice([1, 2, 4, 8, 16, 32]), rng.randint(16, 512)
+            m(emb(torch.randint(0, 30522, (b, t), device=DEV))).mean()
+    torch.cuda.synchronize()
+
+
+def w_llama_generate_static():
+    """A decoder with a preallocated KV cache written in place (no growth) and rotary
+    position embeddings, d 2048, 16 layers, batch 8: a 512-token prompt, 128 new tokens,
+    then a second request of batch 2 reusing the cache."""
+    d, layers, heads, vocab, max_t = 2048, 16, 16, 32000, 1024
+    hd = d // heads
+    emb = nn.Embedding(vocab, d).to(DEV).half()
+    qkv = nn.ModuleList(nn.Linear(d, 3 * d, bias=False) for _ in range(layers)).to(DEV).half()
+    out = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(layers)).to(DEV).half()
+    ff = nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d, bias=False), nn.SiLU(),
+                                     nn.Linear(4 * d, d, bias=False))
+                       for _ in range(layers)).to(DEV).half()
+    head = nn.Linear(d, vocab, bias=False).to(DEV).half()
+    inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, device=DEV).float() / hd))
+
+    def rope(x, pos):
+        f = torch.outer(pos.float(), inv)
+        cos, sin = f.cos().half(), f.sin().half()
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    def run(b, prompt, new):
+        kc = torch.zeros(layers, b, heads, max_t, hd, device=DEV, dtype=torch.half)
+        vc = torch.zeros_like(kc)
+        tokens = torch.randint(0, vocab, (b, prompt), device=DEV)
+        start = 0
+        for step in range(new + 1):
+            x = emb(tokens)
+            t = x.shape[1]
+            pos = torch.arange(start, start + t, device=DEV)
+            for i in range(layers):
+                q, k, v = qkv[i](F.layer_norm(x, (d,))).split(d, -1)
+                q, k, v = (z.view(b, t, heads, hd).transpose(1, 2) for z in (q, k, v))
+                q, k = rope(q, pos), rope(k, pos)
+                kc[i, :, :, start:start + t] = k
+                vc[i, :, :, start:start + t] = v
+                a = F.scaled_dot_product_attention(q, kc[i, :, :, :start + t],
+                                                   vc[i, :, :, :start + t], is_causal=step == 0)
+                x = x + out[i](a.transpose(1, 2).reshape(b, t, d))
+                x = x + ff[i](F.layer_norm(x, (d,)))
+            tokens = head(x[:, -1:]).argmax(-1)
+            start += t
+
+    with torch.no_grad():
+        run(8, 512, 128)
+        run(2, 256, 64)
     torch.cuda.synchronize()
 
 

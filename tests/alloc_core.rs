@@ -158,6 +158,7 @@ fn block_set_grows_by_a_sixteenth_and_dedicates_huge_requests() {
         min_block: 1 << 20,
         max_block: 16 << 20,
         dedicated_threshold: 4 << 20,
+        dedicated_share: 0,
         dedicated_granularity: 64 << 10,
         release_empty_before_grow: true,
     };
@@ -225,6 +226,118 @@ fn block_set_grows_by_a_sixteenth_and_dedicates_huge_requests() {
     let freed = set.release_empty(0, |id| released.push(id));
     assert_eq!(freed, set.stats().peak_reserved);
     assert_eq!(set.stats().reserved, 0);
+}
+
+/// A request large for what the program holds gets its own block, of exactly its size;
+/// smaller ones share; one over the fixed threshold is rounded to 1/64 of its power of two.
+#[test]
+fn block_set_dedicates_requests_large_for_the_program() {
+    let policy = BlockPolicy {
+        min_block: 4 << 20,
+        max_block: 256 << 20,
+        dedicated_threshold: 32 << 20,
+        dedicated_share: 16,
+        dedicated_granularity: 64 << 10,
+        release_empty_before_grow: true,
+    };
+    let mut set: BlockSet = BlockSet::new(policy);
+    let mut sizes = std::collections::HashMap::new();
+    let mut alloc = |set: &mut BlockSet, size: u64| {
+        set.allocate::<AllocError>(
+            size,
+            256,
+            |id, s| {
+                sizes.insert(id.0, s);
+                Ok(())
+            },
+            |_| {},
+        )
+        .unwrap()
+    };
+    // 64 MiB reserved in shared blocks by requests under 512 KiB, which always share.
+    let mut live = Vec::new();
+    while set.stats().reserved < 64 << 20 {
+        live.push(alloc(&mut set, 256 << 10));
+    }
+    assert!(set.blocks().all(|b| !b.2), "256 KiB requests share blocks");
+    let reserved = set.stats().reserved;
+    // A quarter of a MiB under the share stays shared; at or above it gets its own block.
+    let under = reserved / 16 - (256 << 10);
+    assert!(!set.is_dedicated(under));
+    let big = (reserved / 16).next_multiple_of(256) + 1000;
+    assert!(set.is_dedicated(big));
+    let a = alloc(&mut set, big);
+    let (_, block_size, dedicated, _) = set.blocks().find(|b| b.0 == a.block).unwrap();
+    assert!(dedicated);
+    assert_eq!(block_size, big.next_multiple_of(256), "exact");
+    let huge = (33 << 20) + 1000;
+    let h = alloc(&mut set, huge);
+    assert_eq!(block_size, sizes[&a.block.0]);
+    let (_, block_size, dedicated, _) = set.blocks().find(|b| b.0 == h.block).unwrap();
+    assert!(dedicated);
+    assert_eq!(
+        block_size,
+        huge.next_multiple_of((32 << 20) / 64),
+        "rounded to 1/64"
+    );
+    // Under 512 KiB, nothing is dedicated by share, however little is reserved.
+    let small: BlockSet = BlockSet::new(BlockPolicy {
+        dedicated_share: 1 << 30,
+        ..set.policy().clone()
+    });
+    assert!(!small.is_dedicated((512 << 10) - 1));
+    assert!(small.is_dedicated(512 << 10));
+}
+
+/// Growing gives back only as many cached empty blocks as keep reserved memory at its
+/// peak; below the peak, they stay for reuse.
+#[test]
+fn block_set_gives_back_empty_blocks_only_past_the_peak() {
+    let policy = BlockPolicy {
+        min_block: 1 << 20,
+        max_block: 64 << 20,
+        dedicated_threshold: 4 << 20,
+        dedicated_share: 0,
+        dedicated_granularity: 64 << 10,
+        release_empty_before_grow: true,
+    };
+    let mut set: BlockSet = BlockSet::new(policy);
+    let mut released = Vec::new();
+    let alloc = |set: &mut BlockSet, size: u64, released: &mut Vec<u32>| {
+        set.allocate::<AllocError>(size, 256, |_, _| Ok(()), |id| released.push(id.0))
+            .unwrap()
+    };
+    let a = alloc(&mut set, 8 << 20, &mut released);
+    let b = alloc(&mut set, 8 << 20, &mut released);
+    let c = alloc(&mut set, 8 << 20, &mut released);
+    assert_eq!(set.stats().peak_reserved, 24 << 20);
+    let (a_block, b_block) = (a.block.0, b.block.0);
+    assert!(set.free(a) && set.free(b));
+    // 5 MiB gets a block of its own (an 8 MiB one is too large to reuse for it): one
+    // empty block goes, so the peak holds, and the other stays.
+    let d = alloc(&mut set, 5 << 20, &mut released);
+    assert_eq!(released.len(), 1, "{released:?}");
+    assert!(released[0] == a_block || released[0] == b_block);
+    assert_eq!(set.stats().reserved, 21 << 20);
+    assert_eq!(set.stats().peak_reserved, 24 << 20);
+    // 8 MiB again reuses the empty block that stayed.
+    released.clear();
+    let e = alloc(&mut set, 8 << 20, &mut released);
+    assert!(released.is_empty());
+    assert!(e.block.0 == a_block || e.block.0 == b_block);
+    assert_eq!(set.stats().reserved, 21 << 20);
+    // With c's block empty too, 12 MiB passes the peak by 9 MiB: more than the empty
+    // 8 MiB block covers, so it goes and the peak rises by what is left.
+    let c_block = c.block.0;
+    assert!(set.free(c));
+    released.clear();
+    let f = alloc(&mut set, 12 << 20, &mut released);
+    assert_eq!(released, vec![c_block]);
+    assert_eq!(set.stats().reserved, 25 << 20);
+    assert_eq!(set.stats().peak_reserved, 25 << 20);
+    for x in [d, e, f] {
+        assert!(set.free(x));
+    }
 }
 
 #[test]
@@ -405,11 +518,15 @@ proptest! {
     /// `allocated` is the sum of live sizes, `reserved` the sum of the blocks reserved
     /// minus those released, and no block holding a live allocation is ever released.
     #[test]
-    fn block_set_matches_model(ops in prop::collection::vec(set_op(), 1..150)) {
+    fn block_set_matches_model(
+        ops in prop::collection::vec(set_op(), 1..150),
+        share in prop_oneof![Just(0u64), Just(8), Just(384)],
+    ) {
         let policy = BlockPolicy {
             min_block: 1 << 20,
             max_block: 8 << 20,
             dedicated_threshold: 2 << 20,
+            dedicated_share: share,
             dedicated_granularity: 64 << 10,
             release_empty_before_grow: true,
         };

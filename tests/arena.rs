@@ -104,6 +104,7 @@ fn over_budget_releases_cached_blocks_then_reports_and_stays_usable() {
             min_block: 4 << 20,
             max_block: 8 << 20,
             dedicated_threshold: 6 << 20,
+            dedicated_share: 0,
             dedicated_granularity: 64 << 10,
             release_empty_before_grow: false,
         }),
@@ -804,6 +805,7 @@ fn a_block_given_back_to_make_room_makes_room() {
         min_block: 1 << 20,
         max_block: 16 << 20,
         dedicated_threshold: 2 << 20,
+        dedicated_share: 0,
         dedicated_granularity: 64 << 10,
         release_empty_before_grow: true,
     };

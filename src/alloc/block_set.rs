@@ -4,9 +4,21 @@
 //! `min_block`, at most `max_block`): growth is geometric, so a big app reaches the cap in
 //! a few dozen blocks, but each step adds at most about 6 % to what is reserved, where
 //! doubling could leave the newest, nearly empty block as large as all the others
-//! (1.15x the peak on a 113 MB training trace; `examples/data`). Requests at or above a
-//! threshold get a block of their own, and empty blocks stay cached for reuse until the
-//! owner trims them or reserving a new block would push the total past what is needed.
+//! (1.15x the peak on a 113 MB training trace; `examples/data`).
+//!
+//! Requests that are large *for the program* get a block of their own: at least the
+//! policy's fixed threshold, or at least 1/`dedicated_share` of everything reserved (and
+//! 512 KiB). A tensor that large in a shared block leaves a hole that small requests
+//! split when it goes, and the next large one no longer fits: with a fixed 32 MiB
+//! threshold alone, traces scaled to 100 MiB-2 GiB peaks (whose large tensors fall under
+//! it) reserved up to 1.20x their peak; with the share, at most 1.05x on every recorded
+//! trace at every scale from 100 MiB to 60 GiB (BENCHMARKS.md, Allocator core).
+//! Blocks dedicated by the share are exact (under a budget every byte counts); those over
+//! the fixed threshold are rounded up to 1/64 of the request's power of two, so a tensor
+//! that grows a little each step (a KV cache) finds last step's block big enough.
+//!
+//! Empty blocks stay cached for reuse until the owner trims them, or until reserving a new
+//! block would push the total past its peak: then just enough of them are given back.
 
 use super::{AllocError, RangeAllocator, RangeHandle};
 
@@ -49,6 +61,11 @@ impl SubAllocator for RangeAllocator {
 
 /// A new shared block is this fraction (1/N) of the shared bytes already reserved.
 const GROWTH_DIVISOR: u64 = 16;
+/// Below this, a request shares a block whatever [`BlockPolicy::dedicated_share`] says: a
+/// buffer per half-MiB tensor costs more than the fragments it saves.
+const MIN_SHARE_DEDICATED: u64 = 512 << 10;
+/// A dedicated block is rounded up to a multiple of 1/N of the request's power of two.
+const DEDICATED_ROUNDING: u64 = 64;
 
 /// How blocks are sized and when a request gets its own block.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,26 +76,66 @@ pub struct BlockPolicy {
     pub max_block: u64,
     /// Requests of at least this many bytes get a dedicated block.
     pub dedicated_threshold: u64,
-    /// Dedicated blocks are rounded up to a multiple of this.
+    /// Requests of at least 1/N of the bytes reserved get a dedicated block too (if at
+    /// least 512 KiB); 0 turns this off. Large tensors then never fragment the shared
+    /// blocks, whatever the program's scale (see the module docs).
+    pub dedicated_share: u64,
+    /// Dedicated blocks of at least `dedicated_threshold` bytes are rounded up to a
+    /// multiple of this (and of 1/64 of the request's power of two); those dedicated by
+    /// their share are exact.
     pub dedicated_granularity: u64,
-    /// Give cached empty blocks back before reserving a new one that they cannot replace.
-    /// Keeps reserved memory near the live peak at the cost of re-creating blocks.
+    /// Give cached empty blocks back before reserving a new one that would raise reserved
+    /// memory past its peak: just enough of them that the peak holds, if they can.
+    /// Keeps the peak near the live peak; below it, empty blocks stay cached for reuse.
     pub release_empty_before_grow: bool,
 }
 
 impl BlockPolicy {
     /// The arena's default policy for a device whose largest storage binding is
     /// `max_binding` bytes: shared blocks from 4 MiB growing to min(256 MiB, max_binding),
-    /// dedicated blocks for requests of an eighth of the cap or more.
+    /// dedicated blocks for requests of an eighth of the cap or of 1/384 of what is
+    /// reserved, whichever is smaller.
     pub fn for_max_binding(max_binding: u64) -> Self {
         let max_block = (256u64 << 20).min(max_binding.max(1 << 20));
         BlockPolicy {
             min_block: (4u64 << 20).min(max_block),
             max_block,
             dedicated_threshold: max_block / 8,
+            // Swept from 256 to 1024 over 22 scales of the first twelve traces (peaks of
+            // 100 MiB-60 GiB): 256 left 25 replays over 1.05, 320 left 9, 384 none; 768
+            // none either, with a third more blocks.
+            dedicated_share: 384,
             dedicated_granularity: 64 << 10,
             release_empty_before_grow: true,
         }
+    }
+
+    /// Whether a request of `size` bytes gets a dedicated block while `reserved` bytes
+    /// are reserved.
+    pub fn is_dedicated(&self, size: u64, reserved: u64) -> bool {
+        size >= self.dedicated_threshold
+            || size > self.max_block
+            || (self.dedicated_share > 0
+                && size >= MIN_SHARE_DEDICATED
+                && size >= reserved / self.dedicated_share)
+    }
+
+    /// The size of a dedicated block for `need` bytes aligned to `align`. A request
+    /// dedicated by its share alone gets exactly its size: such blocks are small, and
+    /// under a budget rounding them would cost whole requests (1.5 MiB requests held
+    /// 93.8 % of a 48 MiB budget rounded to 64 KiB, 96.9 % exact). Larger ones are rounded
+    /// to the granularity and to 1/64 of their power of two, so a tensor that grows a
+    /// little each step finds the block it left big enough.
+    fn dedicated_block_size(&self, need: u64, align: u64) -> u64 {
+        if need < self.dedicated_threshold && need <= self.max_block {
+            return need.next_multiple_of(align);
+        }
+        let power = 1u64 << (63 - need.leading_zeros());
+        let granule = self
+            .dedicated_granularity
+            .max(power / DEDICATED_ROUNDING)
+            .max(align);
+        need.next_multiple_of(granule)
     }
 }
 
@@ -240,19 +297,21 @@ impl<A: SubAllocator> BlockSet<A> {
             }
             .into());
         }
-        let dedicated = size >= self.policy.dedicated_threshold || size > self.policy.max_block;
+        let dedicated = self.is_dedicated(size);
         // Existing blocks of the right kind, smallest-first for dedicated reuse.
         if let Some(found) = self.try_existing(size, align, dedicated) {
             return Ok(found);
         }
         let need = A::min_capacity(size).max(size);
         let block_size = if dedicated {
-            need.next_multiple_of(self.policy.dedicated_granularity.max(align))
+            self.policy.dedicated_block_size(need, align)
         } else {
             self.shared_block_size(need, align, room)
         };
         if self.policy.release_empty_before_grow {
-            self.release_empty(0, &mut release);
+            let over_peak =
+                (self.stats.reserved + block_size).saturating_sub(self.stats.peak_reserved);
+            self.release_empty_for(over_peak, &mut release);
         }
         // A retry below may ask for an eighth more: the totals must stay countable.
         let headroom = u64::MAX - self.stats.reserved;
@@ -312,13 +371,14 @@ impl<A: SubAllocator> BlockSet<A> {
     ) -> Option<BlockAlloc<A::Handle>> {
         let slack = self.policy.dedicated_granularity;
         let index = if dedicated {
-            // Reuse the smallest empty dedicated block at most an eighth (plus one granule)
-            // larger: a quarter left up to 20 % of such a block unused.
+            // Reuse the smallest empty block at most an eighth (plus one granule) larger:
+            // a quarter left up to 20 % of such a block unused. An empty shared block
+            // serves too (nothing else is in it), rather than go and make way for a new one.
             self.blocks
                 .iter()
                 .enumerate()
                 .filter_map(|(i, b)| b.as_ref().map(|b| (i, b)))
-                .filter(|(_, b)| b.dedicated && b.live == 0 && !b.draining)
+                .filter(|(_, b)| b.live == 0 && !b.draining)
                 .filter(|(_, b)| b.size >= size && b.size <= size + size / 8 + slack)
                 .min_by_key(|(_, b)| b.size)
                 .map(|(i, _)| i)?
@@ -387,6 +447,48 @@ impl<A: SubAllocator> BlockSet<A> {
                 self.policy.max_block.max(self.policy.min_block),
             );
         grown.max(need)
+    }
+
+    /// Whether a request of `size` bytes gets a dedicated block now (see
+    /// [`BlockPolicy::is_dedicated`]).
+    pub fn is_dedicated(&self, size: u64) -> bool {
+        self.policy.is_dedicated(size, self.stats.reserved)
+    }
+
+    /// Gives back empty blocks until `bytes` are released or none is left: the smallest
+    /// that releases enough alone, else the largest first.
+    fn release_empty_for(&mut self, bytes: u64, release: &mut impl FnMut(BlockId)) {
+        let mut empties = self.empty_blocks();
+        empties.sort_unstable();
+        let mut released = 0;
+        while released < bytes && !empties.is_empty() {
+            let gap = bytes - released;
+            let pick = empties
+                .iter()
+                .position(|e| e.0 >= gap)
+                .unwrap_or(empties.len() - 1);
+            let (_, i) = empties.remove(pick);
+            released += self.drop_block(i, release);
+        }
+    }
+
+    /// `(size, slot)` of every empty block.
+    fn empty_blocks(&self) -> Vec<(u64, usize)> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_ref().filter(|b| b.live == 0).map(|b| (b.size, i)))
+            .collect()
+    }
+
+    /// Releases the empty block in slot `i` and tells `release`; returns its size.
+    fn drop_block(&mut self, i: usize, release: &mut impl FnMut(BlockId)) -> u64 {
+        let id = BlockId(i as u32);
+        let Some(size) = self.release_block(id) else {
+            return 0;
+        };
+        release(id);
+        size
     }
 
     fn note_alloc(&mut self, size: u64) {
@@ -521,12 +623,7 @@ impl<A: SubAllocator> BlockSet<A> {
     /// Gives back empty blocks while more than `keep` bytes of empty blocks are cached,
     /// largest first. Returns the bytes released.
     pub fn release_empty(&mut self, keep: u64, mut release: impl FnMut(BlockId)) -> u64 {
-        let mut empties: Vec<(u64, usize)> = self
-            .blocks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| b.as_ref().filter(|b| b.live == 0).map(|b| (b.size, i)))
-            .collect();
+        let mut empties = self.empty_blocks();
         let mut cached: u64 = empties.iter().map(|e| e.0).sum();
         empties.sort_unstable_by(|a, b| b.cmp(a));
         let mut released = 0;
@@ -534,18 +631,8 @@ impl<A: SubAllocator> BlockSet<A> {
             if cached <= keep {
                 break;
             }
-            let Some(b) = self.blocks[i].take() else {
-                continue;
-            };
-            if !b.dedicated {
-                self.shared_reserved -= b.size;
-            }
-            release(BlockId(i as u32));
             cached -= size;
-            released += size;
-            self.stats.reserved -= size;
-            self.stats.blocks -= 1;
-            self.stats.blocks_released += 1;
+            released += self.drop_block(i, &mut release);
         }
         released
     }

@@ -378,6 +378,10 @@ impl Shared {
             ));
         };
         let align = p.alignment;
+        // The fixed threshold, not the share: a request dedicated only by its share of
+        // what is reserved (at most 32 MiB) is cheap to keep in the reuse cache, which a
+        // loop of 1 MiB allocations in a 64 MiB arena lives on (3.2 -> 5.2 us per
+        // iteration on lavapipe without it).
         let dedicated_threshold = p.set.policy().dedicated_threshold;
         let guard = self.config.guard_bytes.next_multiple_of(align);
         // Whatever the limits, no buffer can hold more than the device's largest buffer:

@@ -78,6 +78,7 @@ impl HostTier {
                 min_block: (16u64 << 20).min(max_block),
                 max_block,
                 dedicated_threshold: max_block / 4,
+                dedicated_share: 0,
                 dedicated_granularity: 1 << 20,
                 // Empty blocks are kept for the next eviction; the budget check below
                 // gives them back when they are in the way.
