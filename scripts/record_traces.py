@@ -319,14 +319,8 @@ def w_moe_train():
 
     m = MoE().to(DEV)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    for n in [4096, 6144, 3072]:
-        x = torch.randn(n, 1024, device=DEV)
-        y = torch.randint(0, 1000, (n,), device=DEV)
-        loss = F.cross_entropy(m(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    torch.cuda.synchronize()
+    train_steps(m, [4096, 6144, 3072], lambda n: (torch.randn(n, 1024, device=DEV),
+                                                  torch.randint(0, 1000, (n,), device=DEV)), opt)
 
 
 def w_autoencoder_train_varres():
