@@ -59,6 +59,15 @@ impl SubAllocator for RangeAllocator {
     }
 }
 
+/// Which of `empties` (`(size, _)`, sorted by size, not empty) to give back towards
+/// closing a gap of `gap` bytes: the smallest that closes it alone, else the largest.
+pub(crate) fn pick_to_close<T>(empties: &[(u64, T)], gap: u64) -> usize {
+    empties
+        .iter()
+        .position(|e| e.0 >= gap)
+        .unwrap_or(empties.len() - 1)
+}
+
 /// A new shared block is this fraction (1/N) of the shared bytes already reserved.
 const GROWTH_DIVISOR: u64 = 16;
 /// Below this, a request shares a block whatever [`BlockPolicy::dedicated_share`] says: a
@@ -458,16 +467,14 @@ impl<A: SubAllocator> BlockSet<A> {
     /// Gives back empty blocks until `bytes` are released or none is left: the smallest
     /// that releases enough alone, else the largest first.
     fn release_empty_for(&mut self, bytes: u64, release: &mut impl FnMut(BlockId)) {
+        if bytes == 0 {
+            return;
+        }
         let mut empties = self.empty_blocks();
         empties.sort_unstable();
         let mut released = 0;
         while released < bytes && !empties.is_empty() {
-            let gap = bytes - released;
-            let pick = empties
-                .iter()
-                .position(|e| e.0 >= gap)
-                .unwrap_or(empties.len() - 1);
-            let (_, i) = empties.remove(pick);
+            let (_, i) = empties.remove(pick_to_close(&empties, bytes - released));
             released += self.drop_block(i, release);
         }
     }

@@ -12,6 +12,7 @@ pub mod plan;
 mod tlsf;
 pub mod trace;
 
+pub(crate) use block_set::pick_to_close;
 pub use block_set::{BlockAlloc, BlockId, BlockPolicy, BlockSet, BlockSetStats, SubAllocator};
 pub use tlsf::{Placement, Range, RangeAllocator, RangeHandle, MAX_ALIGN, MAX_CAPACITY, MIN_ALIGN};
 

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::alloc::{BlockAlloc, BlockId, BlockSet, RangeHandle};
+use crate::alloc::{pick_to_close, BlockAlloc, BlockId, BlockSet, RangeHandle};
 
 use super::block::BlockBuffer;
 use super::config::PoolConfig;
@@ -416,13 +416,13 @@ impl State {
         let Some(budget) = self.budget else {
             return self.release_empty(0);
         };
-        let mut empties: Vec<(u64, usize, BlockId)> = Vec::new();
+        let mut empties: Vec<(u64, (usize, BlockId))> = Vec::new();
         for (index, p) in self.pools.iter().enumerate() {
-            let mut pool_empties: Vec<(u64, usize, BlockId)> = p
+            let mut pool_empties: Vec<(u64, (usize, BlockId))> = p
                 .set
                 .blocks()
                 .filter(|b| b.3 == 0)
-                .map(|(id, size, ..)| (size, index, id))
+                .map(|(id, size, ..)| (size, (index, id)))
                 .collect();
             if p.keep_one {
                 pool_empties.sort_unstable();
@@ -439,11 +439,7 @@ impl State {
             if gap == 0 || empties.is_empty() {
                 break;
             }
-            let pick = empties
-                .iter()
-                .position(|e| e.0 >= gap)
-                .unwrap_or(empties.len() - 1);
-            let (_, pool, id) = empties.remove(pick);
+            let (_, (pool, id)) = empties.remove(pick_to_close(&empties, gap));
             if let Some(bytes) = self.pools[pool].set.release_block(id) {
                 self.retire_block(pool, id);
                 released += bytes;
