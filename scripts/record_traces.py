@@ -37,10 +37,10 @@ def mlp(width, depth, d_in, d_out):
     return nn.Sequential(*layers).to(DEV)
 
 
-def train_steps(model, batches, make_batch, opt):
+def train_steps(model, batches, make_batch, opt, loss_fn=F.cross_entropy):
     for b in batches:
         x, y = make_batch(b)
-        loss = F.cross_entropy(model(x), y)
+        loss = loss_fn(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -333,13 +333,13 @@ def w_autoencoder_train_varres():
         c = co
     m = nn.Sequential(*enc, *dec).to(DEV)
     opt = torch.optim.Adam(m.parameters(), lr=1e-4)
-    for b, r in [(32, 256), (8, 512), (64, 128), (16, 384), (24, 320)]:
+    def images(batch):
+        b, r = batch
         x = torch.randn(b, 3, r, r, device=DEV)
-        loss = F.mse_loss(m(x), x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    torch.cuda.synchronize()
+        return x, x
+
+    train_steps(m, [(32, 256), (8, 512), (64, 128), (16, 384), (24, 320)], images, opt,
+                loss_fn=F.mse_loss)
 
 
 def w_bert_infer_varlen():
