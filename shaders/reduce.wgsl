@@ -1,6 +1,7 @@
 // Row reductions: y[out_base + row] = op(x[base + row * cols + c] for c < cols, within n),
-// one workgroup per row. A whole-array reduction is segments of the array as rows into
-// partials, then the partials as one row.
+// one workgroup per row. A whole-array reduction larger than one workgroup's share is the
+// `reduce_whole` entry point of reduce_whole.wgsl, which the vec4 variants append: the
+// array's segments as rows, and the partials folded by the workgroup that finishes last.
 //
 // Like elementwise.wgsl this file has no `Elem`: vramkit compiles it with
 // `alias Elem = vec4<f32>;` (16-byte loads; n, cols and base count vec4s) and with

@@ -252,6 +252,88 @@ fn whole_array_reductions_match_the_cpu() {
     }
 }
 
+/// A whole-array reduction is one dispatch whose partials live in state the kernels keep
+/// from call to call: calls with more segments, then fewer, then more again, in one batch,
+/// in consecutive batches and in batches from two threads at once (with a clone of the
+/// kernels, which shares the state), must each see only their own partials.
+#[test]
+fn whole_array_reductions_leave_no_state_for_the_next() {
+    use vramkit::kernels::Reduce;
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    // 512 segments of 16384 floats, plus a tail.
+    let x = random_f32(&mut r, 8192 * 1024 + 3);
+    let xa = upload(&arena, &x, "x");
+    // Segments: 512 (+ tail), 2 (+ tail), 467, one workgroup, 512, 5 (+ tail), 2 (+ tail),
+    // one workgroup.
+    let ns = [
+        x.len(),
+        16_385,
+        8192 * 700,
+        8193,
+        8192 * 1024,
+        40_003,
+        16_387,
+        8192,
+    ];
+    let ops = [Reduce::Sum, Reduce::Max, Reduce::Mean, Reduce::Min];
+    let calls: Vec<(usize, Reduce)> = ns
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, ops[i % ops.len()]))
+        .collect();
+    let check = |outs: &[vramkit::arena::Typed<f32>], how: &str, kernels: &Kernels| {
+        for ((n, op), out) in calls.iter().zip(outs) {
+            let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
+            let what = format!("{op:?} of {n} ({how}, {:?})", kernels.options());
+            assert_reduced(*op, got, &x[..*n], &what);
+        }
+    };
+    let new_outs = || -> Vec<_> {
+        calls
+            .iter()
+            .map(|_| upload(&arena, &[f32::NAN], "out"))
+            .collect()
+    };
+    for kernels in variants(&arena) {
+        for round in 0..2 {
+            let outs = new_outs();
+            let mut batch = kernels.batch();
+            for ((n, op), out) in calls.iter().zip(&outs) {
+                batch.reduce(*op, *n as u64, &xa, out).unwrap();
+            }
+            batch.submit().unwrap();
+            check(&outs, &format!("one batch, round {round}"), &kernels);
+
+            let outs = new_outs();
+            for ((n, op), out) in calls.iter().zip(&outs) {
+                let mut batch = kernels.batch();
+                batch.reduce(*op, *n as u64, &xa, out).unwrap();
+                batch.submit().unwrap();
+            }
+            check(&outs, &format!("a batch each, round {round}"), &kernels);
+        }
+        let (outs_a, outs_b) = (new_outs(), new_outs());
+        let clone = kernels.clone();
+        std::thread::scope(|s| {
+            for (k, outs) in [(&kernels, &outs_a), (&clone, &outs_b)] {
+                let (calls, xa) = (&calls, &xa);
+                s.spawn(move || {
+                    for _ in 0..3 {
+                        for ((n, op), out) in calls.iter().zip(outs) {
+                            let mut batch = k.batch();
+                            batch.reduce(*op, *n as u64, xa, out).unwrap();
+                            batch.submit().unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        check(&outs_a, "two threads, first", &kernels);
+        check(&outs_b, "two threads, second", &kernels);
+    }
+}
+
 /// NaN propagates through max, min, sum and mean (as in PyTorch), wherever it sits: in a
 /// vec4 body lane, the scalar tail, another workgroup's segment; and max of all -inf is
 /// -inf (the identity is not -FLT_MAX).

@@ -44,6 +44,7 @@ pub use typed::{MatmulElement, ScanElement, TypedBatch};
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -198,6 +199,26 @@ struct Shared {
     /// By `Access as usize`: the bind group layout and its pipeline layout.
     layouts: [(wgpu::BindGroupLayout, wgpu::PipelineLayout); 3],
     cache: Mutex<BindCache>,
+    /// The one-dispatch whole-array reduction's state (`shaders/reduce_whole.wgsl`): a done
+    /// counter and two words per segment, zeroed by wgpu at creation and left reset by
+    /// each call. Outside the arena: 8 KiB that lives as long as the kernels.
+    reduce_state: wgpu::Buffer,
+    /// The last epoch a whole-array reduction took (see [`Shared::next_reduce_epoch`]).
+    reduce_epoch: AtomicU32,
+}
+
+impl Shared {
+    /// The next whole-array reduction's epoch, 1..=65535 (16 bits of each published word).
+    fn next_reduce_epoch(&self) -> u32 {
+        let next = |e: u32| e % 65535 + 1;
+        // The stored value stays in 1..=65535, so consecutive calls never share an epoch
+        // (a plain counter would repeat one where it wraps at 2^32).
+        let previous = self
+            .reduce_epoch
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| Some(next(e)))
+            .unwrap_or_else(|e| e);
+        next(previous)
+    }
 }
 
 /// Which implementation of a kernel runs where the adapter offers a choice.
@@ -324,6 +345,14 @@ impl Kernels {
                 )
             })?;
         let stride = (gpu.limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
+        let reduce_state = gpu.scoped("creating the reductions' state", || {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("vramkit reduce state"),
+                size: reduce::STATE_BYTES,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        })?;
         Ok(Kernels {
             arena: arena.clone(),
             params,
@@ -337,6 +366,8 @@ impl Kernels {
                     released: 0,
                     groups: HashMap::new(),
                 }),
+                reduce_state,
+                reduce_epoch: AtomicU32::new(0),
             }),
         })
     }
@@ -506,7 +537,7 @@ pub struct Batch<'a> {
     pass: Option<wgpu::ComputePass<'static>>,
     /// Uniform allocations holding this batch's parameter slots; the last one is filling.
     chunks: Vec<Allocation>,
-    /// Scratch ranges (reduction partials, scan state) kept until submit.
+    /// Scratch ranges (scan state) kept until submit.
     scratch: Vec<Allocation>,
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     staged: Vec<u8>,

@@ -1,7 +1,9 @@
 //! Reductions (`shaders/reduce.wgsl`): sum, max, min and mean over whole arrays and over
 //! the rows of a 2-D view. Each workgroup combines its values with subgroup operations
 //! where the device has them ([`KernelOptions::subgroups`](super::KernelOptions)) and with
-//! a tree in workgroup memory where not.
+//! a tree in workgroup memory where not. A whole array too large for one workgroup is
+//! one dispatch (`shaders/reduce_whole.wgsl`): segments fold into partials, and the
+//! workgroup that finishes last folds the partials.
 
 use super::{check_no_overlap, grid, Access, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
@@ -43,16 +45,22 @@ struct ReducePass {
     scale: f32,
 }
 
-/// The fewest vec4s one workgroup reduces in the first pass of a whole-array reduction: 8
-/// per invocation (32 floats) keeps enough loads in flight without leaving the second pass
-/// much to do.
+/// The fewest vec4s one workgroup reduces in a whole-array reduction: 8 per invocation
+/// (32 floats) keeps enough loads in flight without leaving the last workgroup many
+/// partials to fold.
 const REDUCE_SEGMENT_VEC4: u64 = 256 * 8;
 
-/// The most partials the first pass leaves: past `REDUCE_SEGMENT_VEC4 * MAX_PARTIALS`
-/// vec4s the segments grow instead. On the H100 a 64 Mi-float sum read 2171-2205 GB/s with
-/// 8192 segments of 2048 vec4, 2400-2431 with 1024 larger ones, 2318-2346 with 512 and
-/// 1862 with 256 (too few workgroups to fill 132 SMs).
-const MAX_PARTIALS: u64 = 1024;
+/// The most segments (partials) of a whole-array reduction: past
+/// `REDUCE_SEGMENT_VEC4 * MAX_PARTIALS` vec4s the segments grow instead. On the H100 a
+/// 64 Mi-float sum in one dispatch read 2286-2311 GB/s with 2048 segments, 2556-2646 with
+/// 1024, 2505-2586 with 745 (at most 768), 2637-2789 with 512 and 2706-2757 with 256, each
+/// in the same processes as the others (2048 and 1024 leave a second wave of workgroups
+/// on 132 SMs). With two dispatches, 1024 had been the best (2400-2431, 256: 1862).
+const MAX_PARTIALS: u64 = 512;
+
+/// Bytes of the whole-array reduction's state: the done counter and two words for each of
+/// [`MAX_PARTIALS`] segments (`MAX_SLOTS` in `shaders/reduce_whole.wgsl`).
+pub(super) const STATE_BYTES: u64 = (1 + 2 * MAX_PARTIALS) * 4;
 
 /// vec4s per segment for a first pass over `vec4s`: at least [`REDUCE_SEGMENT_VEC4`], and
 /// large enough that at most [`MAX_PARTIALS`] remain, in whole rounds of four loads.
@@ -89,6 +97,49 @@ impl<'a> Batch<'a> {
         ];
         let groups = grid(pass.rows, 1, self.gpu());
         self.run(shader, "reduce_rows", params, io, groups)
+    }
+
+    /// One dispatch of `reduce_whole` (`shaders/reduce_whole.wgsl`): `rows` segments of
+    /// `segment` vec4s of `x` (`vec4s` in all) into `out[0]`, folding in `out[0]` itself
+    /// when `fold_out` (the trailing floats' reduction).
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_whole(
+        &mut self,
+        op: Reduce,
+        vec4s: u64,
+        segment: u64,
+        rows: u64,
+        fold_out: bool,
+        scale: f32,
+        x: &Allocation,
+        out: &Allocation,
+    ) -> Result<()> {
+        debug_assert!(rows <= MAX_PARTIALS);
+        let shared = &self.kernels.shared;
+        let state = Bound {
+            buffer: shared.reduce_state.clone(),
+            offset: 0,
+            size: STATE_BYTES,
+        };
+        let io = Bindings::three(Bound::of(x), Bound::of(out), state).reading_x_only();
+        let shader = match (self.kernels.subgroups, io.access == Access::ReadOnlyX) {
+            (true, true) => &shaders::REDUCE_VEC4_SUBGROUP_READ_ONLY,
+            (false, true) => &shaders::REDUCE_VEC4_READ_ONLY,
+            (true, false) => &shaders::REDUCE_VEC4_SUBGROUP,
+            (false, false) => &shaders::REDUCE_VEC4,
+        };
+        let params: Params = [
+            vec4s as u32,
+            segment as u32,
+            rows as u32,
+            op.code(),
+            scale.to_bits(),
+            0,
+            u32::from(fold_out),
+            shared.next_reduce_epoch(),
+        ];
+        let groups = grid(rows, 1, self.gpu());
+        self.run(shader, "reduce_whole", params, io, groups)
     }
 
     /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed
@@ -138,9 +189,11 @@ impl<'a> Batch<'a> {
         Ok(self)
     }
 
-    /// `out[0] = op(x[0..n])`. Large arrays take two passes: segments of 8192 elements read
-    /// as vec4s into partials (scratch the batch allocates and keeps until submit; the 1..3
-    /// trailing floats make one more partial), then the partials.
+    /// `out[0] = op(x[0..n])`. Up to 8192 elements, one workgroup reduces them. Larger
+    /// arrays are one dispatch: segments of at least 8192 elements (at most 512 segments)
+    /// read as vec4s fold into partials, and the workgroup that finishes last folds the
+    /// partials; the 1..3 trailing floats past the last vec4 are a small dispatch before
+    /// it. No scratch memory: the partials live in the kernels' own 8 KiB of state.
     pub fn reduce(
         &mut self,
         op: Reduce,
@@ -177,34 +230,18 @@ impl<'a> Batch<'a> {
         if rows <= 1 {
             self.reduce_pass(op, single(n), Bindings::two(Bound::of(x), Bound::of(out)))?;
         } else {
-            // Pass 1: the whole vec4s in segments, one partial each; the 1..3 floats past
-            // the last vec4 add one more partial; pass 2 reduces the partials.
+            // The 1..3 floats past the last vec4 are reduced into `out` first; the
+            // one-dispatch pass over the vec4s folds `out` in with the partials.
             let tail = n % 4;
-            let slots = rows + u64::from(tail > 0);
-            let p = self.scratch(slots * 4, "reduce partials")?;
-            let body = ReducePass {
-                vec4: true,
-                n: vec4s,
-                cols: segment,
-                rows,
-                base: 0,
-                out_base: 0,
-                scale: 1.0,
-            };
-            self.reduce_pass(op, body, Bindings::two(Bound::of(x), p.clone()))?;
             if tail > 0 {
                 let rest = ReducePass {
-                    vec4: false,
-                    n: tail,
-                    cols: tail,
-                    rows: 1,
                     base: vec4s * 4,
-                    out_base: rows,
                     scale: 1.0,
+                    ..single(tail)
                 };
-                self.reduce_pass(op, rest, Bindings::two(Bound::of(x), p.clone()))?;
+                self.reduce_pass(op, rest, Bindings::two(Bound::of(x), Bound::of(out)))?;
             }
-            self.reduce_pass(op, single(slots), Bindings::two(p, Bound::of(out)))?;
+            self.reduce_whole(op, vec4s, segment, rows, tail > 0, scale, x, out)?;
         }
         self.dispatches += 1;
         Ok(self)

@@ -62,6 +62,13 @@
 //!   local id (below 256, the tree's `local + s` with `local < s`) and subgroup ids. The
 //!   fold's loops advance `i` by 1024 or 256 while `end - i` exceeds 768 or `i < end`;
 //!   the tree halves `s` to 0. (Checks cost the whole-array sum's first pass 1-2 %.)
+//!   The one-dispatch whole-array entry (`reduce_whole.wgsl`) reads `x` the same way per
+//!   segment (`row * cols + ...` below `min(start + cols, n)`), and the state at
+//!   `1 + 2 * s` and `2 + 2 * s` for segments `s < rows`, where the host sets at most
+//!   512 rows and binds 1025 words; `missing` is indexed by a count of those segments
+//!   (below `rows`); the last workgroup's `words` by `k < SLOTS_PER_LANE`, its length. Its
+//!   spin reads a slot at most `SPINS` times, the slot loops run twice, and the refold loop
+//!   runs at most `rows` times.
 //! - **cast, eight per invocation**: group `i` reads and writes `f[2i]`, `f[2i + 1]` and
 //!   `h[i]` behind `i < groups`, and the host sets `groups = n / 8` after checking that `n`
 //!   f32 and `n` f16 fit the bound allocations (`32 * groups <= 4n`, `16 * groups <= 2n`).
@@ -189,7 +196,7 @@ shader!(
     /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
     REDUCE_VEC4 = "reduce.wgsl (vec4)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
     NONE, true
 );
 shader!(
@@ -205,7 +212,7 @@ shader!(
     REDUCE_VEC4_SUBGROUP = "reduce.wgsl (vec4, subgroup)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
@@ -213,7 +220,7 @@ shader!(
     /// buffer than the output).
     REDUCE_VEC4_READ_ONLY = "reduce.wgsl (vec4, read-only x)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl")],
+     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
     NONE, true
 );
 shader!(
@@ -221,7 +228,7 @@ shader!(
     REDUCE_VEC4_SUBGROUP_READ_ONLY = "reduce.wgsl (vec4, subgroup, read-only x)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl")],
+     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
