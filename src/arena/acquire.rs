@@ -132,6 +132,19 @@ struct Request<'a> {
     reused: bool,
 }
 
+/// Pending frees the allocation path lets gather before it polls and flushes instead of
+/// growing, whatever the live data (see `before_growing`).
+const PENDING_FLOOR: u64 = 64 << 20;
+
+/// [`PENDING_FLOOR`] where callbacks are chained ([`Shared::seal_lazily`]): a free comes
+/// back a submission later there, so the floor covers two windows between submits. With
+/// 64 MiB, `loop_reuse` (1 MiB per iteration, a submit every 64) polled once per window on
+/// lavapipe, and the callback that ran in that poll filed the next one while the
+/// program's writes were queued, which submits them: 1 591 such polls in 100 000
+/// iterations, 1.27-1.43x the preallocated loop. With 128 MiB it polled 13 times: 1.03-1.08x
+/// (three runs each, interleaved), holding 128 MiB instead of 64.
+const PENDING_FLOOR_CHAINED: u64 = 2 * PENDING_FLOOR;
+
 impl Shared {
     /// Releases the state lock, then destroys the blocks given back while it was held
     /// (destroying a buffer may run a wgpu map callback, which must not find us locked).
@@ -161,7 +174,8 @@ impl Shared {
     /// ([`Shared::chained_callbacks`]) one callback at a time is *armed*: when it runs,
     /// most often inside the program's next `Queue::submit` once the submission it was
     /// attached to has finished, with no write queued, [`rearm`](Self::rearm) seals what
-    /// was freed meanwhile and files the next (1.28-1.46x). The chain made the H100 loop
+    /// was freed meanwhile and files the next (1.03-1.08x, with the pending floor of
+    /// [`PENDING_FLOOR_CHAINED`] that keeps the path from polling). The chain made the H100 loop
     /// 1.07-2.16x: frees came back a submission later. With no callback armed (the first
     /// free, or after the arena went idle) the open frees are sealed and one is armed at
     /// once. Either way every epoch completes through a callback filed after it was
@@ -686,12 +700,17 @@ impl Shared {
             return Step::Again;
         }
         let dedicated = req.total >= st.pools[req.pool].set.policy().dedicated_threshold;
-        // Once pending frees hold four times the live data (and 64 MiB), growing for them
+        // Once pending frees hold four times the live data (and a floor), growing for them
         // would hold memory for nothing: poll, and flush deferred callbacks, however
         // recently the path polled. Below that, growing is cheaper than polling each time
         // (a loop of 1 MiB allocations with a submit every 64 ran at 3.7 instead of 2.2 us
-        // per iteration on lavapipe with a 16 MiB threshold).
-        let pending_dominates = st.counters.pending >= (64u64 << 20).max(4 * st.counters.allocated);
+        // per iteration on lavapipe with a 16 MiB floor).
+        let floor = if self.chained_callbacks {
+            PENDING_FLOOR_CHAINED
+        } else {
+            PENDING_FLOOR
+        };
+        let pending_dominates = st.counters.pending >= floor.max(4 * st.counters.allocated);
         let recently = !dedicated && self.polled_recently(st) && !pending_dominates;
         let nothing_in_flight = st.open.is_empty() && st.sealed.is_empty();
         if req.reclaimed || recently || nothing_in_flight {
