@@ -96,6 +96,19 @@ fn fold(op: u32, first: u32, end: u32) -> Elem {
     return combine(op, combine(op, a0, a1), combine(op, a2, a3));
 }
 
+// This invocation's share of x[first..end] (`fold`, with a literal op in each arm of the
+// switch), its lanes combined into one f32.
+fn fold_lanes(op: u32, first: u32, end: u32) -> f32 {
+    var folded: Elem;
+    switch op {
+        case 1u: { folded = fold(1u, first, end); }
+        case 2u: { folded = fold(2u, first, end); }
+        default: { folded = fold(0u, first, end); }
+    }
+    let v = widen(folded, identity(op));
+    return combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w));
+}
+
 @compute @workgroup_size(256)
 fn reduce_rows(ids: Ids) {
     let local = ids.local;
@@ -107,14 +120,7 @@ fn reduce_rows(ids: Ids) {
     let op = params.op;
     let start = params.base + row * params.cols;
     let end = min(start + params.cols, params.base + params.n);
-    var folded: Elem;
-    switch op {
-        case 1u: { folded = fold(1u, start + local, end); }
-        case 2u: { folded = fold(2u, start + local, end); }
-        default: { folded = fold(0u, start + local, end); }
-    }
-    let v = widen(folded, identity(op));
-    let total = workgroup_combine(op, combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w)), ids);
+    let total = workgroup_combine(op, fold_lanes(op, start + local, end), ids);
     if local == 0u {
         y[params.out_base + row] = total * params.scale;
     }

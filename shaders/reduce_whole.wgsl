@@ -39,18 +39,10 @@ var<workgroup> missing_count: atomic<u32>;
 var<workgroup> missing_total: u32;
 var<workgroup> missing: array<u32, MAX_SLOTS>;
 
-// Folds x[first + k * WG] for the segment `row`, literal op per arm (see `fold`).
+// This invocation's share of segment `row` (`fold_lanes`).
 fn fold_segment(op: u32, row: u32, local: u32) -> f32 {
     let start = row * params.cols;
-    let end = min(start + params.cols, params.n);
-    var folded: Elem;
-    switch op {
-        case 1u: { folded = fold(1u, start + local, end); }
-        case 2u: { folded = fold(2u, start + local, end); }
-        default: { folded = fold(0u, start + local, end); }
-    }
-    let v = widen(folded, identity(op));
-    return combine1(op, combine1(op, v.x, v.y), combine1(op, v.z, v.w));
+    return fold_lanes(op, start + local, min(start + params.cols, params.n));
 }
 
 @compute @workgroup_size(256)
