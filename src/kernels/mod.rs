@@ -201,7 +201,7 @@ struct Shared {
     cache: Mutex<BindCache>,
     /// The one-dispatch whole-array reduction's state (`shaders/reduce_whole.wgsl`): a done
     /// counter and two words per segment, zeroed by wgpu at creation and left reset by
-    /// each call. Outside the arena: 8 KiB that lives as long as the kernels.
+    /// each call. Outside the arena: 4 KiB that lives as long as the kernels.
     reduce_state: wgpu::Buffer,
     /// The last epoch a whole-array reduction took (see [`Shared::next_reduce_epoch`]).
     reduce_epoch: AtomicU32,

@@ -193,7 +193,7 @@ impl<'a> Batch<'a> {
     /// arrays are one dispatch: segments of at least 8192 elements (at most 512 segments)
     /// read as vec4s fold into partials, and the workgroup that finishes last folds the
     /// partials; the 1..3 trailing floats past the last vec4 are a small dispatch before
-    /// it. No scratch memory: the partials live in the kernels' own 8 KiB of state.
+    /// it. No scratch memory: the partials live in the kernels' own 4 KiB of state.
     pub fn reduce(
         &mut self,
         op: Reduce,
