@@ -12,8 +12,8 @@
 // to fold in, and `_pad` is this call's epoch, 1..=65535.
 //
 // The state (binding 3, `z`) is the done counter, then two words per segment. A partial
-// is 32 bits published as `epoch << 16 | half` twice (WGSL has no 64-bit atomics), as the
-// scan publishes its tiles (scan.wgsl). The state outlives the call: the last workgroup
+// is published with the call's epoch as its flag (split_word.wgsl), as the scan
+// publishes its tiles. The state outlives the call: the last workgroup
 // resets the counter, and clears each slot after reading it. The epoch keeps a value
 // left from an earlier call from being taken for this call's: a slot matches only if it
 // was written by this call, or 65535 * k calls ago and never read since.
@@ -58,9 +58,7 @@ fn reduce_whole(ids: Ids) {
     let epoch = params._pad;
     let partial_value = workgroup_combine(op, fold_segment(op, row, local), ids);
     if local == 0u {
-        let bits = bitcast<u32>(partial_value);
-        atomicStore(&state[1u + 2u * row], (epoch << 16u) | (bits & 0xffffu));
-        atomicStore(&state[2u + 2u * row], (epoch << 16u) | (bits >> 16u));
+        publish_split(row, epoch, bitcast<u32>(partial_value));
         let done_before = atomicAdd(&state[0], 1u);
         is_last = u32(done_before + 1u == rows);
         atomicStore(&missing_count, 0u);
@@ -77,7 +75,7 @@ fn reduce_whole(ids: Ids) {
     for (var k = 0u; k < SLOTS_PER_LANE; k++) {
         let s = local + k * WG;
         if s < rows {
-            words[k] = vec2<u32>(atomicLoad(&state[1u + 2u * s]), atomicLoad(&state[2u + 2u * s]));
+            words[k] = split_words(s);
         }
     }
     for (var k = 0u; k < SLOTS_PER_LANE; k++) {
@@ -88,8 +86,9 @@ fn reduce_whole(ids: Ids) {
         var w = words[k];
         var spins = 0u;
         loop {
-            if (w.x >> 16u) == epoch && (w.y >> 16u) == epoch {
-                acc = combine1(op, acc, bitcast<f32>((w.y << 16u) | (w.x & 0xffffu)));
+            let published = split_value(w);
+            if published.x == epoch {
+                acc = combine1(op, acc, bitcast<f32>(published.y));
                 break;
             }
             spins += 1u;
@@ -97,10 +96,9 @@ fn reduce_whole(ids: Ids) {
                 missing[atomicAdd(&missing_count, 1u)] = s;
                 break;
             }
-            w = vec2<u32>(atomicLoad(&state[1u + 2u * s]), atomicLoad(&state[2u + 2u * s]));
+            w = split_words(s);
         }
-        atomicStore(&state[1u + 2u * s], 0u);
-        atomicStore(&state[2u + 2u * s], 0u);
+        publish_split(s, 0u, 0u);
     }
     workgroupBarrier();
     if local == 0u {

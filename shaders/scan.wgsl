@@ -17,10 +17,10 @@
 // already and the fallback is rare. Because a fallback reads another tile's input, the
 // output must not overlap the input.
 //
-// A published value is 32 bits with a 2-bit flag (1: aggregate, 2: inclusive prefix); WGSL
-// has no 64-bit atomics, so it goes out as two words `flag << 16 | half`, and a reader
-// accepts a pair only when both halves carry the same non-zero flag. A value is published
-// at most twice (aggregate, then prefix), so equal flags mean both halves are from the same
+// A published value is 32 bits with a 2-bit flag (1: aggregate, 2: inclusive prefix), as
+// two words `flag << 16 | half` (split_word.wgsl), and a reader accepts a pair only when
+// both halves carry the same non-zero flag. A value is published at most twice
+// (aggregate, then prefix), so equal flags mean both halves are from the same
 // publication.
 //
 // The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
@@ -57,20 +57,13 @@ const SPINS: u32 = 32u;
 var<workgroup> tile_id: u32;
 
 fn publish(tile: u32, v: T, flag: u32) {
-    let bits = to_bits(v);
-    atomicStore(&state[1u + 2u * tile], (flag << 16u) | (bits & 0xffffu));
-    atomicStore(&state[2u + 2u * tile], (flag << 16u) | (bits >> 16u));
+    publish_split(tile, flag, to_bits(v));
 }
 
 // Tile `tile`'s published (flag, value); flag 0 while unpublished or caught between two
 // publications.
 fn read_state(tile: u32) -> vec2<u32> {
-    let w0 = atomicLoad(&state[1u + 2u * tile]);
-    let w1 = atomicLoad(&state[2u + 2u * tile]);
-    if (w0 >> 16u) != (w1 >> 16u) {
-        return vec2<u32>(0u, 0u);
-    }
-    return vec2<u32>(w0 >> 16u, (w1 << 16u) | (w0 & 0xffffu));
+    return split_value(split_words(tile));
 }
 
 // The state of tile j - k (the k-th tile back from j). Before tile 0 reads as unpublished,

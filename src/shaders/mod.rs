@@ -196,7 +196,7 @@ shader!(
     /// The same reductions with vec4 loads, for the bulk of whole-array reductions.
     REDUCE_VEC4 = "reduce.wgsl (vec4)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl"), file!("split_word.wgsl"), file!("reduce_whole.wgsl")],
     NONE, true
 );
 shader!(
@@ -212,7 +212,7 @@ shader!(
     REDUCE_VEC4_SUBGROUP = "reduce.wgsl (vec4, subgroup)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
+     file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), REDUCE_IO_RW!(), file!("reduce.wgsl"), file!("split_word.wgsl"), file!("reduce_whole.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
@@ -220,7 +220,7 @@ shader!(
     /// buffer than the output).
     REDUCE_VEC4_READ_ONLY = "reduce.wgsl (vec4, read-only x)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n", "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
+     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_workgroup.wgsl"), file!("reduce.wgsl"), file!("split_word.wgsl"), file!("reduce_whole.wgsl")],
     NONE, true
 );
 shader!(
@@ -228,21 +228,21 @@ shader!(
     REDUCE_VEC4_SUBGROUP_READ_ONLY = "reduce.wgsl (vec4, subgroup, read-only x)",
     ["alias Elem = vec4<f32>;\nalias Bits = vec4<u32>;\n",
      "fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }\n",
-     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl"), file!("reduce_whole.wgsl")],
+     REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl"), file!("split_word.wgsl"), file!("reduce_whole.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
     SCAN_U32 = "scan.wgsl (u32)",
     ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     file!("scan_workgroup.wgsl"), file!("scan.wgsl")],
+     file!("scan_workgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of f32.
     SCAN_F32 = "scan.wgsl (f32)",
     ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     file!("scan_workgroup.wgsl"), file!("scan.wgsl")],
+     file!("scan_workgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
 shader!(
@@ -250,7 +250,7 @@ shader!(
     /// barriers per tile).
     SCAN_U32_SUBGROUP = "scan.wgsl (u32, subgroup)",
     ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     file!("scan_subgroup.wgsl"), file!("scan.wgsl")],
+     file!("scan_subgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
@@ -258,7 +258,7 @@ shader!(
     /// barriers per tile).
     SCAN_F32_SUBGROUP = "scan.wgsl (f32, subgroup)",
     ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     file!("scan_subgroup.wgsl"), file!("scan.wgsl")],
+     file!("scan_subgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
