@@ -33,10 +33,13 @@ impl Reduce {
 }
 
 /// One pass of `shaders/reduce.wgsl`: rows of `cols` elements from `base` (in the
-/// pass's element unit, f32 or vec4), at most `n` of them, into `y[out_base..]`.
+/// pass's element unit, f32 or vec4), at most `n` of them, into `y[out_base..]`. With
+/// `whole` (vec4 only), the `reduce_whole` entry point: the rows' partials fold into
+/// `y[0]`, and `out_base` is 1 when `y[0]` already holds a reduction to fold in.
 #[derive(Clone, Copy)]
 struct ReducePass {
     vec4: bool,
+    whole: bool,
     n: u64,
     cols: u64,
     rows: u64,
@@ -70,6 +73,19 @@ fn segment_vec4(vec4s: u64) -> u64 {
 
 impl<'a> Batch<'a> {
     fn reduce_pass(&mut self, op: Reduce, pass: ReducePass, mut io: Bindings) -> Result<()> {
+        debug_assert!(!pass.whole || (pass.vec4 && pass.rows <= MAX_PARTIALS));
+        // The whole-array entry binds the kernels' state as `z` and takes an epoch.
+        let (entry, epoch) = if pass.whole {
+            let shared = &self.kernels.shared;
+            io.z = Bound {
+                buffer: shared.reduce_state.clone(),
+                offset: 0,
+                size: STATE_BYTES,
+            };
+            ("reduce_whole", shared.next_reduce_epoch())
+        } else {
+            ("reduce_rows", 0)
+        };
         // The vec4 pass reads x through a read-only binding when x lies in another buffer
         // than its output. H100, sum of 64 Mi floats: 2399-2440 GB/s against 2312-2405
         // read_write, paired.
@@ -93,53 +109,10 @@ impl<'a> Batch<'a> {
             pass.scale.to_bits(),
             pass.base as u32,
             pass.out_base as u32,
-            0,
+            epoch,
         ];
         let groups = grid(pass.rows, 1, self.gpu());
-        self.run(shader, "reduce_rows", params, io, groups)
-    }
-
-    /// One dispatch of `reduce_whole` (`shaders/reduce_whole.wgsl`): `rows` segments of
-    /// `segment` vec4s of `x` (`vec4s` in all) into `out[0]`, folding in `out[0]` itself
-    /// when `fold_out` (the trailing floats' reduction).
-    #[allow(clippy::too_many_arguments)]
-    fn reduce_whole(
-        &mut self,
-        op: Reduce,
-        vec4s: u64,
-        segment: u64,
-        rows: u64,
-        fold_out: bool,
-        scale: f32,
-        x: &Allocation,
-        out: &Allocation,
-    ) -> Result<()> {
-        debug_assert!(rows <= MAX_PARTIALS);
-        let shared = &self.kernels.shared;
-        let state = Bound {
-            buffer: shared.reduce_state.clone(),
-            offset: 0,
-            size: STATE_BYTES,
-        };
-        let io = Bindings::three(Bound::of(x), Bound::of(out), state).reading_x_only();
-        let shader = match (self.kernels.subgroups, io.access == Access::ReadOnlyX) {
-            (true, true) => &shaders::REDUCE_VEC4_SUBGROUP_READ_ONLY,
-            (false, true) => &shaders::REDUCE_VEC4_READ_ONLY,
-            (true, false) => &shaders::REDUCE_VEC4_SUBGROUP,
-            (false, false) => &shaders::REDUCE_VEC4,
-        };
-        let params: Params = [
-            vec4s as u32,
-            segment as u32,
-            rows as u32,
-            op.code(),
-            scale.to_bits(),
-            0,
-            u32::from(fold_out),
-            shared.next_reduce_epoch(),
-        ];
-        let groups = grid(rows, 1, self.gpu());
-        self.run(shader, "reduce_whole", params, io, groups)
+        self.run(shader, entry, params, io, groups)
     }
 
     /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed
@@ -177,6 +150,7 @@ impl<'a> Batch<'a> {
         };
         let pass = ReducePass {
             vec4: false,
+            whole: false,
             n,
             cols,
             rows,
@@ -217,6 +191,7 @@ impl<'a> Batch<'a> {
         };
         let single = |n| ReducePass {
             vec4: false,
+            whole: false,
             n,
             cols: n,
             rows: 1,
@@ -241,7 +216,17 @@ impl<'a> Batch<'a> {
                 };
                 self.reduce_pass(op, rest, Bindings::two(Bound::of(x), Bound::of(out)))?;
             }
-            self.reduce_whole(op, vec4s, segment, rows, tail > 0, scale, x, out)?;
+            let body = ReducePass {
+                vec4: true,
+                whole: true,
+                n: vec4s,
+                cols: segment,
+                rows,
+                base: 0,
+                out_base: u64::from(tail > 0),
+                scale,
+            };
+            self.reduce_pass(op, body, Bindings::two(Bound::of(x), Bound::of(out)))?;
         }
         self.dispatches += 1;
         Ok(self)
