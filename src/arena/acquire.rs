@@ -175,8 +175,8 @@ impl Shared {
     /// most often inside the program's next `Queue::submit` once the submission it was
     /// attached to has finished, with no write queued, [`rearm`](Self::rearm) seals what
     /// was freed meanwhile and files the next (1.03-1.08x, with the pending floor of
-    /// [`PENDING_FLOOR_CHAINED`] that keeps the path from polling). The chain made the H100 loop
-    /// 1.07-2.16x: frees came back a submission later. With no callback armed (the first
+    /// [`PENDING_FLOOR_CHAINED`] that keeps the path from polling). The chain made the
+    /// H100 loop 1.07-2.16x: frees came back a submission later. With no callback armed (the first
     /// free, or after the arena went idle) the open frees are sealed and one is armed at
     /// once. Either way every epoch completes through a callback filed after it was
     /// sealed, and waits, flushes and `maintain` seal and file at once
