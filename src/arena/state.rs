@@ -174,6 +174,10 @@ pub(crate) struct State {
     pub next_id: u64,
     /// `counters.allocations` at the last poll made to reclaim frees before growing.
     pub last_poll_at: u64,
+    /// [`Completion::returned_alone`] after the last flushing poll
+    /// (`Shared::poll_unlocked`): a higher count since means frees come back without the
+    /// arena's polls (see `Shared::before_growing`).
+    pub returned_alone_at_flush: u64,
     pub counters: Counters,
     /// Label -> index into `label_stats`; labels are interned once and counted by index
     /// so the hot path hashes a label once per allocation and never on free.
@@ -226,6 +230,7 @@ impl State {
             live: LiveSlab::default(),
             next_id: 1,
             last_poll_at: 0,
+            returned_alone_at_flush: 0,
             counters: Counters::default(),
             labels: Default::default(),
             label_stats: Vec::new(),
@@ -505,12 +510,14 @@ impl State {
 }
 
 /// Completion marker shared with wgpu's `on_submitted_work_done` callbacks: the newest
-/// epoch known complete, and whether the allocation path's callback is armed
-/// (`Shared::seal_lazily`).
+/// epoch known complete, whether the allocation path's callback is armed
+/// (`Shared::seal_lazily`), and how many armed callbacks ran outside the arena's own polls
+/// (in the program's submits or polls).
 #[derive(Default)]
 pub(crate) struct Completion {
     done: AtomicU64,
     armed: AtomicBool,
+    returned_alone: AtomicU64,
 }
 
 impl Completion {
@@ -525,5 +532,11 @@ impl Completion {
     }
     pub fn set_armed(&self, armed: bool) {
         self.armed.store(armed, Ordering::Release);
+    }
+    pub fn returned_alone(&self) -> u64 {
+        self.returned_alone.load(Ordering::Acquire)
+    }
+    pub fn note_returned_alone(&self) {
+        self.returned_alone.fetch_add(1, Ordering::AcqRel);
     }
 }
