@@ -381,21 +381,22 @@ fn downloads_through_the_ring(host: bool, block_memory: BlockMemory) {
     assert!(down.download_into(&src, 10, &mut out).is_err());
     assert!(out.iter().all(|&b| b == 0xEE));
 
-    // Large chunks: the copy out of staging is split across threads.
-    let big = arena.alloc(6 << 20, "big").unwrap();
-    let mut bytes = vec![0u8; 6 << 20];
+    // Large chunks: the copy out of staging is split across threads, and the first
+    // chunk's (8 MiB less 3 bytes) is written with streaming stores where the CPU has them.
+    let big = arena.alloc(12 << 20, "big").unwrap();
+    let mut bytes = vec![0u8; 12 << 20];
     r.fill_bytes(&mut bytes);
     up.upload(&big, 0, &bytes).unwrap();
     let down = Downloader::new(
         &gpu,
         DownloaderConfig {
-            chunk_size: 4 << 20,
+            chunk_size: 8 << 20,
             depth: 2,
             copy_threads: 4,
             host_staging: host,
         },
     );
-    let mut out = vec![0xEEu8; (6 << 20) - 3];
+    let mut out = vec![0xEEu8; (12 << 20) - 3];
     down.download_into(&big, 3, &mut out).unwrap();
     assert!(out[..] == bytes[3..], "host staging {host}: large download");
 }

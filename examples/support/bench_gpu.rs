@@ -518,11 +518,13 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     if sweep {
         let mut out = vec![0u8; size as usize];
         for (chunk_mb, depth, threads) in [
-            (16u64, 4usize, 16usize),
-            (32, 4, 8),
-            (32, 8, 16),
-            (64, 4, 16),
+            (2u64, 4usize, 16usize),
+            (4, 4, 16),
+            (8, 4, 16),
             (8, 8, 16),
+            (16, 4, 16),
+            (32, 4, 16),
+            (32, 4, 8),
         ] {
             let d = vramkit::stream::Downloader::new(
                 gpu,
@@ -543,12 +545,15 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     }
     if sweep {
         for (chunk_mb, threads, ring) in [
-            (32u64, 4usize, 8u64),
-            (32, 8, 8),
+            (2u64, 16usize, 4u64),
+            (4, 16, 4),
+            (4, 16, 8),
+            (8, 16, 4),
+            (8, 16, 8),
+            (16, 16, 4),
+            (16, 16, 8),
             (32, 16, 8),
-            (32, 8, 16),
-            (16, 8, 16),
-            (64, 8, 8),
+            (32, 8, 8),
         ] {
             let cfg = UploaderConfig {
                 chunk_size: chunk_mb << 20,
@@ -582,7 +587,37 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
             t.elapsed().as_secs_f64()
         });
     }
+    let before = uploader.stats();
     let ours = best(&mut || uploader.upload(&dst, 0, &data).expect("upload"));
+    // Near 1: the fill outpaces the GPU's copies and the ring waits on them; near 0: the
+    // host fill is what the upload waits for.
+    let after = uploader.stats();
+    let ring_waits =
+        (after.waits - before.waits) as f64 / (after.chunks - before.chunks).max(1) as f64;
+    // The same fill with no GPU: the data copied into a ring of the uploader's default
+    // staging size, 32 MiB at a time in 256 KiB pieces over the same threads. The upload
+    // cannot beat this while it is fill-bound (waits per chunk near 0).
+    let host_fill = {
+        use rayon::prelude::*;
+        let defaults = UploaderConfig::default();
+        let (chunk, threads) = (defaults.chunk_size as usize, defaults.copy_threads);
+        let mut ring = vec![0u8; (defaults.max_staging as usize).min(data.len())];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("thread pool");
+        best(&mut || {
+            for (k, piece) in data.chunks(chunk).enumerate() {
+                let at = (k * chunk) % ring.len();
+                let dst = &mut ring[at..at + piece.len()];
+                pool.install(|| {
+                    dst.par_chunks_mut(256 << 10)
+                        .zip(piece.par_chunks(256 << 10))
+                        .for_each(|(d, s)| d.copy_from_slice(s))
+                });
+            }
+        })
+    };
     let mapped_uploader = Uploader::new(
         gpu,
         UploaderConfig {
@@ -740,6 +775,9 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         println!("(PinnedBuffer fell back to ordinary memory on this device)");
     }
     figures.add("upload_gbps", format!("{:.2}", gbps(ours)));
+    figures.add("upload_ring_waits_per_chunk", format!("{ring_waits:.2}"));
+    figures.add("host_fill_gbps", format!("{:.2}", gbps(host_fill)));
+    figures.add("upload_vs_host_fill", format!("{:.2}", host_fill / ours));
     figures.add("upload_pinned_gbps", format!("{:.2}", gbps(pinned_up)));
     figures.add("download_pinned_gbps", format!("{:.2}", gbps(pinned_down)));
     figures.add("upload_mapped_staging_gbps", format!("{:.2}", gbps(mapped)));

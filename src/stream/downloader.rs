@@ -7,8 +7,9 @@ use std::sync::{mpsc, Arc};
 use futures::channel::oneshot;
 use parking_lot::Mutex;
 
+use super::host_copy::copy_out_parallel;
 use super::poller::LazyPoller;
-use super::staging::{copy_parallel, Staging};
+use super::staging::Staging;
 use super::view::{DownloadView, ViewPool};
 use crate::arena::Allocation;
 use crate::{Error, Gpu, Result};
@@ -386,7 +387,7 @@ impl Downloader {
         }
         let threads = self.config.copy_threads;
         if src
-            .read_in_place(offset..end, |bytes| copy_parallel(out, bytes, threads))
+            .read_in_place(offset..end, |bytes| copy_out_parallel(out, bytes, threads))
             .is_some()
         {
             self.direct.fetch_add(1, Ordering::Relaxed);

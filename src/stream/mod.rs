@@ -28,6 +28,7 @@
 
 mod batch;
 mod downloader;
+mod host_copy;
 mod pinned;
 mod pipeline;
 mod poller;

@@ -14,11 +14,9 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::host_copy::{copy_out_parallel, fill_parallel, PARALLEL_COPY_MIN};
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::{Error, Gpu, Result};
-
-/// Copies smaller than this run on the calling thread: splitting costs more than it saves.
-const PARALLEL_COPY_MIN: usize = 1 << 20;
 
 /// One staging buffer. Cheap to clone (the clones share the buffer).
 #[derive(Clone, Debug)]
@@ -156,7 +154,8 @@ impl Staging {
         }
     }
 
-    /// Copies `len` bytes from `at` into `dst`, on several threads when large.
+    /// Copies `dst.len()` bytes from `at` into `dst` (the program's memory), on several
+    /// threads and with streaming stores when large (see `host_copy`).
     ///
     /// # Safety
     /// The CPU must own the buffer (see the module docs) and no writer of these bytes
@@ -168,7 +167,7 @@ impl Staging {
                 let range = host_range(h, range)?;
                 // SAFETY: the caller owns the buffer on the CPU side and nobody writes it.
                 let src = unsafe { h.bytes(range) };
-                copy_parallel(dst, src, threads);
+                copy_out_parallel(dst, src, threads);
                 Ok(())
             }
             Staging::Mapped(b) => {
@@ -178,7 +177,7 @@ impl Staging {
                 let view = b
                     .get_mapped_range(start..end)
                     .map_err(|e| map_error("reading a staging buffer", e))?;
-                copy_parallel(dst, &view[(range.start - start) as usize..], threads);
+                copy_out_parallel(dst, &view[(range.start - start) as usize..], threads);
                 Ok(())
             }
         }
@@ -410,42 +409,6 @@ impl std::ops::Deref for ReadBytes {
             ReadBytes::Mapped(view) => view,
         }
     }
-}
-
-/// `dst.copy_from_slice(src)` split across rayon's pool when large.
-pub(crate) fn copy_parallel(dst: &mut [u8], src: &[u8], threads: usize) {
-    let n = dst.len().min(src.len());
-    if threads <= 1 || n < PARALLEL_COPY_MIN {
-        dst[..n].copy_from_slice(&src[..n]);
-        return;
-    }
-    let part = n.div_ceil(threads).max(PARALLEL_COPY_MIN / 4);
-    dst[..n]
-        .par_chunks_mut(part)
-        .zip(src[..n].par_chunks(part))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-}
-
-/// Copies `src` into write-only `dst`, split across rayon's pool when large.
-fn fill_parallel(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], threads: usize) {
-    let n = src.len();
-    if threads <= 1 || n < PARALLEL_COPY_MIN {
-        dst.copy_from_slice(src);
-        return;
-    }
-    let part = n.div_ceil(threads).max(PARALLEL_COPY_MIN / 4);
-    let mut pieces = Vec::with_capacity(threads);
-    let mut start = 0;
-    while start < n {
-        let len = part.min(n - start);
-        let (head, rest) = dst.split_at(len);
-        pieces.push((SendWriteOnly(head), &src[start..start + len]));
-        dst = rest;
-        start += len;
-    }
-    pieces
-        .into_par_iter()
-        .for_each(|(mut d, s)| d.0.copy_from_slice(s));
 }
 
 /// Rows `r0..r0 + n` of one run of tiles (rows of `pitch` bytes), for

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::host_copy::copy_parallel;
 use super::poller::LazyPoller;
-use super::staging::{copy_parallel, Staging, Writer};
+use super::staging::{Staging, Writer};
 use super::UPLOADED;
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
