@@ -399,16 +399,17 @@ fn run_against_model(placement: Placement, cap: u64, ops: Vec<Op>) {
                 match a.allocate(size, align) {
                     Ok(r) => {
                         assert_eq!(r.offset % align.max(MIN_ALIGN), 0);
-                        assert!(r.size >= size && r.offset + r.size <= cap);
+                        assert_eq!(r.size, size.next_multiple_of(align.max(MIN_ALIGN)));
+                        assert!(r.offset + r.size <= cap);
                         assert!(!model.overlaps(r.offset, r.size), "overlap at {}", r.offset);
                         model.live.push((r.offset, r.size));
                         handles.push(r);
                     }
                     Err(AllocError::OutOfSpace { largest_free, .. }) => {
                         // The O(1) guarantee: a refusal means no free range reaches the
-                        // request plus worst-case alignment padding, rounded up one size
-                        // bin (12.5 %).
-                        let needed = size.next_multiple_of(4) + align.max(4) - 4;
+                        // request (rounded up to its alignment) plus worst-case alignment
+                        // padding, rounded up one size bin (12.5 %).
+                        let needed = size.next_multiple_of(align.max(4)) + align.max(4) - 4;
                         let gap = model.largest_gap(cap);
                         assert!(
                             gap < needed + needed / 8 + 8,
@@ -416,7 +417,9 @@ fn run_against_model(placement: Placement, cap: u64, ops: Vec<Op>) {
                         );
                         assert_eq!(largest_free, gap, "reported largest free range is exact");
                     }
-                    Err(AllocError::TooLarge { .. }) => assert!(size > cap),
+                    Err(AllocError::TooLarge { .. }) => {
+                        assert!(size.next_multiple_of(align.max(4)) > cap)
+                    }
                     Err(e) => panic!("unexpected {e}"),
                 }
             }

@@ -39,7 +39,7 @@ pub enum AllocError {
     /// Fits the block, but no free range is large enough right now.
     #[error("no free range of {size} bytes (alignment {align}): largest free range is {largest_free} of {free_bytes} free bytes; free something or defragment")]
     OutOfSpace {
-        /// Bytes asked for (rounded to 4).
+        /// Bytes asked for (rounded up to the alignment, at least 4).
         size: u64,
         /// Alignment asked for.
         align: u64,

@@ -7,6 +7,14 @@
 //! free, is a node in a slab with links to its address-order neighbours, so a free merges
 //! with free neighbours in O(1).
 //!
+//! An allocation reserves its size rounded up to its alignment. Otherwise a request of an
+//! unaligned size (a quarter to two fifths of those in the generation and MoE traces)
+//! leaves the free range after it unaligned, and the next request splits a padding range
+//! off it: two more nodes and bin insertions, and a sliver of under 256 bytes in the bins.
+//! Rounding wastes no more: the padding was as unusable to requests of that alignment.
+//! On the dev VM the replays of those traces went from 0.94-1.01x offset-allocator's
+//! speed to 1.04-1.19x; the others moved by 4 % or less, either way (interleaved runs).
+//!
 //! # Invariants (checked by [`RangeAllocator::check_invariants`])
 //! 1. The nodes, in address order, tile `[0, capacity)` exactly: no gap, no overlap.
 //! 2. No two address-adjacent nodes are both free (frees merge immediately).
@@ -78,7 +86,7 @@ pub struct RangeHandle {
 pub struct Range {
     /// Byte offset inside the block, a multiple of the requested alignment.
     pub offset: u64,
-    /// Bytes reserved (the request rounded up to 4).
+    /// Bytes reserved: the request rounded up to its alignment (at least 4).
     pub size: u64,
     /// Pass to [`RangeAllocator::free`].
     pub handle: RangeHandle,
@@ -207,8 +215,8 @@ impl RangeAllocator {
         self.capacity
     }
 
-    /// Bytes in live allocations (after rounding to 4 and alignment padding that was not
-    /// returned to the free lists).
+    /// Bytes in live allocations (each rounded up to its alignment, plus alignment padding
+    /// that was not returned to the free lists).
     pub fn used_bytes(&self) -> u64 {
         self.used_bytes
     }
@@ -261,7 +269,9 @@ impl RangeAllocator {
     }
 
     /// Allocates `size` bytes aligned to `align` (a power of two from 1 to 64 KiB; below 4
-    /// it is raised to 4).
+    /// it is raised to 4). The range reserved is `size` rounded up to `align`, so the free
+    /// range after it starts aligned: the next request of that alignment is carved off its
+    /// front, with no padding range between them (see the module docs).
     ///
     /// Errors: [`AllocError::ZeroSize`], [`AllocError::BadAlignment`],
     /// [`AllocError::TooLarge`] (larger than the whole block), and
@@ -768,7 +778,9 @@ fn validate(size: u64, align: u64, capacity: u64) -> Result<u64, AllocError> {
     if !align.is_power_of_two() || align > MAX_ALIGN {
         return Err(AllocError::BadAlignment { align });
     }
-    let rounded = size.checked_next_multiple_of(MIN_ALIGN).unwrap_or(u64::MAX);
+    // A mask, not `checked_next_multiple_of`, which divides by the run-time alignment.
+    let mask = align.max(MIN_ALIGN) - 1;
+    let rounded = size.checked_add(mask).map_or(u64::MAX, |s| s & !mask);
     if rounded > capacity {
         return Err(AllocError::TooLarge { size, capacity });
     }
