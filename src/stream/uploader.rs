@@ -91,10 +91,13 @@ pub struct UploaderStats {
     pub small: u64,
 }
 
+/// A staging slot the GPU is done with, as its callback reports it: slot, lease, when.
+type Returned = (usize, u64, Instant);
+
 struct Ring {
     /// Staging buffers by slot; `None` once released for idleness (the slot is reused).
     buffers: Vec<Option<Staging>>,
-    /// When each slot was last handed out.
+    /// When each slot was last handed out or came back from the GPU.
     last_used: Vec<Instant>,
     /// Released slots.
     dead: Vec<usize>,
@@ -115,17 +118,21 @@ struct Ring {
 
 impl Ring {
     /// Puts `slot` back on the free list if `lease` is still its copy in flight.
-    fn reclaim(&mut self, slot: usize, lease: u64) {
+    /// `back`: when the GPU gave the buffer back. Idle time counts from then, so a buffer
+    /// whose copy took longer than `idle_release` (a GPU busy with other work) is not idle
+    /// the moment it comes back.
+    fn reclaim(&mut self, slot: usize, lease: u64, back: Instant) {
         if lease != 0 && self.lease.get(slot) == Some(&lease) {
             self.lease[slot] = 0;
             self.free.push(slot);
+            self.last_used[slot] = back;
         }
     }
 
     /// Reclaims every slot whose callback has reported it back since the last call.
-    fn take_returned(&mut self, returned: &mpsc::Receiver<(usize, u64)>) {
-        while let Ok((slot, lease)) = returned.try_recv() {
-            self.reclaim(slot, lease);
+    fn take_returned(&mut self, returned: &mpsc::Receiver<Returned>) {
+        while let Ok((slot, lease, back)) = returned.try_recv() {
+            self.reclaim(slot, lease, back);
         }
     }
 }
@@ -146,8 +153,8 @@ pub struct Uploader {
     config: UploaderConfig,
     ring: Mutex<Ring>,
     /// (slot, lease) of staging buffers the GPU has released, sent by their callbacks.
-    ready_tx: mpsc::Sender<(usize, u64)>,
-    ready_rx: Mutex<mpsc::Receiver<(usize, u64)>>,
+    ready_tx: mpsc::Sender<Returned>,
+    ready_rx: Mutex<mpsc::Receiver<Returned>>,
     /// Drives the futures of asynchronous uploads; started on first use.
     poller: LazyPoller,
 }
@@ -444,7 +451,7 @@ impl Uploader {
         // Even after a failed submit: the buffer must come back to the ring.
         staging.when_cpu_owned(&self.gpu, wgpu::MapMode::Write, staging.size(), move |ok| {
             if ok {
-                let _ = tx.send((index, lease));
+                let _ = tx.send((index, lease, Instant::now()));
             }
         });
         let submitted = submitted?;
@@ -651,7 +658,7 @@ impl Uploader {
                         .as_ref()
                         .is_some_and(Staging::owned_after_wait);
                     if owned {
-                        ring.reclaim(slot, lease);
+                        ring.reclaim(slot, lease, Instant::now());
                     }
                 }
                 // Another thread is waiting for the oldest copy and takes its buffer back.
