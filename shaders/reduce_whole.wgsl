@@ -26,6 +26,8 @@
 // shader's loops after 65535 iterations in total).
 
 @group(0) @binding(3) var<storage, read_write> state: array<atomic<u32>>;
+// state[0] is the done counter; the slots follow (split_word.wgsl).
+const SPLIT_BASE: u32 = 1u;
 
 // Reads of one unpublished slot before its segment is folded again.
 const SPINS: u32 = 256u;

@@ -17,24 +17,32 @@
 // already and the fallback is rare. Because a fallback reads another tile's input, the
 // output must not overlap the input.
 //
-// A published value is 32 bits with a 2-bit flag (1: aggregate, 2: inclusive prefix), as
-// two words `flag << 16 | half` (split_word.wgsl), and a reader accepts a pair only when
-// both halves carry the same non-zero flag. A value is published at most twice
-// (aggregate, then prefix), so equal flags mean both halves are from the same
+// A published value is 32 bits with a 2-bit kind (1: aggregate, 2: inclusive prefix) and
+// the call's epoch above it as its flag, `epoch << 2 | kind`, in two words
+// `flag << 16 | half` (split_word.wgsl); a reader accepts a pair only when both halves
+// carry the same flag, of this call's epoch. Within a call a value is published at most
+// twice (aggregate, then prefix), so equal flags mean both halves are from the same
 // publication.
+//
+// The state outlives the call, and nothing zeroes it between calls (a fill dispatch
+// before each scan cost it 3-5 % on the H100): a slot written by an earlier call carries
+// that call's epoch, so it reads as unpublished. Epochs run 1..=16383 (14 bits) and
+// src/kernels/scan.rs zeroes the state before a call whenever they start over, so no
+// earlier value in the state carries the current epoch. The claim counter `state[0]`
+// and the done counter `state[1]` are reset by the last workgroup to count itself done.
 //
 // The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
 // `Ids` and `scan_tile(tile, ids)`: scan_workgroup.wgsl (portable: one tile per workgroup,
 // through workgroup memory) or scan_subgroup.wgsl (subgroup operations, up to CLAIMS tiles
 // per workgroup, each loaded before the look-back of the one before). Bindings: x (input),
-// y (output, not overlapping x), z (state: tile counter then two words per tile, zeroed
-// before).
+// y (output, not overlapping x), z (state: claim counter, done counter, then two words per
+// tile; see above).
 
 struct Params {
     n: u32,
     tiles: u32,
     exclusive: u32,
-    _pad0: u32,
+    epoch: u32,
     _pad1: u32,
     _pad2: u32,
     _pad3: u32,
@@ -45,6 +53,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> x: array<T>;
 @group(0) @binding(2) var<storage, read_write> y: array<T>;
 @group(0) @binding(3) var<storage, read_write> state: array<atomic<u32>>;
+// state[0] counts claimed tiles, state[1] finished workgroups; the slots follow.
+const SPLIT_BASE: u32 = 2u;
 
 // The piece sets WG (invocations) and PER (elements per invocation); src/kernels/scan.rs
 // knows each variant's tile.
@@ -56,14 +66,18 @@ const SPINS: u32 = 32u;
 
 var<workgroup> tile_id: u32;
 
-fn publish(tile: u32, v: T, flag: u32) {
-    publish_split(tile, flag, to_bits(v));
+fn publish(tile: u32, v: T, kind: u32) {
+    publish_split(tile, (params.epoch << 2u) | kind, to_bits(v));
 }
 
-// Tile `tile`'s published (flag, value); flag 0 while unpublished or caught between two
-// publications.
+// Tile `tile`'s published (kind, value) in this call; kind 0 while unpublished, caught
+// between two publications, or left by an earlier call.
 fn read_state(tile: u32) -> vec2<u32> {
-    return split_value(split_words(tile));
+    let v = split_value(split_words(tile));
+    if (v.x >> 2u) != params.epoch {
+        return vec2<u32>(0u, 0u);
+    }
+    return vec2<u32>(v.x & 3u, v.y);
 }
 
 // The state of tile j - k (the k-th tile back from j). Before tile 0 reads as unpublished,
@@ -133,14 +147,23 @@ fn publish_aggregate(tile: u32, aggregate: T) {
 }
 
 @compute @workgroup_size(WG)
-fn scan(ids: Ids) {
+fn scan(ids: Ids, @builtin(num_workgroups) groups: vec3<u32>) {
     if ids.local == 0u {
         tile_id = atomicAdd(&state[0], 1u);
     }
     let tile = workgroupUniformLoad(&tile_id);
-    // Uniform: surplus workgroups of a rounded-up 2-D grid leave before any barrier.
-    if tile >= params.tiles {
-        return;
+    // Uniform: surplus workgroups of a rounded-up 2-D grid skip the barriers inside.
+    if tile < params.tiles {
+        scan_tile(tile, ids);
     }
-    scan_tile(tile, ids);
+    // Invocation 0 made every claim of this workgroup, so once it gets here the
+    // workgroup claims no more. The last workgroup to count itself done leaves both
+    // counters at zero for the next call.
+    if ids.local == 0u {
+        let done_before = atomicAdd(&state[1], 1u);
+        if done_before + 1u == groups.x * groups.y * groups.z {
+            atomicStore(&state[0], 0u);
+            atomicStore(&state[1], 0u);
+        }
+    }
 }

@@ -223,6 +223,63 @@ fn scans_match_the_cpu_at_awkward_sizes() {
     }
 }
 
+/// The scans keep their state between calls (counters reset by the last workgroup, values
+/// told apart by a 14-bit epoch, the whole state zeroed when the epochs start over): more
+/// calls than there are epochs, small ones between multi-tile ones of several sizes, in
+/// one batch and across batches, each multi-tile result checked. With the epoch test
+/// or the counter reset taken out of the shader, this fails. The zeroing when the epochs
+/// start over runs here, but what it guards against (a value left 16383 calls earlier
+/// that the calls between never overwrote) is not arranged.
+#[test]
+fn scans_keep_no_state_from_call_to_call_across_every_epoch() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    for kernels in variants(&arena) {
+        let small: Vec<u32> = (0..5).map(|_| r.gen()).collect();
+        let small_in = upload(&arena, &small, "small");
+        let small_out = poisoned(&arena, small.len(), "small out");
+        // 16383 epochs; 17 rounds of 1000 calls wrap them once.
+        for round in 0..17 {
+            // 1 to 1025 tiles (of 2048 or 8192), alternating up and down in size; two
+            // inputs in a row, so the second call finds the first one's values in every
+            // slot it uses (many workgroups in flight at once, so look-backs reach slots
+            // not yet published in this call).
+            let n = [20_000usize, 7_000, (1 << 21) + 3, 4_100][round % 4];
+            let checks: Vec<_> = (0..2)
+                .map(|_| {
+                    let x: Vec<u32> = (0..n).map(|_| r.gen()).collect();
+                    let (xa, ya) = (upload(&arena, &x, "x"), poisoned(&arena, n, "y"));
+                    (x, xa, ya)
+                })
+                .collect();
+            let mut batch = kernels.batch();
+            for _ in 0..999 {
+                batch
+                    .scan(ScanType::U32, ScanKind::Inclusive, 5, &small_in, &small_out)
+                    .unwrap();
+            }
+            for (_, xa, ya) in &checks {
+                batch
+                    .scan(ScanType::U32, ScanKind::Exclusive, n as u64, xa, ya)
+                    .unwrap();
+            }
+            batch.submit().unwrap();
+            let subgroups = kernels.options().subgroups;
+            for (x, _, ya) in &checks {
+                assert_eq!(
+                    read::<u32>(ya, n),
+                    cpu_scan_u32(x, ScanKind::Exclusive),
+                    "round {round}, n={n}, subgroups={subgroups}"
+                );
+            }
+        }
+        assert_eq!(
+            read::<u32>(&small_out, small.len()),
+            cpu_scan_u32(&small, ScanKind::Inclusive)
+        );
+    }
+}
+
 #[test]
 fn transpose_matches_the_cpu_on_odd_shapes() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();

@@ -120,7 +120,7 @@ impl<'a> Batch<'a> {
     }
 
     /// The dispatches of an elementwise kernel on already-checked ranges (also used on the
-    /// batch's scratch ranges).
+    /// scans' state).
     pub(super) fn elementwise_bound(
         &mut self,
         n: u64,

@@ -69,7 +69,7 @@ pub use crate::gpu::grid;
 type Params = [u32; 8];
 
 /// A buffer range as a bind group sees it. Owned (a buffer handle is a cheap clone), so the
-/// batch can bind scratch ranges it owns itself.
+/// batch can bind buffers the kernels own themselves (the reductions' and scans' state).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Bound {
     buffer: wgpu::Buffer,
@@ -205,6 +205,8 @@ struct Shared {
     reduce_state: wgpu::Buffer,
     /// The last epoch a whole-array reduction took (see [`Shared::next_reduce_epoch`]).
     reduce_epoch: AtomicU32,
+    /// The scans' state (see [`scan::ScanState`]).
+    scan_state: Mutex<scan::ScanState>,
 }
 
 impl Shared {
@@ -368,6 +370,7 @@ impl Kernels {
                 }),
                 reduce_state,
                 reduce_epoch: AtomicU32::new(0),
+                scan_state: Mutex::new(scan::ScanState::default()),
             }),
         })
     }
@@ -436,7 +439,6 @@ impl Kernels {
             chunks: Vec::new(),
             staged: Vec::new(),
             dispatches: 0,
-            scratch: Vec::new(),
             dry,
             profile: if dry {
                 None
@@ -537,15 +539,13 @@ pub struct Batch<'a> {
     pass: Option<wgpu::ComputePass<'static>>,
     /// Uniform allocations holding this batch's parameter slots; the last one is filling.
     chunks: Vec<Allocation>,
-    /// Scratch ranges (scan state) kept until submit.
-    scratch: Vec<Allocation>,
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     staged: Vec<u8>,
     dispatches: usize,
     /// Timestamp queries of this batch while profiling is on (`gpu/profile.rs`).
     profile: Option<BatchProfile>,
-    /// A dry run's batch: arguments are checked and parameter and scratch memory is
-    /// allocated as in a real run, but nothing is written or dispatched.
+    /// A dry run's batch: arguments are checked and parameter memory is allocated as in a
+    /// real run, but nothing is written or dispatched.
     dry: bool,
     _borrows: PhantomData<&'a Allocation>,
 }
@@ -819,14 +819,6 @@ impl<'a> Batch<'a> {
         self.dispatch(entry, &pipeline, params, io, groups)
     }
 
-    /// A scratch range of `bytes` that lives until the batch is submitted.
-    fn scratch(&mut self, bytes: u64, label: &str) -> Result<Bound> {
-        let a = self.kernels.arena.alloc(bytes, label)?;
-        let b = Bound::of(&a);
-        self.scratch.push(a);
-        Ok(b)
-    }
-
     /// The encoder, to record copies or passes of your own between kernels. Ends the
     /// batch's current compute pass; the next kernel starts a new one.
     pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
@@ -855,7 +847,6 @@ impl<'a> Batch<'a> {
             gpu.profiled_submitted(names, readback);
         }
         drop(self.chunks);
-        drop(self.scratch);
         Ok(index)
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
-use crate::{shaders, Error, Result};
+use crate::{shaders, Error, Gpu, Result};
 
 /// Elements one workgroup scans (`WG * PER` in shaders/scan_workgroup.wgsl).
 const TILE: u64 = 8192;
@@ -12,6 +12,73 @@ const TILE: u64 = 8192;
 const TILE_SUBGROUP: u64 = 2048;
 /// Tiles one workgroup scans in turn with subgroup operations (`CLAIMS` there).
 const CLAIMS_SUBGROUP: u64 = 8;
+
+/// Words of the scan state before the tiles' slots: the claim and done counters
+/// (`SPLIT_BASE` in shaders/scan.wgsl).
+const STATE_WORDS_BEFORE_SLOTS: u64 = 2;
+
+/// Epochs a scan state runs through before it is zeroed again: 14 bits of each published
+/// word (shaders/scan.wgsl).
+const EPOCHS: u32 = 16383;
+
+/// The scans' state (the counters, then two words per tile; see shaders/scan.wgsl), kept
+/// by the kernels and shared by every scan: each call leaves its counters at zero, and
+/// its epoch tells its published values from earlier calls', so a call needs no zeroing
+/// dispatch before it. Outside the arena: it grows to the largest scan's tiles (8 bytes
+/// per 2048 elements with subgroups, 8192 without).
+#[derive(Default)]
+pub(super) struct ScanState {
+    buffer: Option<wgpu::Buffer>,
+    /// The last epoch handed out, 0 before the first.
+    epoch: u32,
+}
+
+impl ScanState {
+    /// The state for a call that needs `words` words, the call's epoch, and whether the
+    /// call must zero the state first: when the epochs start over, an earlier value could
+    /// otherwise carry the new call's epoch. A new (larger) buffer is zeroed by wgpu.
+    fn take(&mut self, gpu: &Gpu, words: u64) -> Result<(Bound, u32, bool)> {
+        self.epoch = self.epoch % EPOCHS + 1;
+        let mut clear = self.epoch == 1;
+        let size = words * 4;
+        let buffer = match &self.buffer {
+            Some(b) if b.size() >= size => b.clone(),
+            _ => {
+                // Doubling, so a growing series of scans creates few buffers.
+                let grown = size
+                    .next_power_of_two()
+                    .max(self.buffer.as_ref().map_or(0, |b| 2 * b.size()))
+                    .max(4096);
+                let grown = if grown > gpu.limits().max_storage_buffer_binding_size {
+                    size
+                } else {
+                    grown
+                };
+                let b = gpu.scoped("creating the scans' state", || {
+                    gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("vramkit scan state"),
+                        size: grown,
+                        usage: wgpu::BufferUsages::STORAGE,
+                        mapped_at_creation: false,
+                    })
+                })?;
+                self.buffer = Some(b.clone());
+                clear = false;
+                b
+            }
+        };
+        let size = buffer.size();
+        Ok((
+            Bound {
+                buffer,
+                offset: 0,
+                size,
+            },
+            self.epoch,
+            clear,
+        ))
+    }
+}
 
 /// Inclusive (`y[i] = x[0] + ... + x[i]`) or exclusive (`y[i] = x[0] + ... + x[i-1]`,
 /// `y[0] = 0`).
@@ -74,16 +141,21 @@ impl<'a> Batch<'a> {
             (TILE, 1)
         };
         let tiles = n.div_ceil(tile);
-        // Tile counter, then two words per tile, zeroed in this batch before the scan.
-        let words = 1 + 2 * tiles;
-        let state = self.scratch(words * 4, "scan state")?;
-        self.elementwise_bound(
-            words,
-            "fill",
-            0,
-            [0.0; 3],
-            Bindings::two(state.clone(), state.clone()),
-        )?;
+        let (state, epoch, clear) = self
+            .kernels
+            .shared
+            .scan_state
+            .lock()
+            .take(self.gpu(), STATE_WORDS_BEFORE_SLOTS + 2 * tiles)?;
+        if clear {
+            self.elementwise_bound(
+                state.size / 4,
+                "fill",
+                0,
+                [0.0; 3],
+                Bindings::two(state.clone(), state.clone()),
+            )?;
+        }
         let shader = match (ty, subgroups) {
             (ScanType::U32, false) => &shaders::SCAN_U32,
             (ScanType::F32, false) => &shaders::SCAN_F32,
@@ -94,7 +166,7 @@ impl<'a> Batch<'a> {
             n as u32,
             tiles as u32,
             u32::from(kind == ScanKind::Exclusive),
-            0,
+            epoch,
             0,
             0,
             0,

@@ -10,8 +10,9 @@
 //!   is a 256-byte placeholder buffer, so a dry run of 60 GiB costs kilobytes.
 //! - **Kernels and transfers are checked, not recorded.** vramkit's kernels
 //!   ([`kernels::Batch`](crate::kernels::Batch), [`TypedBatch`](crate::kernels::TypedBatch))
-//!   check every argument and take their parameter and scratch memory from the arena as
-//!   in a real run, then record nothing. Uploads check their range and move no byte;
+//!   check every argument and take their parameter memory from the arena as in a real
+//!   run, then record nothing (their own state, the reductions' and scans', lives outside
+//!   the arena). Uploads check their range and move no byte;
 //!   `download`, `download_into` and `download_typed` return zeros; `download_view` and
 //!   `download_async` fail (there is nothing to map). Code that branches on downloaded
 //!   values sees zeros. Commands you record yourself on

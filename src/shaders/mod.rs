@@ -33,7 +33,8 @@
 //!   four times.
 //! - **scan** (u32, f32; portable and subgroup): tile elements are read and written behind
 //!   `i < params.n`, which the host checks against both allocations; the look-back state
-//!   is indexed by tile numbers below the tile count the host sized it for; workgroup
+//!   is indexed by its two counters and by tile numbers below the tile count the host
+//!   sized it for (the kernels' own buffer, grown to fit every call); workgroup
 //!   arrays are indexed by local ids and subgroup ranks below the workgroup size. The
 //!   look-back loop is finite: each round moves `j` down by at least one tile or counts a
 //!   stall, and after `SPINS` stalls the workgroup reduces tile `j` itself and moves down
