@@ -28,8 +28,10 @@
 // before each scan cost it 3-5 % on the H100): a slot written by an earlier call carries
 // that call's epoch, so it reads as unpublished. Epochs run 1..=16383 (14 bits) and
 // src/kernels/scan.rs zeroes the state before a call whenever they start over, so no
-// earlier value in the state carries the current epoch. The claim counter `state[0]`
-// and the done counter `state[1]` are reset by the last workgroup to count itself done.
+// earlier value in the state carries the current epoch. (Epochs are taken when a scan is
+// recorded: a batch held unsubmitted while 16383 other scans run could meet its own epoch
+// again. Nothing guards against that.) The claim counter `state[0]` and the done counter
+// `state[1]` are reset by the last workgroup to count itself done.
 //
 // The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
 // `Ids` and `scan_tile(tile, ids)`: scan_workgroup.wgsl (portable: one tile per workgroup,
