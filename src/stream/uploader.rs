@@ -152,7 +152,7 @@ pub struct Uploader {
     gpu: Gpu,
     config: UploaderConfig,
     ring: Mutex<Ring>,
-    /// (slot, lease) of staging buffers the GPU has released, sent by their callbacks.
+    /// Staging buffers the GPU has released (see [`Returned`]), sent by their callbacks.
     ready_tx: mpsc::Sender<Returned>,
     ready_rx: Mutex<mpsc::Receiver<Returned>>,
     /// Drives the futures of asynchronous uploads; started on first use.
