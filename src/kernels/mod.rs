@@ -209,12 +209,18 @@ struct Shared {
     scan_state: Mutex<scan::ScanState>,
 }
 
+/// The epoch after `previous` (0 before the first) among `1..=epochs`: the tag a call's
+/// published state words carry (`shaders/split_word.wgsl`). Never 0, which unwritten state
+/// reads as, and never the previous call's; a plain counter would repeat one where it
+/// wraps at 2^32.
+fn next_epoch(previous: u32, epochs: u32) -> u32 {
+    previous % epochs + 1
+}
+
 impl Shared {
     /// The next whole-array reduction's epoch, 1..=65535 (16 bits of each published word).
     fn next_reduce_epoch(&self) -> u32 {
-        let next = |e: u32| e % 65535 + 1;
-        // The stored value stays in 1..=65535, so consecutive calls never share an epoch
-        // (a plain counter would repeat one where it wraps at 2^32).
+        let next = |e: u32| next_epoch(e, 65535);
         let previous = self
             .reduce_epoch
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| Some(next(e)))

@@ -2,7 +2,7 @@
 //! length, in one pass over memory (decoupled look-back; see the shader for how it works
 //! and what it assumes of the GPU).
 
-use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, Params};
+use super::{check_count, check_no_overlap, grid, next_epoch, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Gpu, Result};
 
@@ -38,7 +38,7 @@ impl ScanState {
     /// call must zero the state first: when the epochs start over, an earlier value could
     /// otherwise carry the new call's epoch. A new (larger) buffer is zeroed by wgpu.
     fn take(&mut self, gpu: &Gpu, words: u64) -> Result<(Bound, u32, bool)> {
-        self.epoch = self.epoch % EPOCHS + 1;
+        self.epoch = next_epoch(self.epoch, EPOCHS);
         let mut clear = self.epoch == 1;
         let size = words * 4;
         let buffer = match &self.buffer {
