@@ -155,8 +155,9 @@ const PENDING_FLOOR: u64 = 64 << 20;
 /// 64 MiB, `loop_reuse` (1 MiB per iteration, a submit every 64) polled once per window on
 /// lavapipe, and the callback that ran in that poll filed the next one while the
 /// program's writes were queued, which submits them: 1 591 such polls in 100 000
-/// iterations, 1.27-1.43x the preallocated loop. With 128 MiB it polled 13 times: 1.03-1.08x
-/// (three runs each, interleaved), holding 128 MiB instead of 64.
+/// iterations, 1.27-1.43x the preallocated loop. With 128 MiB it polled 13 times, holding
+/// 128 MiB instead of 64: 1.09-1.11x in six runs, under the rule of `before_growing` that
+/// uses this floor only while frees come back on their own.
 const PENDING_FLOOR_CHAINED: u64 = 2 * PENDING_FLOOR;
 
 impl Shared {
@@ -188,11 +189,11 @@ impl Shared {
     /// ([`Shared::chained_callbacks`]) one callback at a time is *armed*: when it runs,
     /// most often inside the program's next `Queue::submit` once the submission it was
     /// attached to has finished, with no write queued, [`rearm`](Self::rearm) seals what
-    /// was freed meanwhile and files the next (1.03-1.08x, with the pending floor of
+    /// was freed meanwhile and files the next (1.09-1.11x, with the pending floor of
     /// [`PENDING_FLOOR_CHAINED`] that keeps the path from polling). The chain made the
-    /// H100 loop 1.07-2.16x: frees came back a submission later. With no callback armed (the first
-    /// free, or after the arena went idle) the open frees are sealed and one is armed at
-    /// once. Either way every epoch completes through a callback filed after it was
+    /// H100 loop 1.07-2.16x: frees came back a submission later. With no callback armed
+    /// (the first free, or after the arena went idle) the open frees are sealed and one is
+    /// armed at once. Either way every epoch completes through a callback filed after it was
     /// sealed, and waits, flushes and `maintain` seal and file at once
     /// ([`seal`](Self::seal)).
     pub(super) fn seal_lazily(self: &Arc<Self>, st: &mut State) {
