@@ -292,6 +292,88 @@ fn freed_ranges_are_cached_by_size_and_never_cost_memory() {
     assert_eq!(a.stats().cached, 0);
 }
 
+/// A cached range keeps its record (and its block's buffer) while it waits; when it is
+/// handed out again, everything the arena reports of it is the new holder's.
+#[test]
+fn a_reused_range_belongs_to_its_new_holder() {
+    let size = 64u64 << 10;
+    let a = arena(Default::default());
+    let settle = |a: &Arena| {
+        a.maintain();
+        a.gpu().wait_idle().unwrap();
+        a.maintain();
+    };
+    let first: Vec<_> = (0..8).map(|_| a.alloc(size, "first").unwrap()).collect();
+    let old: Vec<(u64, u64)> = first.iter().map(|x| (x.offset(), x.id())).collect();
+    drop(first);
+    let s = a.stats();
+    assert_eq!(
+        (s.live_allocations, s.pending_frees),
+        (0, 8),
+        "{}",
+        a.summary()
+    );
+    assert!(a.leak_report().is_none(), "pending frees are not leaks");
+    settle(&a);
+    assert_eq!(a.stats().cached, 8 * size);
+
+    let second: Vec<_> = (0..8).map(|_| a.alloc(size, "second").unwrap()).collect();
+    let mut r = rng();
+    for x in &second {
+        assert!(
+            old.iter().any(|&(offset, _)| offset == x.offset()),
+            "reused"
+        );
+        assert!(old.iter().all(|&(_, id)| id < x.id()), "a new id");
+        assert_eq!((x.label(), x.size()), ("second", size));
+        let data: Vec<u32> = (0..size / 4).map(|_| r.gen()).collect();
+        a.gpu()
+            .queue()
+            .write_buffer(x.buffer(), x.offset(), bytemuck::cast_slice(&data));
+        let got = readback::read_as::<u32>(a.gpu(), x.buffer(), x.offset(), data.len()).unwrap();
+        assert_eq!(got, data);
+    }
+    let s = a.stats();
+    assert_eq!((s.live_allocations, s.cached), (8, 0));
+    let labels: Vec<(String, u64, u64)> = s
+        .per_label
+        .iter()
+        .map(|(l, st)| (l.clone(), st.count, st.bytes))
+        .collect();
+    assert!(labels.contains(&("first".into(), 0, 0)), "{labels:?}");
+    assert!(
+        labels.contains(&("second".into(), 8, 8 * size)),
+        "{labels:?}"
+    );
+    let leaks = a.leak_report().unwrap();
+    assert!(
+        leaks.contains("8 allocation(s)") && leaks.contains("second") && !leaks.contains("first"),
+        "{leaks}"
+    );
+    // The handle's buffer and label are usable from another thread.
+    let moved = std::thread::scope(|scope| {
+        let x = &second[3];
+        scope
+            .spawn(move || {
+                (
+                    x.label().to_string(),
+                    x.buffer().size() >= x.offset() + size,
+                )
+            })
+            .join()
+            .unwrap()
+    });
+    assert_eq!(moved, ("second".to_string(), true));
+    drop(second);
+    settle(&a);
+    let s = a.stats();
+    assert_eq!(
+        (s.live_allocations, s.allocated, s.cached),
+        (0, 0, 8 * size)
+    );
+    assert!(a.leak_report().is_none());
+}
+
 #[test]
 fn steady_loops_create_no_buffers_after_warm_up() {
     let a = arena(Default::default());

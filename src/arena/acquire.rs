@@ -26,6 +26,7 @@
 //! [`Error::OutOfMemory`] naming the limit.
 
 use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use parking_lot::MutexGuard;
@@ -34,7 +35,7 @@ use super::allocation::Held;
 use super::block::BlockBuffer;
 use super::history::EventKind;
 use super::planned::{HookMode, PlannedRange};
-use super::state::{CachedRange, LiveRecord, Placed, State};
+use super::state::{CachedRange, LiveRecord, Phase, Placed, State};
 use super::{guard, AllocMode, Allocation, Shared};
 use crate::alloc::{AllocError, BlockId};
 use crate::error::{Limit, OutOfMemory};
@@ -47,8 +48,8 @@ const MAX_RELIEFS: u32 = 4;
 
 /// What the allocation loop does next.
 enum Step {
-    /// A range is placed: done.
-    Placed(CachedRange),
+    /// A range is placed or taken from the ready cache: done.
+    Placed(Got),
     /// Decide again under the lock (something was given back to the blocks).
     Again,
     /// Seal, release the lock, poll the device without blocking, re-lock and collect;
@@ -84,23 +85,47 @@ impl From<AllocError> for Reserve {
     }
 }
 
-/// Where a placed allocation lies and how to record it (`Shared::hand_out`).
+/// What a handle copies from its record (`Shared::hand_out`).
 struct HandOut {
     id: u64,
+    slot: u32,
     pool: usize,
     block: BlockId,
     /// Where the user's bytes start in the block.
     offset: u64,
-    /// Where its range starts (before a leading guard).
-    range_offset: u64,
     /// The user's bytes.
     size: u64,
     /// The bytes it takes in the block (guards included).
     placed_size: u64,
+    /// The block's buffer, owned by the record.
+    buffer: NonNull<BlockBuffer>,
     label_index: u32,
     kind: EventKind,
-    /// The range may be cached by size when freed.
-    reuse: bool,
+}
+
+impl HandOut {
+    fn of(slot: u32, r: &LiveRecord, kind: EventKind) -> Self {
+        HandOut {
+            id: r.id,
+            slot,
+            pool: r.pool,
+            block: r.block,
+            offset: r.offset,
+            size: r.size,
+            placed_size: r.placed_size(),
+            buffer: NonNull::from(&*r.buffer),
+            label_index: r.label,
+            kind,
+        }
+    }
+}
+
+/// Where a request's range comes from.
+enum Got {
+    /// The ready cache: the slot of a record whose range the GPU is done with.
+    Ready(u32),
+    /// Placed now.
+    New(CachedRange),
 }
 
 /// One request and what the loop has tried for it so far.
@@ -126,6 +151,8 @@ struct Request<'a> {
     reclaimed: bool,
     /// The loop has polled for a cached range of this size.
     polled_for_cache: bool,
+    /// `alloc` looked in the cache just before the loop (the first step skips it).
+    ready_checked: bool,
     /// Times a limit was hit.
     retries: u32,
     /// A cached range of this size served it (recorded in the history).
@@ -433,40 +460,138 @@ impl Shared {
             return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
         };
         let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
-        let (mut label, label_index) = st.intern(label);
+        let (label_text, label_index) = st.intern(label);
         if st.loop_hook.is_some() && guard == 0 && mode.cache {
             // Before the harvest and the seal: a planned allocation needs neither.
-            match self.planned(&mut st, pool, size, label, label_index) {
-                Ok(planned) => {
-                    self.unlock(st);
-                    return Ok(planned);
-                }
-                Err(unused) => label = unused,
+            if let Some(planned) = self.planned(&mut st, pool, size, label_text, label_index) {
+                self.unlock(st);
+                return Ok(planned);
             }
         }
         st.harvest(self.completion.get());
         self.seal_lazily(&mut st);
-        let mut req = Request {
-            pool,
-            size,
-            total,
-            align,
-            label: &label,
-            // Ranges are kept by request size for reuse unless guards need refilling or
-            // the request gets a dedicated block (those go back to their block).
-            reuse: mode.cache && guard == 0 && total < dedicated_threshold,
-            mode,
-            relieved: 0,
-            waits: 0,
-            allow_new: false,
-            reclaimed: false,
-            polled_for_cache: false,
-            retries: 0,
-            reused: false,
+        // Ranges are kept by request size for reuse unless guards need refilling or the
+        // request gets a dedicated block (those go back to their block).
+        let reuse = mode.cache && guard == 0 && total < dedicated_threshold;
+        // The steady state of a loop: a range of this size is ready.
+        let ready = if reuse && mode.block.is_none() {
+            st.take_ready(pool, total)
+        } else {
+            None
         };
-        let range = loop {
-            match self.step(&mut st, &mut req) {
-                Step::Placed(range) => break range,
+        let (got, reused) = match ready {
+            Some(slot) => (Got::Ready(slot), true),
+            None => {
+                let mut req = Request {
+                    pool,
+                    size,
+                    total,
+                    align,
+                    label,
+                    reuse,
+                    mode,
+                    relieved: 0,
+                    waits: 0,
+                    allow_new: false,
+                    reclaimed: false,
+                    polled_for_cache: false,
+                    ready_checked: reuse,
+                    retries: 0,
+                    reused: false,
+                };
+                let (got, locked) = self.place(st, &mut req)?;
+                st = locked;
+                (got, req.reused)
+            }
+        };
+        let id = st.next_id;
+        st.next_id += 1;
+        let created = coarsetime::Instant::now_without_cache_update();
+        let backtrace = self
+            .config
+            .backtraces
+            .then(|| Box::new(std::backtrace::Backtrace::force_capture()));
+        let kind = if reused {
+            EventKind::Reuse
+        } else {
+            EventKind::Alloc
+        };
+        let out = match got {
+            Got::Ready(slot) => {
+                // A cached range: no guards (`reuse`), the same size and pool; only who
+                // holds it is new.
+                let Some(record) = st.live.set_phase(slot, Phase::Live) else {
+                    // Unreachable: ready slots hold records.
+                    self.unlock(st);
+                    return Err(Error::Device {
+                        during: "allocating".into(),
+                        message: "a ready range without its record".into(),
+                    });
+                };
+                record.id = id;
+                record.label = label_index;
+                record.size = size;
+                record.created = created;
+                record.backtrace = backtrace;
+                HandOut::of(slot, record, kind)
+            }
+            Got::New(range) => {
+                let placed = range.placed;
+                let offset = placed.offset + guard;
+                if guard > 0 && !self.config.dry_run {
+                    // `write_buffer` only queues the bytes: no callback runs.
+                    guard::fill(
+                        &self.gpu,
+                        range.buffer.buffer(),
+                        placed.offset,
+                        guard,
+                        offset + size,
+                        placed.size - guard - size,
+                    );
+                }
+                let record = LiveRecord {
+                    phase: Phase::Live,
+                    id,
+                    label: label_index,
+                    size,
+                    pool,
+                    block: placed.block,
+                    offset,
+                    range_offset: placed.offset,
+                    created,
+                    backtrace,
+                    held: Held::Range(placed),
+                    buffer: range.buffer,
+                    class: reuse.then_some(size),
+                };
+                // The buffer's address is the `Arc`'s, which moving it does not change.
+                let mut out = HandOut::of(0, &record, kind);
+                out.slot = st.live.insert(record);
+                out
+            }
+        };
+        if let Some(hook) = st.loop_hook.as_deref_mut() {
+            if hook.applies(pool) {
+                hook.note_recorded(size, id);
+            }
+        }
+        let allocation = self.hand_out(&mut st, out, label_text);
+        self.unlock(st);
+        Ok(allocation)
+    }
+
+    /// The allocation loop, for a request the ready cache did not serve: decides each
+    /// step under the lock and runs it (polls and waits without it) until a range is
+    /// placed, and returns the range with the re-taken lock; or fails, unlocked.
+    #[inline(never)]
+    fn place<'s>(
+        self: &'s Arc<Self>,
+        mut st: MutexGuard<'s, State>,
+        req: &mut Request<'_>,
+    ) -> Result<(Got, MutexGuard<'s, State>)> {
+        loop {
+            match self.step(&mut st, req) {
+                Step::Placed(got) => return Ok((got, st)),
                 Step::Again => {}
                 Step::Poll { flush } => {
                     st = self.poll_unlocked(st, flush);
@@ -488,7 +613,7 @@ impl Shared {
                     }
                     self.unlock(st);
                     let hook = self.relief.lock().as_ref().and_then(|w| w.upgrade());
-                    let given = hook.map_or(0, |h| h.relieve(pool, bytes, whole_blocks));
+                    let given = hook.map_or(0, |h| h.relieve(req.pool, bytes, whole_blocks));
                     st = self.state.lock();
                     if given > 0 {
                         req.waits += 1;
@@ -500,75 +625,12 @@ impl Shared {
                     return Err(e);
                 }
             }
-        };
-        let placed = range.placed;
-        let id = st.next_id;
-        st.next_id += 1;
-        let offset = placed.offset + guard;
-        if guard > 0 && !self.config.dry_run {
-            // `write_buffer` only queues the bytes: no callback runs.
-            guard::fill(
-                &self.gpu,
-                range.buffer.buffer(),
-                placed.offset,
-                guard,
-                offset + size,
-                placed.size - guard - size,
-            );
         }
-        if let Some(hook) = st.loop_hook.as_deref_mut() {
-            if hook.applies(pool) {
-                hook.note_recorded(size, id);
-            }
-        }
-        let kind = if req.reused {
-            EventKind::Reuse
-        } else {
-            EventKind::Alloc
-        };
-        let reuse = req.reuse;
-        let out = HandOut {
-            id,
-            pool,
-            block: placed.block,
-            offset,
-            range_offset: placed.offset,
-            size,
-            placed_size: placed.size,
-            label_index,
-            kind,
-            reuse,
-        };
-        let allocation = self.hand_out(&mut st, out, Held::Range(placed), range.buffer, label);
-        self.unlock(st);
-        Ok(allocation)
     }
 
-    /// Records a placed allocation (live table, counters and label, history) and makes
-    /// its handle, with an arena reference handed back by a dropped allocation or a new
-    /// one.
-    fn hand_out(
-        self: &Arc<Self>,
-        st: &mut State,
-        out: HandOut,
-        held: Held,
-        buffer: Arc<BlockBuffer>,
-        label: Arc<str>,
-    ) -> Allocation {
-        let slot = st.live.insert(LiveRecord {
-            id: out.id,
-            label: out.label_index,
-            size: out.size,
-            pool: out.pool,
-            block: out.block,
-            offset: out.offset,
-            range_offset: out.range_offset,
-            created: coarsetime::Instant::now_without_cache_update(),
-            backtrace: self
-                .config
-                .backtraces
-                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
-        });
+    /// Counts a live record (counters and label, history) and makes its handle, with an
+    /// arena reference handed back by a dropped allocation or a new one.
+    fn hand_out(self: &Arc<Self>, st: &mut State, out: HandOut, label: NonNull<str>) -> Allocation {
         st.note_alloc(out.label_index, out.placed_size);
         if let Some(h) = st.history.as_mut() {
             let (pool, block) = (out.pool, out.block.0);
@@ -586,15 +648,15 @@ impl Shared {
         Allocation {
             shared: ManuallyDrop::new(shared),
             id: out.id,
-            slot,
+            slot: out.slot,
             label_index: out.label_index,
             pool: out.pool,
-            placed: ManuallyDrop::new(held),
-            buffer: ManuallyDrop::new(buffer),
+            block: out.block,
+            placed_size: out.placed_size,
+            buffer: out.buffer,
             offset: out.offset,
             size: out.size,
-            label: ManuallyDrop::new(label),
-            reuse: out.reuse,
+            label,
         }
     }
 
@@ -606,25 +668,21 @@ impl Shared {
         st: &mut MutexGuard<'_, State>,
         pool: usize,
         size: u64,
-        label: Arc<str>,
+        label: NonNull<str>,
         label_index: u32,
-    ) -> std::result::Result<Allocation, Arc<str>> {
-        let Some(hook) = st.loop_hook.as_deref_mut().filter(|h| h.applies(pool)) else {
-            return Err(label);
-        };
-        let Some(Some((at, index))) = hook.next_planned(size) else {
-            return Err(label);
-        };
+    ) -> Option<Allocation> {
+        let hook = st.loop_hook.as_deref_mut().filter(|h| h.applies(pool))?;
+        let (at, index) = hook.next_planned(size)??;
         let iteration = hook.iteration;
         let HookMode::Replay(replay) = &hook.mode else {
-            return Err(label);
+            return None;
         };
         let part = (at / replay.block_bytes) as usize;
         let Some((block, buffer)) = replay.blocks.get(part) else {
             // A table offset beyond the blocks reserved for it: never made so; give up
             // the plan for this iteration rather than serve it.
             hook.deviated = true;
-            return Err(label);
+            return None;
         };
         let (block, buffer, at) = (*block, buffer.clone(), at % replay.block_bytes);
         if let Some(lb) = st.loop_block(pool, block) {
@@ -632,25 +690,32 @@ impl Shared {
         }
         let id = st.next_id;
         st.next_id += 1;
-        let out = HandOut {
+        let record = LiveRecord {
+            phase: Phase::Live,
             id,
+            label: label_index,
+            size,
             pool,
             block,
             offset: at,
             range_offset: at,
-            size,
-            placed_size: size,
-            label_index,
-            kind: EventKind::Alloc,
-            reuse: false,
+            created: coarsetime::Instant::now_without_cache_update(),
+            backtrace: self
+                .config
+                .backtraces
+                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
+            held: Held::Planned(PlannedRange {
+                block,
+                size,
+                index,
+                iteration,
+            }),
+            buffer,
+            class: None,
         };
-        let held = Held::Planned(PlannedRange {
-            block,
-            size,
-            index,
-            iteration,
-        });
-        Ok(self.hand_out(st, out, held, buffer, label))
+        let mut out = HandOut::of(0, &record, EventKind::Alloc);
+        out.slot = st.live.insert(record);
+        Some(self.hand_out(st, out, label))
     }
 
     /// Decides the next step for `req` from the state alone (under the lock).
@@ -667,12 +732,18 @@ impl Shared {
                         None
                     }
                 });
-            return range.map_or_else(|| self.no_room(st, req), Step::Placed);
+            return range.map_or_else(
+                || self.no_room(st, req),
+                |range| Step::Placed(Got::New(range)),
+            );
         }
         if req.reuse {
-            if let Some(range) = st.take_ready(req.pool, req.total) {
-                req.reused = true;
-                return Step::Placed(range);
+            // The first step of a request skips the cache `alloc` has just looked in.
+            if !std::mem::take(&mut req.ready_checked) {
+                if let Some(slot) = st.take_ready(req.pool, req.total) {
+                    req.reused = true;
+                    return Step::Placed(Got::Ready(slot));
+                }
             }
             // No range of this size is ready but frees are in flight: a poll (cheap
             // without a submit) at most every `poll_interval` allocations brings them
@@ -695,7 +766,7 @@ impl Shared {
             }
         };
         match st.pools[req.pool].buffer(placed.block).cloned() {
-            Some(buffer) => Step::Placed(CachedRange { placed, buffer }),
+            Some(buffer) => Step::Placed(Got::New(CachedRange { placed, buffer })),
             None => {
                 // Unreachable: a placed range always lies in a live block.
                 st.pools[req.pool].set.free(placed);

@@ -3,11 +3,12 @@
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::num::NonZeroU64;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::block::BlockBuffer;
 use super::planned::PlannedRange;
-use super::state::{CachedRange, Placed};
+use super::state::Placed;
 use super::Shared;
 
 /// A range of an arena block. Dropping it frees the range; the arena hands it out again only
@@ -35,22 +36,42 @@ use super::Shared;
 /// # Ok::<(), vramkit::Error>(())
 /// ```
 pub struct Allocation {
-    // The three references are moved out on drop and kept by the arena for the next
-    // allocation (`Shared::release`), hence `ManuallyDrop`.
+    // Moved out on drop and kept by the arena for the next allocation (`Shared::release`),
+    // hence `ManuallyDrop`.
     pub(super) shared: ManuallyDrop<Arc<Shared>>,
     pub(super) id: u64,
+    /// The slot of its record (`state::LiveRecord`), which holds its range.
     pub(super) slot: u32,
     pub(super) label_index: u32,
     pub(super) pool: usize,
-    /// Taken by `drop` (not `Copy`: the block set frees it by value).
-    pub(super) placed: ManuallyDrop<Held>,
-    pub(super) buffer: ManuallyDrop<Arc<BlockBuffer>>,
+    pub(super) block: crate::alloc::BlockId,
+    /// Bytes it takes in its block (guards included).
+    pub(super) placed_size: u64,
+    /// The buffer of its block, owned by its record, which lives until after the drop.
+    pub(super) buffer: NonNull<BlockBuffer>,
     pub(super) offset: u64,
     pub(super) size: u64,
-    pub(super) label: ManuallyDrop<Arc<str>>,
-    /// The range may be kept for reuse by size (no guards, not a dedicated block).
-    pub(super) reuse: bool,
+    /// Its label's text in the arena's label table, which keeps every label it interns.
+    pub(super) label: NonNull<str>,
 }
+
+// SAFETY: the two pointers are shared references the handle may use from any thread
+// (`BlockBuffer` and `str` are `Sync`), to data the arena keeps alive and unchanged while
+// the handle exists: the block's buffer is owned by the allocation's record, which only
+// its drop releases, and the label by the arena's label table, which never shrinks; the
+// handle holds the arena.
+unsafe impl Send for Allocation {}
+// SAFETY: as for `Send`; `&Allocation` hands out only shared references to either.
+unsafe impl Sync for Allocation {}
+
+/// The `Send` and `Sync` impls above rest on these: the handle's arena reference and the
+/// data behind its two pointers may be shared between threads.
+const _: () = {
+    const fn shared_between_threads<T: Send + Sync + ?Sized>() {}
+    shared_between_threads::<Arc<Shared>>();
+    shared_between_threads::<BlockBuffer>();
+    shared_between_threads::<str>();
+};
 
 /// What an allocation holds in its block: a range of the block set, or a place in a
 /// planned loop's block (`planned.rs`).
@@ -66,33 +87,17 @@ impl Held {
             Held::Planned(p) => p.size,
         }
     }
-
-    pub(crate) fn block(&self) -> crate::alloc::BlockId {
-        match self {
-            Held::Range(p) => p.block,
-            Held::Planned(p) => p.block,
-        }
-    }
-}
-
-/// What a dropped [`Allocation`] hands back to its arena: its live record and label, and
-/// the range to wait for the GPU.
-pub(crate) struct Freed {
-    pub slot: u32,
-    pub label: Arc<str>,
-    pub label_index: u32,
-    pub pool: usize,
-    /// The range to wait for the GPU, or a planned allocation's place (its bytes go back
-    /// with its loop block, see `planned.rs`).
-    pub held: std::result::Result<CachedRange, PlannedRange>,
-    /// The request size to cache the range under, if any.
-    pub class: Option<u64>,
 }
 
 impl Allocation {
     /// The wgpu buffer that holds this range (shared with other allocations).
     pub fn buffer(&self) -> &wgpu::Buffer {
-        self.buffer.buffer()
+        self.block_buffer().buffer()
+    }
+
+    fn block_buffer(&self) -> &BlockBuffer {
+        // SAFETY: see the `Send` impl: the record owns the buffer until after our drop.
+        unsafe { self.buffer.as_ref() }
     }
 
     /// Byte offset of the range inside [`buffer`](Self::buffer); a multiple of the device's
@@ -120,7 +125,7 @@ impl Allocation {
         Err(crate::Error::invalid(
             format!(
                 "{what}: allocation '{}' belongs to another device than this call's ({})",
-                &**self.label,
+                self.label(),
                 gpu.info().name
             ),
             "use allocations of an arena on the same Gpu (clone the Gpu rather than wrapping \
@@ -136,10 +141,10 @@ impl Allocation {
             h.push(
                 kind,
                 self.id,
-                self.placed.size(),
+                self.placed_size,
                 self.label_index,
                 self.pool,
-                self.placed.block().0,
+                self.block.0,
                 self.offset,
             );
         }
@@ -147,24 +152,25 @@ impl Allocation {
 
     /// Bytes this allocation takes in its block (guards included).
     pub(crate) fn placed_size(&self) -> u64 {
-        self.placed.size()
+        self.placed_size
     }
 
     /// The block this range lies in, and the index of its pool in its arena.
     pub(crate) fn place(&self) -> (crate::alloc::BlockId, usize) {
-        (self.placed.block(), self.pool)
+        (self.block, self.pool)
     }
 
     /// True in a dry run ([`crate::Runtime::dry_run`]): the range has an offset and a size
     /// but no memory behind it, and [`buffer`](Self::buffer) is a small placeholder.
     /// Record no GPU work of your own on it.
     pub fn is_virtual(&self) -> bool {
-        self.buffer.is_virtual()
+        self.block_buffer().is_virtual()
     }
 
     /// The label given at allocation.
     pub fn label(&self) -> &str {
-        &self.label
+        // SAFETY: see the `Send` impl: the arena's label table keeps the text.
+        unsafe { self.label.as_ref() }
     }
 
     /// Arena-unique id, as shown in leak reports and dumps.
@@ -175,7 +181,7 @@ impl Allocation {
     /// A binding of exactly this range, for a bind group entry.
     pub fn binding(&self) -> wgpu::BufferBinding<'_> {
         wgpu::BufferBinding {
-            buffer: self.buffer.buffer(),
+            buffer: self.buffer(),
             offset: self.offset,
             size: NonZeroU64::new(self.size),
         }
@@ -220,7 +226,7 @@ impl Allocation {
         range: std::ops::Range<u64>,
         read: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
-        if !self.buffer.host()?.cached() {
+        if !self.block_buffer().host()?.cached() {
             return None;
         }
         // SAFETY (of the closure): as above.
@@ -238,7 +244,7 @@ impl Allocation {
         host_reads: bool,
         access: impl FnOnce(&crate::gpu::HostBuffer, std::ops::Range<usize>) -> R,
     ) -> Option<R> {
-        let memory = self.buffer.host()?;
+        let memory = self.block_buffer().host()?;
         let start = usize::try_from(self.offset + range.start).ok()?;
         let end = usize::try_from(self.offset + range.end.min(self.size)).ok()?;
         self.shared
@@ -263,7 +269,7 @@ impl Allocation {
             return Err(crate::Error::invalid(
                 format!(
                     "allocation '{}' of {} bytes at offset {} cannot hold {len} whole {elem}-byte elements",
-                    &**self.label, self.size, self.offset
+                    self.label(), self.size, self.offset
                 ),
                 hint,
             ));
@@ -290,7 +296,7 @@ impl std::fmt::Debug for Allocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allocation")
             .field("id", &self.id)
-            .field("label", &&*self.label)
+            .field("label", &self.label())
             .field("offset", &self.offset)
             .field("size", &self.size)
             .finish()
@@ -298,36 +304,15 @@ impl std::fmt::Debug for Allocation {
 }
 
 impl Allocation {
-    /// Moves out what the arena takes back: its reference, and the range with its label
-    /// and live record; `class` is the request size to cache the range under, if any.
+    /// Moves out the arena reference, which goes back with the slot (`Shared::release`).
     ///
     /// # Safety
     /// Once only, and the allocation is neither used nor dropped afterwards (it is being
     /// dropped, or it is wrapped in `ManuallyDrop`).
     #[inline]
-    unsafe fn take_freed(&mut self, class: Option<u64>) -> (Arc<Shared>, Freed) {
-        // SAFETY: the caller takes each field out exactly once and never reads it again.
-        let (shared, buffer, label, held) = unsafe {
-            (
-                ManuallyDrop::take(&mut self.shared),
-                ManuallyDrop::take(&mut self.buffer),
-                ManuallyDrop::take(&mut self.label),
-                ManuallyDrop::take(&mut self.placed),
-            )
-        };
-        let held = match held {
-            Held::Range(placed) => Ok(CachedRange { placed, buffer }),
-            Held::Planned(range) => Err(range),
-        };
-        let freed = Freed {
-            slot: self.slot,
-            label,
-            label_index: self.label_index,
-            pool: self.pool,
-            held,
-            class,
-        };
-        (shared, freed)
+    unsafe fn take_shared(&mut self) -> Arc<Shared> {
+        // SAFETY: the caller takes it out exactly once and never reads it again.
+        unsafe { ManuallyDrop::take(&mut self.shared) }
     }
 
     /// Frees an allocation on which no GPU work was ever recorded, at once (its range is
@@ -335,17 +320,16 @@ impl Allocation {
     pub(crate) fn discard_unused(self) {
         let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped or used again.
-        let (shared, freed) = unsafe { this.take_freed(None) };
-        shared.release_unused(freed);
+        let shared = unsafe { this.take_shared() };
+        shared.release_unused(this.slot);
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        let class = self.reuse.then_some(self.size);
-        // SAFETY: `drop` runs once and nothing reads these fields after it takes them.
-        let (shared, freed) = unsafe { self.take_freed(class) };
-        Shared::release(shared, freed);
+        // SAFETY: `drop` runs once and nothing reads the reference after it takes it.
+        let shared = unsafe { self.take_shared() };
+        Shared::release(shared, self.slot);
     }
 }
 

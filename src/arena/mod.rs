@@ -10,11 +10,19 @@
 //! waits for in-flight frees before it gives up.
 //!
 //! Collected ranges are kept by request size, like PyTorch's cached blocks: the next
-//! allocation of that size takes one without the range allocator, and the references an
-//! allocation holds (arena, block buffer, label) are handed back and reused, so a steady
-//! loop does no reference counting. The cache never costs memory: it goes back to the
-//! blocks before the arena grows, trims, waits or reports out-of-memory
-//! ([`ArenaStats::cached`]).
+//! allocation of that size takes one without the range allocator. The cache never costs
+//! memory: it goes back to the blocks before the arena grows, trims, waits or reports
+//! out-of-memory ([`ArenaStats::cached`]).
+//!
+//! # What an allocation and a free cost
+//! A range has one record from its placement until it goes back to its block: the
+//! allocation's details while it lives, then the range while its free waits for the GPU
+//! and while it waits in the cache. The record owns the range and its block's buffer, so
+//! a free, the epoch's completion and a reuse move only the record's slot number between
+//! lists, and the handle points into the record's buffer and the arena's label table
+//! instead of counting references to them. Handles also hand their arena reference back
+//! to the arena, which gives it to the next allocation. A steady loop therefore does no
+//! reference counting and takes the arena's lock twice per alloc+free pair.
 //!
 //! # Where blocks live
 //! On discrete GPUs blocks are ordinary wgpu buffers in device memory. On Vulkan CPU and
@@ -57,8 +65,8 @@ use parking_lot::Mutex;
 
 use crate::alloc::{BlockId, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
-use allocation::Freed;
-use state::{Completion, PendingFree, Pool, State, MAX_SPARES};
+use allocation::Held;
+use state::{Completion, Pool, State, MAX_SPARES};
 
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
 const SEAL_BATCH: usize = 64;
@@ -562,43 +570,29 @@ fn check_pool_usage(gpu: &Gpu, name: &str, usage: wgpu::BufferUsages) -> Result<
 }
 
 impl Shared {
-    /// Takes back a dropped allocation: its range waits in the open epoch; its references
-    /// (arena, block buffer, label) are kept for the next allocation, so a steady
-    /// allocate/free loop does no reference counting.
-    pub(super) fn release(this: Arc<Shared>, freed: Freed) {
-        let Freed {
-            slot,
-            label,
-            label_index,
-            pool,
-            held,
-            class,
-        } = freed;
+    /// Takes back a dropped allocation: its record's slot waits in the open epoch (the
+    /// range stays in the record); its arena reference is kept for the next allocation, so
+    /// a steady allocate/free loop does no reference counting.
+    pub(super) fn release(this: Arc<Shared>, slot: u32) {
         let shared: *const Shared = Arc::as_ptr(&this);
         // SAFETY: `this` keeps the arena alive for the whole call: it is either dropped
         // after the guard below (`closed`, or a full stock) or moved into the stock inside
         // that same state, which only the arena's own drop empties, under this lock.
         let shared = unsafe { &*shared };
         let mut st = shared.state.lock();
-        match held {
-            Ok(range) => {
-                let size = range.placed.size;
-                let id = st.forget_live(slot, label_index, pool, range.placed.block.0, size);
-                if let (Some(hook), Some(id)) = (st.loop_hook.as_deref_mut(), id) {
+        let freed = st
+            .forget_live(slot)
+            .map(|r| (r.id, r.pool, r.placed_size()));
+        if let Some((id, pool, size)) = freed {
+            if let Some(planned) = st.take_planned(slot) {
+                // No epoch: the bytes go back with the loop block (`planned.rs`).
+                st.forget_planned(pool, &planned);
+            } else {
+                if let Some(hook) = st.loop_hook.as_deref_mut() {
                     hook.note_free(id);
                 }
                 st.counters.pending += size;
-                st.open.push(PendingFree { pool, range, class });
-            }
-            Err(planned) => {
-                // No epoch: the bytes go back with the loop block (`planned.rs`).
-                st.forget_live(slot, label_index, pool, planned.block.0, planned.size);
-                st.forget_planned(pool, &planned);
-            }
-        }
-        if let Some(spares) = st.label_spares.get_mut(label_index as usize) {
-            if spares.len() < MAX_SPARES {
-                spares.push(label);
+                st.open.push(slot);
             }
         }
         let surplus = if !st.closed && st.stock.len() < MAX_SPARES {
@@ -617,24 +611,17 @@ impl Shared {
     /// Takes back an allocation no GPU work was ever recorded on (a planned move that was
     /// called off): its range goes straight back to its block, since nothing can be
     /// reading it.
-    pub(super) fn release_unused(&self, freed: Freed) {
-        let Freed {
-            slot,
-            label_index,
-            pool,
-            held,
-            ..
-        } = freed;
+    pub(super) fn release_unused(&self, slot: u32) {
         let mut st = self.state.lock();
-        match held {
-            Ok(range) => {
-                let size = range.placed.size;
-                st.forget_live(slot, label_index, pool, range.placed.block.0, size);
-                st.pools[pool].set.free(range.placed);
-            }
-            Err(planned) => {
-                st.forget_live(slot, label_index, pool, planned.block.0, planned.size);
+        if let Some(pool) = st.forget_live(slot).map(|r| r.pool) {
+            if let Some(planned) = st.take_planned(slot) {
                 st.forget_planned(pool, &planned);
+            } else if let Some(state::LiveRecord {
+                held: Held::Range(placed),
+                ..
+            }) = st.live.remove(slot)
+            {
+                st.pools[pool].set.free(placed);
             }
         }
         self.unlock(st);

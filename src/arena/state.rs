@@ -5,11 +5,13 @@
 //! released (see `acquire.rs`).
 
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::alloc::{pick_to_close, BlockAlloc, BlockId, BlockSet, RangeHandle};
 
+use super::allocation::Held;
 use super::block::BlockBuffer;
 use super::config::PoolConfig;
 use super::history::EventKind;
@@ -44,8 +46,25 @@ impl Pool {
     }
 }
 
-/// What the leak report and dumps know of a live allocation.
+/// Where a record's range is in its life after placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Held by an [`super::Allocation`].
+    Live,
+    /// Dropped; waits in an epoch for the GPU work submitted before the drop.
+    Pending,
+    /// The GPU is done with it; cached in [`State::ready`] for a request of its size.
+    Ready,
+}
+
+/// One range's record, kept from its placement until the range goes back to its block:
+/// while an allocation holds it (what the leak report and dumps show), while its free
+/// waits for the GPU, and while it waits in the ready cache. The range and its block's
+/// buffer stay here throughout, so a free, a harvest and a reuse move only the record's
+/// slot number (moving the range and its buffer from list to list took a third of an
+/// alloc+free pair's time).
 pub(crate) struct LiveRecord {
+    pub phase: Phase,
     pub id: u64,
     /// Index into `State::label_stats`.
     pub label: u32,
@@ -61,27 +80,33 @@ pub(crate) struct LiveRecord {
     pub created: coarsetime::Instant,
     /// Boxed: the record is written on every allocation and backtraces are rare.
     pub backtrace: Option<Box<std::backtrace::Backtrace>>,
-}
-
-/// A dropped allocation whose range waits for the GPU work submitted before the drop.
-pub(crate) struct PendingFree {
-    pub pool: usize,
-    pub range: CachedRange,
-    /// The request size the range served when it may be kept for reuse by size
-    /// ([`State::ready`]); `None` sends it back to its block.
+    /// The range in its block, or a planned allocation's place (`planned.rs`).
+    pub held: Held,
+    /// The buffer of its block. The allocation's handle points into it: the record keeps
+    /// it alive for as long as the handle can exist.
+    pub buffer: Arc<BlockBuffer>,
+    /// The request size the range is cached under when freed ([`State::ready`]); `None`
+    /// sends it back to its block.
     pub class: Option<u64>,
 }
 
-/// A range with the buffer of its block, so handing it out again takes no reference count.
+impl LiveRecord {
+    /// Bytes the range takes in its block (guards included).
+    pub fn placed_size(&self) -> u64 {
+        self.held.size()
+    }
+}
+
+/// A range with the buffer of its block, as the allocation path places it.
 pub(crate) struct CachedRange {
     pub placed: Placed,
     pub buffer: Arc<BlockBuffer>,
 }
 
-/// Freed ranges of one pool and request size that the GPU has finished with, ready to be
-/// handed out again without touching the range allocator.
+/// Slots of freed records of one pool and request size whose ranges the GPU has
+/// finished with, ready to be handed out again without touching the range allocator.
 pub(crate) struct ReadyList {
-    pub ranges: Vec<CachedRange>,
+    pub slots: Vec<u32>,
     /// `State::harvests` when a range was last taken; lists idle for two harvests go back
     /// to their blocks.
     pub used_at: u64,
@@ -117,17 +142,21 @@ pub(crate) struct Counters {
     pub cached: u64,
 }
 
-/// Live allocations in slots reused LIFO: O(1) insert and remove without hashing.
+/// Records in slots reused LIFO: O(1) insert and remove without hashing. A slot is
+/// taken from placement to the range's return to its block ([`LiveRecord`]); `len` and
+/// `iter` count and show only the live ones.
 #[derive(Default)]
 pub(crate) struct LiveSlab {
     slots: Vec<Option<LiveRecord>>,
     free: Vec<u32>,
-    len: usize,
+    live: usize,
 }
 
 impl LiveSlab {
+    /// Files a live record; returns its slot.
     pub fn insert(&mut self, record: LiveRecord) -> u32 {
-        self.len += 1;
+        debug_assert_eq!(record.phase, Phase::Live);
+        self.live += 1;
         match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(record);
@@ -140,24 +169,52 @@ impl LiveSlab {
         }
     }
 
+    pub fn get(&self, slot: u32) -> Option<&LiveRecord> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, slot: u32) -> Option<&mut LiveRecord> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    /// Moves a record between phases, keeping the live count.
+    pub fn set_phase(&mut self, slot: u32, phase: Phase) -> Option<&mut LiveRecord> {
+        let record = self.slots.get_mut(slot as usize)?.as_mut()?;
+        match (record.phase == Phase::Live, phase == Phase::Live) {
+            (true, false) => self.live -= 1,
+            (false, true) => self.live += 1,
+            _ => {}
+        }
+        record.phase = phase;
+        Some(record)
+    }
+
+    /// Empties a slot (the range went back to its block) and returns its record.
     pub fn remove(&mut self, slot: u32) -> Option<LiveRecord> {
         let record = self.slots.get_mut(slot as usize)?.take()?;
-        self.len -= 1;
+        if record.phase == Phase::Live {
+            self.live -= 1;
+        }
         self.free.push(slot);
         Some(record)
     }
 
+    /// Live records.
     pub fn len(&self) -> usize {
-        self.len
+        self.live
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.live == 0
     }
 
     /// `(id, record)` of every live allocation.
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &LiveRecord)> {
-        self.slots.iter().flatten().map(|r| (&r.id, r))
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|r| r.phase == Phase::Live)
+            .map(|r| (&r.id, r))
     }
 }
 
@@ -165,10 +222,12 @@ pub(crate) struct State {
     /// The budget in bytes (`None`: unlimited); `Arena::set_budget` changes it.
     pub budget: Option<u64>,
     pub pools: Vec<Pool>,
-    pub open: Vec<PendingFree>,
+    /// Slots of records freed since the last seal ([`Phase::Pending`]).
+    pub open: Vec<u32>,
     /// Emptied epoch vectors, kept for the next seals (`seal`, `harvest`).
-    pub spare_epochs: Vec<Vec<PendingFree>>,
-    pub sealed: VecDeque<(u64, Vec<PendingFree>)>,
+    pub spare_epochs: Vec<Vec<u32>>,
+    /// Epochs of pending records, oldest first.
+    pub sealed: VecDeque<(u64, Vec<u32>)>,
     pub next_epoch: u64,
     pub live: LiveSlab,
     pub next_id: u64,
@@ -183,9 +242,6 @@ pub(crate) struct State {
     /// so the hot path hashes a label once per allocation and never on free.
     pub labels: rustc_hash::FxHashMap<Arc<str>, u32>,
     pub label_stats: Vec<(Arc<str>, LabelStats)>,
-    /// Label clones given back by dropped allocations, per label index, handed to the next
-    /// allocation with that label: an allocation then costs no reference-count traffic.
-    pub label_spares: Vec<Vec<Arc<str>>>,
     /// The label interned last (most loops allocate under one label).
     pub last_label: u32,
     /// Freed ranges the GPU is done with, by (pool, request size).
@@ -215,7 +271,7 @@ const MAX_SPARE_EPOCH: usize = 4096;
 /// ...and at most this many of them.
 const MAX_SPARE_EPOCHS: usize = 4;
 
-/// At most this many spare labels per label and arena references are kept.
+/// At most this many arena references are kept in [`State::stock`].
 pub(crate) const MAX_SPARES: usize = 1024;
 
 impl State {
@@ -234,7 +290,6 @@ impl State {
             counters: Counters::default(),
             labels: Default::default(),
             label_stats: Vec::new(),
-            label_spares: Vec::new(),
             last_label: u32::MAX,
             ready: Default::default(),
             harvests: 0,
@@ -252,7 +307,10 @@ impl State {
         self.pools.iter().map(|p| p.set.stats().reserved).sum()
     }
 
-    pub fn intern(&mut self, label: &str) -> (Arc<str>, u32) {
+    /// The index of `label` in `label_stats`, and the label's text there, which lives as
+    /// long as the state (labels are never removed): allocations point at it instead of
+    /// counting references to it.
+    pub fn intern(&mut self, label: &str) -> (NonNull<str>, u32) {
         let i = match self.label_stats.get(self.last_label as usize) {
             Some((l, _)) if **l == *label => self.last_label,
             _ => match self.labels.get(label) {
@@ -262,24 +320,23 @@ impl State {
                     let i = self.label_stats.len() as u32;
                     self.labels.insert(k.clone(), i);
                     self.label_stats.push((k, LabelStats::default()));
-                    self.label_spares.push(Vec::new());
                     i
                 }
             },
         };
         self.last_label = i;
-        let spare = self.label_spares[i as usize].pop();
-        let arc = spare.unwrap_or_else(|| self.label_stats[i as usize].0.clone());
-        (arc, i)
+        (NonNull::from(&*self.label_stats[i as usize].0), i)
     }
 
-    /// Takes a ready range of `size` bytes in `pool`, if one is cached.
-    pub fn take_ready(&mut self, pool: usize, size: u64) -> Option<CachedRange> {
+    /// Takes the slot of a ready range of `size` bytes in `pool`, if one is cached. Its
+    /// record is still [`Phase::Ready`]: the caller makes it live.
+    pub fn take_ready(&mut self, pool: usize, size: u64) -> Option<u32> {
         let list = self.ready.get_mut(&(pool, size))?;
-        let range = list.ranges.pop()?;
+        let slot = list.slots.pop()?;
         list.used_at = self.harvests;
-        self.counters.cached -= range.placed.size;
-        Some(range)
+        let bytes = self.live.get(slot).map_or(0, LiveRecord::placed_size);
+        self.counters.cached -= bytes;
+        Some(slot)
     }
 
     /// Returns every ready range to its block (before growing, trimming or failing: cached
@@ -292,15 +349,19 @@ impl State {
     /// list; returns how many ranges went back.
     fn release_ready(&mut self, keep: impl Fn(&ReadyList) -> bool) -> usize {
         let mut n = 0;
-        let pools = &mut self.pools;
+        let (pools, live) = (&mut self.pools, &mut self.live);
         let cached = &mut self.counters.cached;
         self.ready.retain(|&(pool, _), list| {
             if keep(list) {
                 return true;
             }
-            for r in list.ranges.drain(..) {
-                *cached -= r.placed.size;
-                pools[pool].set.free(r.placed);
+            for slot in list.slots.drain(..) {
+                if let Some(r) = live.remove(slot) {
+                    *cached -= r.placed_size();
+                    if let Held::Range(placed) = r.held {
+                        pools[pool].set.free(placed);
+                    }
+                }
                 n += 1;
             }
             false
@@ -321,30 +382,44 @@ impl State {
         }
     }
 
-    /// The bookkeeping of a dropped allocation: its live record goes (recorded as a free
-    /// in the history), and the counters and its label's totals lose its bytes. Where its
-    /// range goes is the caller's business.
-    /// Returns the allocation's id.
-    pub fn forget_live(
-        &mut self,
-        slot: u32,
-        label: u32,
-        pool: usize,
-        block: u32,
-        size: u64,
-    ) -> Option<u64> {
-        let record = self.live.remove(slot);
-        let id = record.as_ref().map(|r| r.id);
-        if let (Some(h), Some(r)) = (self.history.as_mut(), record) {
-            h.push(EventKind::Free, r.id, size, label, pool, block, r.offset);
+    /// The bookkeeping of a dropped allocation: its record stops being live (recorded as a
+    /// free in the history, and [`Phase::Pending`] until the caller says where its range
+    /// goes), and the counters and its label's totals lose its bytes. Returns the record.
+    pub fn forget_live(&mut self, slot: u32) -> Option<&mut LiveRecord> {
+        let record = self.live.set_phase(slot, Phase::Pending)?;
+        let size = record.held.size();
+        if let Some(h) = self.history.as_mut() {
+            let r = &*record;
+            h.push(
+                EventKind::Free,
+                r.id,
+                size,
+                r.label,
+                r.pool,
+                r.block.0,
+                r.offset,
+            );
         }
         self.counters.frees += 1;
         self.counters.allocated -= size;
-        if let Some((_, l)) = self.label_stats.get_mut(label as usize) {
+        if let Some((_, l)) = self.label_stats.get_mut(record.label as usize) {
             l.count -= 1;
             l.bytes -= size;
         }
-        id
+        Some(record)
+    }
+
+    /// Empties the slot of a planned allocation's record (its bytes go back with its loop
+    /// block, not through an epoch) and returns its place; `None`, leaving the slot, for a
+    /// range of a block.
+    pub fn take_planned(&mut self, slot: u32) -> Option<super::planned::PlannedRange> {
+        if !matches!(self.live.get(slot)?.held, Held::Planned(_)) {
+            return None;
+        }
+        match self.live.remove(slot)?.held {
+            Held::Planned(planned) => Some(planned),
+            Held::Range(_) => None,
+        }
     }
 
     /// Moves the open frees into a new epoch that completes once all work submitted so far
@@ -371,26 +446,38 @@ impl State {
             };
             let used_at = self.harvests;
             let (pools, ready, counters) = (&mut self.pools, &mut self.ready, &mut self.counters);
+            let live = &mut self.live;
             // Frees of a loop come in runs of one size: one lookup per run, not per free.
             let mut run: Option<((usize, u64), &mut ReadyList)> = None;
-            for f in frees.drain(..) {
-                let size = f.range.placed.size;
-                counters.pending -= size;
+            for slot in frees.drain(..) {
                 n += 1;
-                let Some(class) = f.class else {
-                    pools[f.pool].set.free(f.range.placed);
+                let Some(record) = live.get_mut(slot) else {
                     continue;
                 };
+                let size = record.placed_size();
+                counters.pending -= size;
+                let Some(class) = record.class else {
+                    if let Some(LiveRecord {
+                        pool,
+                        held: Held::Range(placed),
+                        ..
+                    }) = live.remove(slot)
+                    {
+                        pools[pool].set.free(placed);
+                    }
+                    continue;
+                };
+                record.phase = Phase::Ready;
                 counters.cached += size;
-                let key = (f.pool, class);
+                let key = (record.pool, class);
                 let list = match run.take() {
                     Some((k, list)) if k == key => list,
                     _ => ready.entry(key).or_insert_with(|| ReadyList {
-                        ranges: Vec::new(),
+                        slots: Vec::new(),
                         used_at,
                     }),
                 };
-                list.ranges.push(f.range);
+                list.slots.push(slot);
                 run = Some((key, list));
             }
             // The emptied vector serves the next epoch: no allocation per seal.
