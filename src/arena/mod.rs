@@ -128,6 +128,9 @@ pub(crate) struct Shared {
     /// The pressure hook of the tier that owns this arena's movable allocations, if any
     /// (weak: the tier holds the arena, not the other way round).
     relief: Mutex<Option<std::sync::Weak<dyn Relief>>>,
+    /// Timed allocations not yet handed to the `metrics` recorder (`metrics.rs`).
+    #[cfg(feature = "metrics")]
+    latency_samples: Mutex<Vec<f64>>,
 }
 
 impl Arena {
@@ -152,6 +155,8 @@ impl Arena {
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             chained_callbacks: gpu.is_cpu(),
             relief: Mutex::new(None),
+            #[cfg(feature = "metrics")]
+            latency_samples: Mutex::new(Vec::new()),
             config,
         });
         let arena = Arena {
@@ -275,7 +280,7 @@ impl Arena {
             let result = self
                 .shared()
                 .alloc(pool.index, size, label, AllocMode::NORMAL);
-            self.publish_latency(start.elapsed());
+            self.note_latency(start.elapsed());
             return result;
         }
         self.shared()
