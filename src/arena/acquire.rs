@@ -506,11 +506,7 @@ impl Shared {
         };
         let id = st.next_id;
         st.next_id += 1;
-        let created = coarsetime::Instant::now_without_cache_update();
-        let backtrace = self
-            .config
-            .backtraces
-            .then(|| Box::new(std::backtrace::Backtrace::force_capture()));
+        let (created, backtrace) = self.birth();
         let kind = if reused {
             EventKind::Reuse
         } else {
@@ -628,6 +624,16 @@ impl Shared {
         }
     }
 
+    /// When an allocation is made, as its record keeps it: the coarse clock, and a
+    /// backtrace if the arena captures them ([`super::ArenaConfig::backtraces`]).
+    fn birth(&self) -> (coarsetime::Instant, Option<Box<std::backtrace::Backtrace>>) {
+        let backtrace = self
+            .config
+            .backtraces
+            .then(|| Box::new(std::backtrace::Backtrace::force_capture()));
+        (coarsetime::Instant::now_without_cache_update(), backtrace)
+    }
+
     /// Counts a live record (counters and label, history) and makes its handle, with an
     /// arena reference handed back by a dropped allocation or a new one.
     fn hand_out(self: &Arc<Self>, st: &mut State, out: HandOut, label: NonNull<str>) -> Allocation {
@@ -690,6 +696,7 @@ impl Shared {
         }
         let id = st.next_id;
         st.next_id += 1;
+        let (created, backtrace) = self.birth();
         let record = LiveRecord {
             phase: Phase::Live,
             id,
@@ -699,11 +706,8 @@ impl Shared {
             block,
             offset: at,
             range_offset: at,
-            created: coarsetime::Instant::now_without_cache_update(),
-            backtrace: self
-                .config
-                .backtraces
-                .then(|| Box::new(std::backtrace::Backtrace::force_capture())),
+            created,
+            backtrace,
             held: Held::Planned(PlannedRange {
                 block,
                 size,
