@@ -87,6 +87,13 @@ impl Held {
             Held::Planned(p) => p.size,
         }
     }
+
+    pub(crate) fn block(&self) -> crate::alloc::BlockId {
+        match self {
+            Held::Range(p) => p.block,
+            Held::Planned(p) => p.block,
+        }
+    }
 }
 
 impl Allocation {

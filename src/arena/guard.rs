@@ -102,12 +102,12 @@ impl Arena {
             let st = shared.state.lock();
             for (id, r) in st.live.iter() {
                 let pool = &st.pools[r.pool];
-                let Some(buffer) = pool.buffer(r.block).map(|b| b.buffer()) else {
+                let Some(buffer) = pool.buffer(r.block()).map(|b| b.buffer()) else {
                     continue;
                 };
                 let g = r.offset - r.range_offset;
                 let entry = per_block
-                    .entry((r.pool, r.block.0))
+                    .entry((r.pool, r.block().0))
                     .or_insert_with(|| (wgpu::Buffer::clone(buffer), Vec::new()));
                 for (side, start) in [
                     (Side::Before, r.range_offset),

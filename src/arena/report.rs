@@ -28,7 +28,7 @@ pub(super) fn leak_report(st: &State, arena: &str) -> Option<String> {
             st.label_stats[r.label as usize].0,
             fmt_bytes(r.size),
             st.pools[r.pool].name,
-            r.block.0,
+            r.block().0,
             r.offset,
             r.created.elapsed().as_f64()
         );
@@ -99,7 +99,7 @@ impl Arena {
         let st = self.shared().state.lock();
         let mut by_range: HashMap<(usize, u32, u64), (u64, &LiveRecord)> = HashMap::new();
         for (id, r) in st.live.iter() {
-            by_range.insert((r.pool, r.block.0, r.range_offset), (*id, r));
+            by_range.insert((r.pool, r.block().0, r.range_offset), (*id, r));
         }
         let mut blocks = Vec::new();
         for (pi, pool) in st.pools.iter().enumerate() {

@@ -70,7 +70,6 @@ pub(crate) struct LiveRecord {
     pub label: u32,
     pub size: u64,
     pub pool: usize,
-    pub block: BlockId,
     /// Where the user range starts.
     pub offset: u64,
     /// Where the block range starts (before the leading guard).
@@ -94,6 +93,11 @@ impl LiveRecord {
     /// Bytes the range takes in its block (guards included).
     pub fn placed_size(&self) -> u64 {
         self.held.size()
+    }
+
+    /// The block the range lies in.
+    pub fn block(&self) -> BlockId {
+        self.held.block()
     }
 }
 
@@ -396,7 +400,7 @@ impl State {
                 size,
                 r.label,
                 r.pool,
-                r.block.0,
+                r.block().0,
                 r.offset,
             );
         }
