@@ -473,7 +473,9 @@ impl Shared {
         // Ranges are kept by request size for reuse unless guards need refilling or the
         // request gets a dedicated block (those go back to their block).
         let reuse = mode.cache && guard == 0 && total < dedicated_threshold;
-        // The steady state of a loop: a range of this size is ready.
+        // The steady state of a loop: a range of this size is ready. Looked up here as well
+        // as in `step` (which then skips it once): going through the step loop for it made
+        // a 256-byte pair 64-66 instead of 59-60 ns on the dev VM.
         let ready = if reuse && mode.block.is_none() {
             st.take_ready(pool, total)
         } else {
