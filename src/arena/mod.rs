@@ -65,7 +65,6 @@ use parking_lot::Mutex;
 
 use crate::alloc::{BlockId, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
-use allocation::Held;
 use state::{Completion, Pool, State, MAX_SPARES};
 
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
@@ -621,12 +620,9 @@ impl Shared {
         if let Some(pool) = st.forget_live(slot).map(|r| r.pool) {
             if let Some(planned) = st.take_planned(slot) {
                 st.forget_planned(pool, &planned);
-            } else if let Some(state::LiveRecord {
-                held: Held::Range(placed),
-                ..
-            }) = st.live.remove(slot)
-            {
-                st.pools[pool].set.free(placed);
+            } else {
+                let st = &mut *st;
+                state::return_to_block(&mut st.live, &mut st.pools, slot);
             }
         }
         self.unlock(st);

@@ -355,17 +355,12 @@ impl State {
         let mut n = 0;
         let (pools, live) = (&mut self.pools, &mut self.live);
         let cached = &mut self.counters.cached;
-        self.ready.retain(|&(pool, _), list| {
+        self.ready.retain(|_, list| {
             if keep(list) {
                 return true;
             }
             for slot in list.slots.drain(..) {
-                if let Some(r) = live.remove(slot) {
-                    *cached -= r.placed_size();
-                    if let Held::Range(placed) = r.held {
-                        pools[pool].set.free(placed);
-                    }
-                }
+                *cached -= return_to_block(live, pools, slot);
                 n += 1;
             }
             false
@@ -461,14 +456,7 @@ impl State {
                 let size = record.placed_size();
                 counters.pending -= size;
                 let Some(class) = record.class else {
-                    if let Some(LiveRecord {
-                        pool,
-                        held: Held::Range(placed),
-                        ..
-                    }) = live.remove(slot)
-                    {
-                        pools[pool].set.free(placed);
-                    }
+                    return_to_block(live, pools, slot);
                     continue;
                 };
                 record.phase = Phase::Ready;
@@ -598,6 +586,20 @@ impl State {
         self.doomed.push(b);
         self.counters.blocks_released += 1;
     }
+}
+
+/// Empties `slot` and gives its range back to its block (a planned allocation's place
+/// needs nothing: its bytes go back with the loop block). Returns the bytes the range
+/// took, 0 for an empty slot.
+pub(crate) fn return_to_block(live: &mut LiveSlab, pools: &mut [Pool], slot: u32) -> u64 {
+    let Some(record) = live.remove(slot) else {
+        return 0;
+    };
+    let size = record.placed_size();
+    if let Held::Range(placed) = record.held {
+        pools[record.pool].set.free(placed);
+    }
+    size
 }
 
 /// Completion marker shared with wgpu's `on_submitted_work_done` callbacks: the newest
