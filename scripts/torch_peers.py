@@ -92,6 +92,12 @@ def main():
     print(f"torch_gelu_gbps: {2 * 4 * n / t / 1e9:.1f}")
     t = bench(lambda: torch.cumsum(x, 0, out=z))
     print(f"torch_cumsum_f32_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    # The peer of the u32 scan: int32 in and out (same bits, wrapping).
+    xi = torch.randint(0, 1 << 30, (n,), dtype=torch.int32, device=dev)
+    zi = torch.empty_like(xi)
+    t = bench(lambda: torch.cumsum(xi, 0, dtype=torch.int32, out=zi))
+    print(f"torch_cumsum_i32_gbps: {2 * 4 * n / t / 1e9:.1f}")
+    del xi, zi
     t = bench(lambda: x.half())
     print(f"torch_to_f16_gbps: {6 * n / t / 1e9:.1f}")
     side = 8192

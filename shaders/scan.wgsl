@@ -36,9 +36,11 @@
 // The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
 // `Ids` and `scan_tile(tile, ids)`: scan_workgroup.wgsl (portable: one tile per workgroup,
 // through workgroup memory) or scan_subgroup.wgsl (subgroup operations, up to CLAIMS tiles
-// per workgroup, each loaded before the look-back of the one before). Bindings: x (input),
-// y (output, not overlapping x), z (state: claim counter, done counter, then two words per
-// tile; see above).
+// per workgroup, each loaded before the look-back of the one before). An I/O piece binds x
+// and y and moves a tile's rows: scan_io.wgsl (one element per invocation and row) or
+// scan_io_vec4.wgsl (four, in one 16-byte load or store; subgroup piece only). Bindings:
+// x (input), y (output, not overlapping x), z (state: claim counter, done counter, then
+// two words per tile; see above).
 
 struct Params {
     n: u32,
@@ -52,15 +54,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<T>;
-@group(0) @binding(2) var<storage, read_write> y: array<T>;
 @group(0) @binding(3) var<storage, read_write> state: array<atomic<u32>>;
 // state[0] counts claimed tiles, state[1] finished workgroups; the slots follow.
 const SPLIT_BASE: u32 = 2u;
 
-// The piece sets WG (invocations) and PER (elements per invocation); src/kernels/scan.rs
-// knows each variant's tile.
-const TILE: u32 = WG * PER;
+// The piece sets WG (invocations) and PER (rows per invocation), the I/O piece LANE
+// (elements per row and invocation); src/kernels/scan.rs knows each variant's tile.
+const TILE: u32 = WG * PER * LANE;
 const AGGREGATE: u32 = 1u;
 const PREFIX: u32 = 2u;
 // Look-back rounds without progress before a workgroup reduces the stalled tile itself.
@@ -89,58 +89,6 @@ fn read_back(j: u32, k: u32) -> vec2<u32> {
         return vec2<u32>(0u, 0u);
     }
     return read_state(j - k);
-}
-
-// Sum of the full tile `j`'s input, in invocation `i` of `count` (a fallback's share):
-// four loads in flight at a time, as a fallback is already late.
-fn tile_part(j: u32, i: u32, count: u32) -> T {
-    var part = vec4<T>(T(0));
-    let base = j * TILE;
-    var k = i;
-    for (; k + 3u * count < TILE; k += 4u * count) {
-        part += vec4<T>(x[base + k], x[base + k + count], x[base + k + 2u * count],
-                        x[base + k + 3u * count]);
-    }
-    for (; k < TILE; k += count) {
-        part.x += x[base + k];
-    }
-    return part.x + part.y + part.z + part.w;
-}
-
-// Elements first + j * stride (j < PER) of the tile starting at `base`, 0 past the end.
-// All PER loads go out before the first is used (the bounds test is outside the loop): a
-// scan does so little per element that its speed is the number of loads in flight.
-fn load_tile(base: u32, first: u32, stride: u32) -> array<T, PER> {
-    let n = params.n;
-    var v: array<T, PER>;
-    if base + TILE <= n {
-        for (var j = 0u; j < PER; j++) {
-            v[j] = x[base + first + j * stride];
-        }
-    } else {
-        for (var j = 0u; j < PER; j++) {
-            let i = base + first + j * stride;
-            v[j] = select(T(0), x[min(i, n - 1u)], i < n);
-        }
-    }
-    return v;
-}
-
-// Stores v[j] at first + j * stride of the tile starting at `base`, up to the end.
-fn store_tile(base: u32, first: u32, stride: u32, v: array<T, PER>) {
-    let n = params.n;
-    if base + TILE <= n {
-        for (var j = 0u; j < PER; j++) {
-            y[base + first + j * stride] = v[j];
-        }
-    } else {
-        for (var j = 0u; j < PER; j++) {
-            let i = base + first + j * stride;
-            if i < n {
-                y[i] = v[j];
-            }
-        }
-    }
 }
 
 // Publishes the tile's aggregate (tile 0's is its inclusive prefix: nothing precedes it).

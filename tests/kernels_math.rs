@@ -159,9 +159,12 @@ fn cpu_scan_u32(x: &[u32], kind: ScanKind) -> Vec<u32> {
 fn scans_match_the_cpu_at_awkward_sizes() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let mut r = rng();
-    // Tiles are 8192 elements (portable) or 2048, taken 8 per workgroup (subgroup): 2049
-    // and 16385 end one element into a tile and into a workgroup's ninth; 2^21 + 3 is 257
-    // or 1025 tiles, more than one look-back window.
+    // Tiles are 8192 elements (portable) or 4096, taken 8 per workgroup, in 16-byte
+    // words (subgroup): 4097 and 32769 end one element into a tile and into a workgroup's
+    // ninth, 4094 two short of a whole tile; 2^21 + 3 is 257 or 513 tiles, more than one
+    // look-back window; all but 256 and 8192 end inside a word. (The subgroup variant of
+    // one element per row, for buffers that end inside a word, is tested in
+    // src/kernels/scan.rs.)
     for (kernels, n) in variants(&arena).iter().flat_map(|k| {
         [
             1usize,
@@ -169,11 +172,14 @@ fn scans_match_the_cpu_at_awkward_sizes() {
             256,
             257,
             2049,
+            4094,
+            4097,
             8191,
             8192,
             8193,
             7919,
             16385,
+            32769,
             (1 << 21) + 3,
         ]
         .map(move |n| (k, n))

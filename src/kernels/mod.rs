@@ -86,6 +86,16 @@ impl Bound {
         }
     }
 
+    /// The first `n` words of the range bound up to the next 16 bytes, for shaders that
+    /// read and write it as `vec4` words; `None` where the buffer ends before that.
+    fn widened(mut self, n: u64) -> Option<Bound> {
+        let size = (4 * n).next_multiple_of(16);
+        (self.offset + size <= self.buffer.size()).then(|| {
+            self.size = size;
+            self
+        })
+    }
+
     fn resource(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.buffer,

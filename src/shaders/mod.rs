@@ -32,7 +32,11 @@
 //!   `r < rows && c < cols` and the host checks `rows x cols` elements fit. Its loops run
 //!   four times.
 //! - **scan** (u32, f32; portable and subgroup): tile elements are read and written behind
-//!   `i < params.n`, which the host checks against both allocations; the look-back state
+//!   `i < params.n`, which the host checks against both allocations; in the vec4 variant,
+//!   whole words only in tiles that end at or before `params.n` (word `w` of such a tile
+//!   holds elements below it), and the last tile's words element by element behind
+//!   `4w + c < params.n`, with both arrays bound up to the 16 bytes past element `n - 1`
+//!   (the host binds them so only where the buffer holds those bytes); the look-back state
 //!   is indexed by its two counters and by tile numbers below the tile count the host
 //!   sized it for (the kernels' own buffer, grown to fit every call); workgroup
 //!   arrays are indexed by local ids and subgroup ranks below the workgroup size. The
@@ -236,14 +240,14 @@ shader!(
     /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
     SCAN_U32 = "scan.wgsl (u32)",
     ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     file!("scan_workgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+     file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of f32.
     SCAN_F32 = "scan.wgsl (f32)",
     ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     file!("scan_workgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+     file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
 shader!(
@@ -251,7 +255,7 @@ shader!(
     /// barriers per tile).
     SCAN_U32_SUBGROUP = "scan.wgsl (u32, subgroup)",
     ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     file!("scan_subgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+     "const PER: u32 = 8u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
@@ -259,7 +263,23 @@ shader!(
     /// barriers per tile).
     SCAN_F32_SUBGROUP = "scan.wgsl (f32, subgroup)",
     ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     file!("scan_subgroup.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+     "const PER: u32 = 8u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    wgpu::Features::SUBGROUP, true
+);
+shader!(
+    /// [`SCAN_U32_SUBGROUP`] moving four elements per invocation and row in one 16-byte
+    /// load or store (`scan_io_vec4.wgsl`): tiles of 4096, up to 8 per workgroup.
+    SCAN_U32_VEC4 = "scan.wgsl (u32, subgroup, vec4)",
+    ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
+     "const PER: u32 = 4u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io_vec4.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    wgpu::Features::SUBGROUP, true
+);
+shader!(
+    /// [`SCAN_F32_SUBGROUP`] moving four elements per invocation and row in one 16-byte
+    /// load or store (`scan_io_vec4.wgsl`): tiles of 4096, up to 8 per workgroup.
+    SCAN_F32_VEC4 = "scan.wgsl (f32, subgroup, vec4)",
+    ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
+     "const PER: u32 = 4u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io_vec4.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
@@ -720,6 +740,8 @@ pub const ALL: &[Shader] = &[
     SCAN_F32,
     SCAN_U32_SUBGROUP,
     SCAN_F32_SUBGROUP,
+    SCAN_U32_VEC4,
+    SCAN_F32_VEC4,
     TRANSPOSE,
     SOFTMAX,
     SOFTMAX_WIDE,
