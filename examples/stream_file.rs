@@ -55,8 +55,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::init();
     let gpu = Gpu::headless()?;
     println!("{}", gpu.describe());
-    // The file is 32x (CPU adapters) or 43x (GPUs) the 3-chunk device window.
-    let (default_mib, default_chunk) = if gpu.is_cpu() { (96, 1) } else { (4096, 32) };
+    // The file is 32x (CPU adapters) or 85x (GPUs) the 3-chunk device window.
+    let (default_mib, default_chunk) = if gpu.is_cpu() { (96, 1) } else { (4096, 16) };
     let mib: u64 = arg("--mib").map_or(Ok(default_mib), |s| s.parse())?;
     let chunk_mib: u64 = arg("--chunk-mib").map_or(Ok(default_chunk), |s| s.parse())?;
     let path = arg("--path").map_or_else(

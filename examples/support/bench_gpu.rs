@@ -513,7 +513,24 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let best = |f: &mut dyn FnMut()| best_of(gpu, reps, f);
-    // VRAMKIT_STREAM_SWEEP=1 also times other chunk sizes, depths and thread counts.
+    let uploader = Uploader::new(gpu, UploaderConfig::default());
+    // Uploads and downloads until their times agree: the first process of a device call
+    // ran every host path at half the rate of the next two.
+    {
+        let downloader = vramkit::stream::Downloader::new(gpu, Default::default());
+        let mut out = vec![0u8; size as usize];
+        warm_until_steady("stream", figures, || {
+            let t = Instant::now();
+            uploader.upload(&dst, 0, &data).expect("upload");
+            gpu.wait_idle().expect("wait");
+            downloader
+                .download_into(&dst, 0, &mut out)
+                .expect("download");
+            t.elapsed().as_secs_f64()
+        });
+    }
+    // VRAMKIT_STREAM_SWEEP=1 also times other chunk sizes, depths and thread counts, once
+    // the machine is warm.
     let sweep = std::env::var("VRAMKIT_STREAM_SWEEP").is_ok();
     if sweep {
         let mut out = vec![0u8; size as usize];
@@ -522,7 +539,9 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
             (4, 4, 16),
             (8, 4, 16),
             (8, 8, 16),
+            (8, 16, 16),
             (16, 4, 16),
+            (16, 8, 16),
             (32, 4, 16),
             (32, 4, 8),
         ] {
@@ -571,22 +590,6 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
             );
         }
     }
-    let uploader = Uploader::new(gpu, UploaderConfig::default());
-    // Uploads and downloads until their times agree: the first process of a device call
-    // ran every host path at half the rate of the next two.
-    {
-        let downloader = vramkit::stream::Downloader::new(gpu, Default::default());
-        let mut out = vec![0u8; size as usize];
-        warm_until_steady("stream", figures, || {
-            let t = Instant::now();
-            uploader.upload(&dst, 0, &data).expect("upload");
-            gpu.wait_idle().expect("wait");
-            downloader
-                .download_into(&dst, 0, &mut out)
-                .expect("download");
-            t.elapsed().as_secs_f64()
-        });
-    }
     let before = uploader.stats();
     let ours = best(&mut || uploader.upload(&dst, 0, &data).expect("upload"));
     // Near 1: the fill outpaces the GPU's copies and the ring waits on them; near 0: the
@@ -595,7 +598,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     let ring_waits =
         (after.waits - before.waits) as f64 / (after.chunks - before.chunks).max(1) as f64;
     // The same fill with no GPU: the data copied into a ring of the uploader's default
-    // staging size, 32 MiB at a time in 256 KiB pieces over the same threads. The upload
+    // staging size, a chunk at a time in 256 KiB pieces over the same threads. The upload
     // cannot beat this while it is fill-bound (waits per chunk near 0).
     let host_fill = {
         use rayon::prelude::*;

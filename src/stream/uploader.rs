@@ -50,11 +50,14 @@ pub struct UploaderConfig {
 
 impl Default for UploaderConfig {
     fn default() -> Self {
-        // Measured on the H100 machine (BENCHMARKS.md): 4 MiB chunks upload at 17 GB/s,
-        // 32 MiB at 26, 64 MiB at 30; the mapped-memory fill is the limit, so more threads
-        // and fewer, larger chunks help. Staging is created only as far as it is used.
+        // Measured on the H100 machine, 1 GiB from host memory, once warm (three processes,
+        // the sizes interleaved): 12 MiB chunks upload at 43.1-43.2 GB/s, 16 MiB at
+        // 40.9-44.4, 24 MiB at 40.5-42.0, 32 MiB at 39.8-40.0; 8 MiB and less lose to the
+        // cost per chunk (36-40 and 20-27 GB/s). A chunk is not copied until it is whole,
+        // and the last one's copy follows its fill: the smaller the chunk, the less of the
+        // transfer is not overlapped. Staging is created only as far as it is used.
         UploaderConfig {
-            chunk_size: 32 << 20,
+            chunk_size: 16 << 20,
             max_staging: 256 << 20,
             copy_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
             idle_release: Some(Duration::from_secs(10)),
