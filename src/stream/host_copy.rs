@@ -16,10 +16,11 @@
 //!   host `download_into` went from 34-38 to 48-50 GB/s (BENCHMARKS.md). Smaller copies
 //!   keep plain stores, whose result the program may still find in cache.
 //! - **Plain stores into staging** ([`copy_parallel`], [`fill_parallel`]). Uploads fill
-//!   memory the GPU reads next, and there streaming stores measured 4-13 % slower in the
-//!   same processes on the H100 host, although a copy alone ran 35 % faster with them
-//!   (62 against 46 GB/s). Not measured: whether the GPU's reads find plainly stored
-//!   staging in the host's cache.
+//!   memory the GPU reads next, and there streaming stores measured slower on the H100
+//!   host, although a copy alone ran 35 % faster with them (62 against 46 GB/s): 4-13 %
+//!   in paired runs with 32 MiB chunks, and with 16 MiB chunks 39.9-41.6 against
+//!   46.4-46.7 GB/s (three processes, alternating ten times). Likely, though not measured
+//!   directly, the GPU's reads find plainly stored staging still in the host's cache.
 //!
 //! Every piece written with streaming stores ends with a store fence on the thread that
 //! wrote it, before rayon's join hands control back: the bytes are globally visible by
