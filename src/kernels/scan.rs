@@ -263,6 +263,37 @@ mod tests {
                     };
                     assert_eq!(g, want, "{kind:?} n={n}: element {i}");
                 }
+                // The same bits as f32 in [0, 1): the f64 prefix bounds the error.
+                let xf: Vec<f32> = x
+                    .iter()
+                    .map(|&v| (v >> 8) as f32 / (1u32 << 24) as f32)
+                    .collect();
+                gpu.queue()
+                    .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&xf));
+                let mut batch = kernels.batch();
+                batch
+                    .record_scan(ScanType::F32, kind, n, &xa, &ya, false)
+                    .unwrap();
+                batch.submit().unwrap();
+                let got: Vec<f32> =
+                    crate::readback::read_as(&gpu, ya.buffer(), ya.offset(), n as usize).unwrap();
+                let mut acc = 0f64;
+                for (i, (&g, &v)) in got.iter().zip(&xf).enumerate() {
+                    let before = acc;
+                    acc += f64::from(v);
+                    let want = if kind == ScanKind::Inclusive {
+                        acc
+                    } else {
+                        before
+                    };
+                    let err = (f64::from(g) - want).abs() / want.max(1.0);
+                    assert!(
+                        err < 1e-4,
+                        "f32 {kind:?} n={n}: element {i} is {g}, want {want}"
+                    );
+                }
+                gpu.queue()
+                    .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&x));
             }
         }
     }
