@@ -1,6 +1,6 @@
 //! Soak test: several threads run random mixes of allocations (two pools, sizes from
 //! 16 B to 4 MiB), uploads, kernels (f16 matmuls on the matrix units where the device
-//! has them, checked exactly), verified downloads, frees, trims and budget changes
+//! has them, and u32 prefix sums, checked exactly), verified downloads, frees, trims and budget changes
 //! against one runtime for a given time, and one more runs a planned loop
 //! (`vramkit::plan::PlannedLoop`) among them, every iteration checked, some deviating. Every allocation has a CPU shadow copy; every
 //! download is compared with it. At the end it prints `name: value` lines and exits
@@ -22,6 +22,7 @@ use half::f16;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
+use vramkit::kernels::{scan::ScanType, ScanKind};
 use vramkit::plan::{LoopConfig, PlannedLoop};
 use vramkit::{Error, Runtime, RuntimeConfig};
 
@@ -39,6 +40,8 @@ struct Counts {
     planned_unplanned: AtomicU64,
     /// f16 matmuls checked (on the matrix units where the device has them).
     matmuls: AtomicU64,
+    /// u32 prefix sums checked.
+    scans: AtomicU64,
 }
 
 /// A live allocation and what its bytes must be.
@@ -133,6 +136,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         c.matmuls.load(Ordering::Relaxed),
         rt.gpu().has_matrix_units()
     );
+    println!("scans: {}", c.scans.load(Ordering::Relaxed));
     println!(
         "errors_unexpected: {}",
         c.unexpected.load(Ordering::Relaxed)
@@ -329,8 +333,56 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                     Err(e) => fail(e, "matmul"),
                 }
             }
+            // A u32 prefix sum (wrapping) of a live allocation's bits into a new one, read
+            // back and compared exactly with the CPU's.
+            91..=92 if !live.is_empty() => {
+                let l = &live[r.gen_range(0..live.len())];
+                let kind = if r.gen_bool(0.5) {
+                    ScanKind::Inclusive
+                } else {
+                    ScanKind::Exclusive
+                };
+                let run = || -> vramkit::Result<Vec<u32>> {
+                    let out = rt.alloc::<u32>(l.gpu.len(), "soak scan")?;
+                    let mut batch = rt.batch();
+                    batch
+                        .untyped()
+                        .scan(ScanType::U32, kind, l.gpu.len() as u64, &l.gpu, &out)?;
+                    batch.submit()?;
+                    rt.download(&out)
+                };
+                match run() {
+                    Ok(got) => {
+                        counts.scans.fetch_add(1, Ordering::Relaxed);
+                        let mut sum = 0u32;
+                        let want: Vec<u32> = l
+                            .shadow
+                            .iter()
+                            .map(|v| {
+                                let before = sum;
+                                sum = sum.wrapping_add(v.to_bits());
+                                if kind == ScanKind::Inclusive {
+                                    sum
+                                } else {
+                                    before
+                                }
+                            })
+                            .collect();
+                        if let Some(k) = (0..want.len()).find(|&k| got[k] != want[k]) {
+                            eprintln!(
+                                "mismatch in a {kind:?} scan of {} elements at {k}: got {} want {}",
+                                want.len(),
+                                got[k],
+                                want[k]
+                            );
+                            counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => fail(e, "scan"),
+                }
+            }
             // Free.
-            75..=92 if !live.is_empty() => {
+            75..=90 if !live.is_empty() => {
                 live.swap_remove(r.gen_range(0..live.len()));
             }
             // Trim, or budget pressure (lowered, then raised again by another draw).
