@@ -134,8 +134,8 @@ impl<'a> Batch<'a> {
         self.record_scan(ty, kind, n, x, y, true)
     }
 
-    /// [`scan`](Self::scan); `words: false` keeps the subgroup variant to one element per
-    /// invocation and row, as where the buffers end inside the last word (tested below).
+    /// [`scan`](Self::scan); `allow_words: false` keeps the subgroup variant to one element
+    /// per invocation and row, as where the buffers end inside the last word (tested below).
     fn record_scan(
         &mut self,
         ty: ScanType,
@@ -143,7 +143,7 @@ impl<'a> Batch<'a> {
         n: u64,
         x: &'a Allocation,
         y: &'a Allocation,
-        words: bool,
+        allow_words: bool,
     ) -> Result<&mut Self> {
         check_count(n, "scan")?;
         if n == 0 {
@@ -160,7 +160,7 @@ impl<'a> Batch<'a> {
         // ranges are reserved in multiples of the storage offset alignment (32 bytes or
         // more under wgpu), so they do.
         let words = match (Bound::of(x).widened(n), Bound::of(y).widened(n)) {
-            (Some(xw), Some(yw)) if subgroups && words => Some((xw, yw)),
+            (Some(xw), Some(yw)) if subgroups && allow_words => Some((xw, yw)),
             _ => None,
         };
         // Elements per tile, tiles per workgroup.
@@ -221,6 +221,22 @@ mod tests {
     use crate::kernels::Kernels;
     use crate::{Arena, Gpu};
 
+    /// Scans `n` elements of `x` into `y` with the one-element subgroup variant and reads
+    /// `y` back.
+    fn scan_one_element_rows<T: bytemuck::Pod>(
+        kernels: &Kernels,
+        ty: ScanType,
+        kind: ScanKind,
+        n: u64,
+        x: &Allocation,
+        y: &Allocation,
+    ) -> Vec<T> {
+        let mut batch = kernels.batch();
+        batch.record_scan(ty, kind, n, x, y, false).unwrap();
+        batch.submit().unwrap();
+        crate::readback::read_as(kernels.arena().gpu(), y.buffer(), y.offset(), n as usize).unwrap()
+    }
+
     /// The subgroup scan with one element per invocation and row, which serves where the
     /// buffers cannot be bound as whole words (the arena's own ranges always can, so the
     /// integration tests run the word variant), against the CPU at sizes that end inside
@@ -240,60 +256,42 @@ mod tests {
                     seed as u32
                 })
                 .collect();
+            // The same values as f32 in [0, 1): the f64 prefix bounds the error.
+            let xf: Vec<f32> = x
+                .iter()
+                .map(|&v| (v >> 8) as f32 / (1u32 << 24) as f32)
+                .collect();
             let xa = arena.alloc(4 * n, "x").unwrap();
+            let xfa = arena.alloc(4 * n, "x f32").unwrap();
             let ya = arena.alloc(4 * n, "y").unwrap();
             gpu.queue()
                 .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&x));
+            gpu.queue()
+                .write_buffer(xfa.buffer(), xfa.offset(), bytemuck::cast_slice(&xf));
             for kind in [ScanKind::Inclusive, ScanKind::Exclusive] {
-                let mut batch = kernels.batch();
-                batch
-                    .record_scan(ScanType::U32, kind, n, &xa, &ya, false)
-                    .unwrap();
-                batch.submit().unwrap();
+                let inclusive = kind == ScanKind::Inclusive;
                 let got: Vec<u32> =
-                    crate::readback::read_as(&gpu, ya.buffer(), ya.offset(), n as usize).unwrap();
+                    scan_one_element_rows(&kernels, ScanType::U32, kind, n, &xa, &ya);
                 let mut acc = 0u32;
                 for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
                     let before = acc;
                     acc = acc.wrapping_add(v);
-                    let want = if kind == ScanKind::Inclusive {
-                        acc
-                    } else {
-                        before
-                    };
+                    let want = if inclusive { acc } else { before };
                     assert_eq!(g, want, "{kind:?} n={n}: element {i}");
                 }
-                // The same bits as f32 in [0, 1): the f64 prefix bounds the error.
-                let xf: Vec<f32> = x
-                    .iter()
-                    .map(|&v| (v >> 8) as f32 / (1u32 << 24) as f32)
-                    .collect();
-                gpu.queue()
-                    .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&xf));
-                let mut batch = kernels.batch();
-                batch
-                    .record_scan(ScanType::F32, kind, n, &xa, &ya, false)
-                    .unwrap();
-                batch.submit().unwrap();
                 let got: Vec<f32> =
-                    crate::readback::read_as(&gpu, ya.buffer(), ya.offset(), n as usize).unwrap();
+                    scan_one_element_rows(&kernels, ScanType::F32, kind, n, &xfa, &ya);
                 let mut acc = 0f64;
                 for (i, (&g, &v)) in got.iter().zip(&xf).enumerate() {
                     let before = acc;
                     acc += f64::from(v);
-                    let want = if kind == ScanKind::Inclusive {
-                        acc
-                    } else {
-                        before
-                    };
+                    let want = if inclusive { acc } else { before };
                     let err = (f64::from(g) - want).abs() / want.max(1.0);
                     assert!(
                         err < 1e-4,
                         "f32 {kind:?} n={n}: element {i} is {g}, want {want}"
                     );
                 }
-                gpu.queue()
-                    .write_buffer(xa.buffer(), xa.offset(), bytemuck::cast_slice(&x));
             }
         }
     }

@@ -236,17 +236,37 @@ shader!(
      REDUCE_IO_RO!(), file!("combine1.wgsl"), file!("reduce_subgroup.wgsl"), file!("reduce.wgsl"), file!("split_word.wgsl"), file!("reduce_whole.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
+/// Prefix of the scans for `u32` elements (wrapping sums; published as their bits).
+macro_rules! scan_u32 {
+    () => {
+        "alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n"
+    };
+}
+/// Prefix of the scans for `f32` elements.
+macro_rules! scan_f32 {
+    () => {
+        "alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n"
+    };
+}
+/// Rows per invocation of a subgroup scan, and the tiles one workgroup takes (8): with the
+/// I/O piece's elements per row these make `TILE_SUBGROUP`, `TILE_VEC4` and
+/// `CLAIMS_SUBGROUP` in src/kernels/scan.rs.
+macro_rules! scan_rows {
+    ($per:literal) => {
+        concat!("const PER: u32 = ", $per, "u;\nconst CLAIMS: u32 = 8u;\n")
+    };
+}
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
     SCAN_U32 = "scan.wgsl (u32)",
-    ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
+    [scan_u32!(),
      file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
 shader!(
     /// Single-pass inclusive/exclusive prefix sum of f32.
     SCAN_F32 = "scan.wgsl (f32)",
-    ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
+    [scan_f32!(),
      file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
@@ -254,32 +274,32 @@ shader!(
     /// [`SCAN_U32`] with subgroup operations (up to 8 tiles per workgroup, three
     /// barriers per tile).
     SCAN_U32_SUBGROUP = "scan.wgsl (u32, subgroup)",
-    ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     "const PER: u32 = 8u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    [scan_u32!(),
+     scan_rows!(8), file!("scan_subgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// [`SCAN_F32`] with subgroup operations (up to 8 tiles per workgroup, three
     /// barriers per tile).
     SCAN_F32_SUBGROUP = "scan.wgsl (f32, subgroup)",
-    ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     "const PER: u32 = 8u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    [scan_f32!(),
+     scan_rows!(8), file!("scan_subgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// [`SCAN_U32_SUBGROUP`] moving four elements per invocation and row in one 16-byte
     /// load or store (`scan_io_vec4.wgsl`): tiles of 4096, up to 8 per workgroup.
     SCAN_U32_VEC4 = "scan.wgsl (u32, subgroup, vec4)",
-    ["alias T = u32;\nfn to_bits(v: u32) -> u32 { return v; }\nfn from_bits(b: u32) -> u32 { return b; }\n",
-     "const PER: u32 = 4u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io_vec4.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    [scan_u32!(),
+     scan_rows!(4), file!("scan_subgroup.wgsl"), file!("scan_io_vec4.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
     /// [`SCAN_F32_SUBGROUP`] moving four elements per invocation and row in one 16-byte
     /// load or store (`scan_io_vec4.wgsl`): tiles of 4096, up to 8 per workgroup.
     SCAN_F32_VEC4 = "scan.wgsl (f32, subgroup, vec4)",
-    ["alias T = f32;\nfn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }\nfn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
-     "const PER: u32 = 4u;\nconst CLAIMS: u32 = 8u;\n", file!("scan_subgroup.wgsl"), file!("scan_io_vec4.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    [scan_f32!(),
+     scan_rows!(4), file!("scan_subgroup.wgsl"), file!("scan_io_vec4.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     wgpu::Features::SUBGROUP, true
 );
 shader!(
