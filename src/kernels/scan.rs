@@ -159,10 +159,9 @@ impl<'a> Batch<'a> {
         // Whole 16-byte words where the buffers hold the bytes up to the next word. Arena
         // ranges are reserved in multiples of the storage offset alignment (32 bytes or
         // more under wgpu), so they do.
-        let words = match (Bound::of(x).widened(n), Bound::of(y).widened(n)) {
-            (Some(xw), Some(yw)) if subgroups && allow_words => Some((xw, yw)),
-            _ => None,
-        };
+        let words = (subgroups && allow_words)
+            .then(|| Bound::of(x).widened(n).zip(Bound::of(y).widened(n)))
+            .flatten();
         // Elements per tile, tiles per workgroup.
         let (tile, claims) = if words.is_some() {
             (TILE_VEC4, CLAIMS_SUBGROUP)
