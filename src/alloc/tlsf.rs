@@ -279,10 +279,11 @@ impl RangeAllocator {
     /// carries the largest free range). The allocator is unchanged by any error.
     //
     // Never inlined, and its rare paths (an exact fit or leading padding, no room, the
-    // boundary-bin scan) are functions of their own: inlined into a caller's loop, the
-    // whole of it made the caller save and reload registers on every call. Kept out of
-    // line, the one-block replays of all 16 traces ran 2-7 % faster on the dev VM
-    // (`replay --all`, four processes each, interleaved with the build before).
+    // boundary-bin scan) are functions of their own. Inlined whole, it made the replay
+    // loop slower than a lab program that called it out of line; kept out of line, the
+    // one-block replays ran up to 7 % faster on the dev VM (`replay --all`, four
+    // processes each, interleaved with the build before; the two GPT generation traces
+    // within noise) and alike on the H100 host. Why inlining cost is not measured.
     #[inline(never)]
     pub fn allocate(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
         let size = validate(size, align, self.capacity)?;
