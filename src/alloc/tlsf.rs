@@ -27,12 +27,17 @@
 //! the x86-64-v3 level) and for any other. The bin arithmetic and the bitmaps count
 //! leading and trailing zeros and shift by a variable amount on every allocation and
 //! free: one instruction each with those extensions, a zero test or several micro-ops
-//! without them. On the H100 host the replays went from 0.93-1.00x offset-allocator's
-//! speed on the generation traces (at most 82-396 live ranges, so every node is in the
-//! L1 cache and the replay is bound by instructions, not misses) to 1.03-1.18x, and the
-//! geometric mean over 16 traces from 1.07x to 1.14x (three processes each, one call);
-//! 1-3 % on the dev VM. Both builds run the same source, so they place every range
-//! identically (a unit test replays random requests through both and compares).
+//! without them. The generation traces hold few ranges at a time (at most 82-396 live),
+//! so every node is in the L1 cache and their replays are bound by instructions, not
+//! misses. On the H100 host (an Intel Xeon) the geometric mean over the 16 traces of
+//! `replay --all` went from 1.06x to 1.10x offset-allocator's speed, and the generation
+//! traces from 0.71-1.02x to 0.95-1.03x (four processes each, interleaved; in another
+//! call, before the exact-fit path had both builds, 1.07x to 1.14x and 0.93-1.00x to
+//! 1.03-1.18x); 1-3 % on the dev VM. The price is the call that picks the build: a loop
+//! that frees each range before the next allocation (`bench alloc`'s lifo) went from 7.2
+//! to 7.7-8.0 ns per operation on the dev VM. Both builds run the same source, so they
+//! place every range identically (a unit test replays random requests through both and
+//! compares).
 //!
 //! # Invariants (checked by [`RangeAllocator::check_invariants`])
 //! 1. The nodes, in address order, tile `[0, capacity)` exactly: no gap, no overlap.
