@@ -343,7 +343,11 @@ impl RangeAllocator {
         if let Some(range) = self.carve_front(node, size, align) {
             return Ok(range);
         }
-        Ok(self.take_or_split(node, size, align))
+        // The range comes back through `node`, marked here: returned from the out-of-line
+        // call, the 24-byte `Range` went through memory, and reading it back stalled on
+        // the stores that wrote it (a seventh of `allocate`'s samples on the dev VM).
+        self.take_or_split(node, size, align);
+        Ok(self.mark_used(node, size))
     }
 
     /// The error for a request no free range can take (with the largest free range).
@@ -360,32 +364,35 @@ impl RangeAllocator {
 
     /// An allocation [`carve_front`](Self::carve_front) cannot take in place: the free
     /// range `node` fits exactly, or needs leading padding to reach `align`. The range
-    /// leaves its bin; padding and the rest become free ranges of their own. Out of line
-    /// (kept apart from the common case), in the same two builds as `allocate`.
+    /// leaves its bin, padding and the rest become free ranges of their own, and `node`
+    /// is left holding the allocation (offset and size set) for the caller to mark used.
+    /// Out of line (kept apart from the common case), in the same two builds as
+    /// `allocate`.
     #[inline(always)]
-    fn take_or_split(&mut self, node: u32, size: u64, align: u64) -> Range {
+    fn take_or_split(&mut self, node: u32, size: u64, align: u64) {
         #[cfg(target_arch = "x86_64")]
         if self.bit_ops {
             // SAFETY: as in `allocate`.
-            return unsafe { self.take_or_split_bit_ops(node, size, align) };
+            unsafe { self.take_or_split_bit_ops(node, size, align) };
+            return;
         }
         self.take_or_split_portable(node, size, align)
     }
 
     #[inline(never)]
-    fn take_or_split_portable(&mut self, node: u32, size: u64, align: u64) -> Range {
+    fn take_or_split_portable(&mut self, node: u32, size: u64, align: u64) {
         self.take_or_split_body(node, size, align)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "bmi1,bmi2,lzcnt")]
     #[inline(never)]
-    unsafe fn take_or_split_bit_ops(&mut self, node: u32, size: u64, align: u64) -> Range {
+    unsafe fn take_or_split_bit_ops(&mut self, node: u32, size: u64, align: u64) {
         self.take_or_split_body(node, size, align)
     }
 
     #[inline(always)]
-    fn take_or_split_body(&mut self, node: u32, size: u64, align: u64) -> Range {
+    fn take_or_split_body(&mut self, node: u32, size: u64, align: u64) {
         self.remove_free(node);
         // Leading padding to reach the alignment becomes its own free range.
         let (offset, avail) = {
@@ -416,7 +423,6 @@ impl RangeAllocator {
         let n = &mut self.nodes[node as usize];
         n.offset = aligned;
         n.size = size;
-        self.mark_used(node, size)
     }
 
     /// The common case of an allocation, done in place: the free range `node` starts
