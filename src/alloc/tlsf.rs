@@ -33,7 +33,7 @@
 //! `replay --all` went from 1.06x to 1.10x offset-allocator's speed, and the generation
 //! traces from 0.71-1.02x to 0.95-1.03x (four processes each, interleaved; in another
 //! call, before the exact-fit path had both builds, 1.07x to 1.14x and 0.93-1.00x to
-//! 1.03-1.18x); 1-3 % on the dev VM. The price is the call that picks the build: a loop
+//! 1.03-1.18x); 1-3 % on the dev VM. The price of both is a call per operation: a loop
 //! that frees each range before the next allocation (`bench alloc`'s lifo) went from 7.2
 //! to 7.7-8.0 ns per operation on the dev VM. Both builds run the same source, so they
 //! place every range identically (a unit test replays random requests through both and
@@ -172,6 +172,7 @@ pub struct RangeAllocator {
     /// The CPU has BMI1, BMI2 and LZCNT ([`bit_instructions`]): which build of the hot
     /// paths runs (see the module docs). Asked once, at construction: asking `std` on
     /// every call made the replays 5-12 % slower than never asking (dev VM).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     bit_ops: bool,
 }
 
