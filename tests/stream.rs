@@ -143,28 +143,65 @@ fn round_trip_at_any_size_and_offset(host: bool, block_memory: BlockMemory) {
     assert!(s.patches > 0, "{s:?}");
 }
 
+/// With and without copy threads.
 #[test]
 fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
     let arena = staged_arena();
-    let up = Uploader::new(
-        gpu(),
-        UploaderConfig {
-            chunk_size: 1024,
-            max_staging: 1024,
-            copy_threads: 1,
-            small_upload: 0,
-            ..Default::default()
-        },
-    );
+    for copy_threads in [1, 3] {
+        let up = Uploader::new(
+            gpu(),
+            UploaderConfig {
+                chunk_size: 1024,
+                max_staging: 1024,
+                copy_threads,
+                small_upload: 0,
+                ..Default::default()
+            },
+        );
+        let mut r = rng();
+        let mut data = vec![0u8; 64 * 1024];
+        r.fill_bytes(&mut data);
+        let dst = arena.alloc(data.len() as u64, "dst").unwrap();
+        up.upload(&dst, 0, &data).unwrap();
+        let s = up.stats();
+        assert_eq!((s.staging_created, s.chunks), (1, 64), "{s:?}");
+        let got =
+            readback::read_buffer(gpu(), dst.buffer(), dst.offset(), data.len() as u64).unwrap();
+        assert!(got == data, "{copy_threads} copy threads");
+    }
+}
+
+/// Chunks of several 256 KiB pieces, which the copy threads share: an upload of 7.5 MiB
+/// and 5 bytes at an odd offset, through 1 MiB chunks and a ring of three, on both kinds
+/// of staging, lands byte for byte.
+#[test]
+fn large_uploads_stream_through_multi_piece_chunks() {
+    let arena = staged_arena();
     let mut r = rng();
-    let mut data = vec![0u8; 64 * 1024];
-    r.fill_bytes(&mut data);
-    let dst = arena.alloc(data.len() as u64, "dst").unwrap();
-    up.upload(&dst, 0, &data).unwrap();
-    let s = up.stats();
-    assert_eq!((s.staging_created, s.chunks), (1, 64), "{s:?}");
-    let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), data.len() as u64).unwrap();
-    assert!(got == data);
+    for host in STAGING_KINDS {
+        let up = Uploader::new(
+            gpu(),
+            UploaderConfig {
+                chunk_size: 1 << 20,
+                max_staging: 3 << 20,
+                copy_threads: 4,
+                host_staging: host,
+                small_upload: 0,
+                ..Default::default()
+            },
+        );
+        let len = (15 << 19) + 5;
+        let mut data = vec![0u8; len];
+        r.fill_bytes(&mut data);
+        let dst = arena.alloc(len as u64 + 8, "dst").unwrap();
+        up.upload(&dst, 3, &data).unwrap();
+        let s = up.stats();
+        assert_eq!(s.chunks, 8, "{s:?}");
+        assert!(s.staging_bytes <= 3 << 20, "{s:?}");
+        let words = (len as u64 + 3).next_multiple_of(4);
+        let got = readback::read_buffer(gpu(), dst.buffer(), dst.offset(), words).unwrap();
+        assert!(got[3..3 + len] == data[..], "host staging {host}");
+    }
 }
 
 #[test]
