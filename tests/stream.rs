@@ -143,7 +143,8 @@ fn round_trip_at_any_size_and_offset(host: bool, block_memory: BlockMemory) {
     assert!(s.patches > 0, "{s:?}");
 }
 
-/// With and without copy threads.
+/// A ring of one staging buffer waits for the GPU instead of creating another, with and
+/// without copy threads.
 #[test]
 fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
     let arena = staged_arena();
@@ -175,7 +176,7 @@ fn a_one_buffer_ring_applies_back_pressure_instead_of_growing() {
 /// and 5 bytes at an odd offset, through 1 MiB chunks and a ring of three, on both kinds
 /// of staging, lands byte for byte.
 #[test]
-fn large_uploads_stream_through_multi_piece_chunks() {
+fn large_uploads_through_multi_piece_chunks() {
     let arena = staged_arena();
     let mut r = rng();
     for host in STAGING_KINDS {
