@@ -139,6 +139,40 @@ impl Node {
     }
 }
 
+/// Defines `$name` as a call to one of two out-of-line builds of `$body` (an
+/// `#[inline(always)]` method): `$portable` for any CPU of the target and, on x86-64,
+/// `$bit_ops` compiled with BMI1, BMI2 and LZCNT, chosen by `self.bit_ops` (see the
+/// module docs, "Machine code"). Attributes before `fn`, such as the docs, go to `$name`.
+macro_rules! two_builds {
+    ($(#[$attr:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?,
+        $portable:ident, $bit_ops:ident => $body:ident) => {
+        $(#[$attr])*
+        #[inline]
+        $vis fn $name(&mut self, $($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            if self.bit_ops {
+                // SAFETY: `bit_ops` is set only where `bit_instructions` found the
+                // instructions `$bit_ops` is compiled for.
+                return unsafe { self.$bit_ops($($arg),*) };
+            }
+            self.$portable($($arg),*)
+        }
+
+        #[inline(never)]
+        fn $portable(&mut self, $($arg: $ty),*) $(-> $ret)? {
+            self.$body($($arg),*)
+        }
+
+        // The feature list is `bit_instructions`' (keep them together).
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "bmi1,bmi2,lzcnt")]
+        #[inline(never)]
+        unsafe fn $bit_ops(&mut self, $($arg: $ty),*) $(-> $ret)? {
+            self.$body($($arg),*)
+        }
+    };
+}
+
 /// O(1) allocator of aligned byte ranges inside a block of `capacity` bytes.
 ///
 /// ```
@@ -299,39 +333,18 @@ impl RangeAllocator {
         }
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two from 1 to 64 KiB; below 4
-    /// it is raised to 4). The range reserved is `size` rounded up to `align`, so the free
-    /// range after it starts aligned: the next request of that alignment is carved off its
-    /// front, with no padding range between them (see the module docs).
-    ///
-    /// Errors: [`AllocError::ZeroSize`], [`AllocError::BadAlignment`],
-    /// [`AllocError::TooLarge`] (larger than the whole block), and
-    /// [`AllocError::OutOfSpace`] (fits the block but no free range is large enough; it
-    /// carries the largest free range). The allocator is unchanged by any error.
-    #[inline]
-    pub fn allocate(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
-        #[cfg(target_arch = "x86_64")]
-        if self.bit_ops {
-            // SAFETY: the CPU has the instructions `allocate_bit_ops` is compiled for.
-            return unsafe { self.allocate_bit_ops(size, align) };
-        }
-        self.allocate_portable(size, align)
-    }
-
-    /// [`allocate`](Self::allocate) for any CPU of the target (see the module docs,
-    /// "Machine code").
-    #[inline(never)]
-    fn allocate_portable(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
-        self.allocate_body(size, align)
-    }
-
-    /// [`allocate`](Self::allocate) compiled with BMI1, BMI2 and LZCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "bmi1,bmi2,lzcnt")]
-    #[inline(never)]
-    unsafe fn allocate_bit_ops(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
-        self.allocate_body(size, align)
-    }
+    two_builds!(
+        /// Allocates `size` bytes aligned to `align` (a power of two from 1 to 64 KiB; below 4
+        /// it is raised to 4). The range reserved is `size` rounded up to `align`, so the free
+        /// range after it starts aligned: the next request of that alignment is carved off its
+        /// front, with no padding range between them (see the module docs).
+        ///
+        /// Errors: [`AllocError::ZeroSize`], [`AllocError::BadAlignment`],
+        /// [`AllocError::TooLarge`] (larger than the whole block), and
+        /// [`AllocError::OutOfSpace`] (fits the block but no free range is large enough; it
+        /// carries the largest free range). The allocator is unchanged by any error.
+        pub fn allocate(size: u64, align: u64) -> Result<Range, AllocError>,
+        allocate_portable, allocate_bit_ops => allocate_body);
 
     #[inline(always)]
     fn allocate_body(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
@@ -363,34 +376,15 @@ impl RangeAllocator {
         }
     }
 
-    /// An allocation [`carve_front`](Self::carve_front) cannot take in place: the free
-    /// range `node` fits exactly, or needs leading padding to reach `align`. The range
-    /// leaves its bin, padding and the rest become free ranges of their own, and `node`
-    /// is left holding the allocation (offset and size set) for the caller to mark used.
-    /// Out of line (kept apart from the common case), in the same two builds as
-    /// `allocate`.
-    #[inline(always)]
-    fn take_or_split(&mut self, node: u32, size: u64, align: u64) {
-        #[cfg(target_arch = "x86_64")]
-        if self.bit_ops {
-            // SAFETY: as in `allocate`.
-            unsafe { self.take_or_split_bit_ops(node, size, align) };
-            return;
-        }
-        self.take_or_split_portable(node, size, align)
-    }
-
-    #[inline(never)]
-    fn take_or_split_portable(&mut self, node: u32, size: u64, align: u64) {
-        self.take_or_split_body(node, size, align)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "bmi1,bmi2,lzcnt")]
-    #[inline(never)]
-    unsafe fn take_or_split_bit_ops(&mut self, node: u32, size: u64, align: u64) {
-        self.take_or_split_body(node, size, align)
-    }
+    two_builds!(
+        /// An allocation [`carve_front`](Self::carve_front) cannot take in place: the free
+        /// range `node` fits exactly, or needs leading padding to reach `align`. The range
+        /// leaves its bin, padding and the rest become free ranges of their own, and `node`
+        /// is left holding the allocation (offset and size set) for the caller to mark used.
+        /// Out of line (kept apart from the common case), in the same two builds as
+        /// `allocate`.
+        fn take_or_split(node: u32, size: u64, align: u64),
+        take_or_split_portable, take_or_split_bit_ops => take_or_split_body);
 
     #[inline(always)]
     fn take_or_split_body(&mut self, node: u32, size: u64, align: u64) {
@@ -501,33 +495,13 @@ impl RangeAllocator {
         self.stamp_end = start.wrapping_add(STAMP_RUN);
     }
 
-    /// Frees the range `handle` names and merges it with free neighbours.
-    ///
-    /// A handle from another allocator, or one already freed, is
-    /// [`AllocError::InvalidHandle`] and changes nothing.
-    #[inline]
-    pub fn free(&mut self, handle: RangeHandle) -> Result<u64, AllocError> {
-        #[cfg(target_arch = "x86_64")]
-        if self.bit_ops {
-            // SAFETY: as in `allocate`.
-            return unsafe { self.free_bit_ops(handle) };
-        }
-        self.free_portable(handle)
-    }
-
-    /// [`free`](Self::free) for any CPU of the target.
-    #[inline(never)]
-    fn free_portable(&mut self, handle: RangeHandle) -> Result<u64, AllocError> {
-        self.free_body(handle)
-    }
-
-    /// [`free`](Self::free) compiled with BMI1, BMI2 and LZCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "bmi1,bmi2,lzcnt")]
-    #[inline(never)]
-    unsafe fn free_bit_ops(&mut self, handle: RangeHandle) -> Result<u64, AllocError> {
-        self.free_body(handle)
-    }
+    two_builds!(
+        /// Frees the range `handle` names and merges it with free neighbours.
+        ///
+        /// A handle from another allocator, or one already freed, is
+        /// [`AllocError::InvalidHandle`] and changes nothing.
+        pub fn free(handle: RangeHandle) -> Result<u64, AllocError>,
+        free_portable, free_bit_ops => free_body);
 
     #[inline(always)]
     fn free_body(&mut self, handle: RangeHandle) -> Result<u64, AllocError> {
@@ -891,7 +865,8 @@ impl RangeAllocator {
 /// Whether this CPU has BMI1, BMI2 and LZCNT (x86-64-v3's bit instructions): one
 /// instruction for a count of leading or trailing zeros and for a shift by a variable
 /// amount, where baseline x86-64 needs a zero test or several micro-ops. The bin
-/// arithmetic and the bitmaps use both on every allocation and free.
+/// arithmetic and the bitmaps use both on every allocation and free. The features asked
+/// for here are those `two_builds!` compiles for (keep them together).
 fn bit_instructions() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
