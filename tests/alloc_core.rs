@@ -364,14 +364,21 @@ impl Model {
             .any(|&(o, s)| off < o + s && o < off + size)
     }
     fn largest_gap(&self, cap: u64) -> u64 {
+        self.gaps(cap).iter().map(|g| g.1).max().unwrap_or(0)
+    }
+    /// The free ranges, `(offset, size)` in address order.
+    fn gaps(&self, cap: u64) -> Vec<(u64, u64)> {
         let mut sorted = self.live.clone();
         sorted.sort_unstable();
-        let (mut pos, mut best) = (0u64, 0u64);
+        let mut pos = 0u64;
+        let mut gaps = Vec::new();
         for (o, s) in sorted.into_iter().chain([(cap, 0)]) {
-            best = best.max(o - pos);
+            if o > pos {
+                gaps.push((pos, o - pos));
+            }
             pos = o + s;
         }
-        best
+        gaps
     }
 }
 
@@ -384,6 +391,16 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (1u64..20_000, 0u32..=16).prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+        2 => any::<usize>().prop_map(|which| Op::Free { which }),
+    ]
+}
+
+/// Requests drawn from five sizes (and any alignment): a freed range is often asked for
+/// again at its exact size, which is what parking serves.
+fn repeating_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (prop::sample::select(vec![256u64, 1000, 4096, 8192, 20_000]), 0u32..=12)
+            .prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
         2 => any::<usize>().prop_map(|which| Op::Free { which }),
     ]
 }
@@ -437,6 +454,18 @@ fn run_against_model(placement: Placement, cap: u64, ops: Vec<Op>) {
         let used: u64 = model.live.iter().map(|l| l.1).sum();
         assert_eq!(a.used_bytes(), used);
         assert_eq!(a.free_bytes(), cap - used);
+        // What the allocator reports of its free space is the model's gaps, whether the
+        // ranges freed into them are merged yet or parked.
+        let gaps = model.gaps(cap);
+        let mut reported = Vec::new();
+        a.for_each_range(|offset, size, used| {
+            if !used {
+                reported.push((offset, size));
+            }
+        });
+        assert_eq!(reported, gaps);
+        assert_eq!(a.free_range_count(), gaps.len());
+        assert_eq!(a.largest_free(), model.largest_gap(cap));
     }
 }
 
@@ -450,6 +479,14 @@ proptest! {
     #[test]
     fn best_fit_matches_model(ops in prop::collection::vec(op(), 1..200)) {
         run_against_model(Placement::BestFit, 256 * 1024, ops);
+    }
+
+    /// Repeated sizes in a block that parks ranges up to 8 KiB and runs out of room:
+    /// parked ranges are reused, merged when a request needs them, and reported merged.
+    #[test]
+    fn parking_matches_model(ops in prop::collection::vec(repeating_op(), 1..400), best in any::<bool>()) {
+        let placement = if best { Placement::BestFit } else { Placement::GoodFit };
+        run_against_model(placement, 2 << 20, ops);
     }
 }
 
