@@ -1022,7 +1022,7 @@ impl RangeAllocator {
                 if node.size > self.park_max {
                     return Err(format!("parked node {n} is larger than {}", self.park_max));
                 }
-                if !self.parked_under(park_slot(node.size), n) {
+                if !self.list_contains(self.parked[park_slot(node.size)], n) {
                     return Err(format!("parked node {n} is not in its slot"));
                 }
             } else {
@@ -1030,7 +1030,7 @@ impl RangeAllocator {
                     return Err(format!("two adjacent free ranges at {}", node.offset));
                 }
                 free_count += 1;
-                if !self.bin_contains(bin_round_down(node.size), n) {
+                if !self.list_contains(self.heads[bin_round_down(node.size)], n) {
                     return Err(format!("free node {n} is not in its bin"));
                 }
             }
@@ -1121,19 +1121,10 @@ impl RangeAllocator {
         Ok(())
     }
 
-    fn parked_under(&self, slot: usize, n: u32) -> bool {
-        let mut m = self.parked[slot];
-        while m != NONE {
-            if m == n {
-                return true;
-            }
-            m = self.nodes[m as usize].bin_next;
-        }
-        false
-    }
-
-    fn bin_contains(&self, bin: usize, n: u32) -> bool {
-        let mut m = self.heads[bin];
+    /// Whether the list that starts at `head` and follows `bin_next` (a bin's free ranges
+    /// or a slot's parked ones) holds `n`.
+    fn list_contains(&self, head: u32, n: u32) -> bool {
+        let mut m = head;
         while m != NONE {
             if m == n {
                 return true;
