@@ -79,7 +79,7 @@
 //! 3. A filed free node is in exactly the list of `bin_round_down(size)`; bitmaps mark
 //!    exactly the non-empty lists, and the free bitmap marks exactly the filed free nodes.
 //!    A parked node is in exactly the list of its size's slot, and at most 1/256 of the
-//!    capacity; each slot's bit and size say whether it holds any and the first's size.
+//!    capacity.
 //! 4. `used_bytes + free_bytes == capacity`, and the counters equal what the nodes say.
 //! 5. A handle names a live used node only while its stamp matches: a stale, double or
 //!    foreign free is an error, never corruption. Stamps are unique across every allocator
@@ -252,11 +252,6 @@ pub struct RangeAllocator {
     /// Parked ranges (module docs, "Parked frees"): the latest parked under each slot,
     /// newest first, linked through `bin_next`.
     parked: [u32; PARK_SLOTS],
-    /// The size of each slot's first parked range (0 when none), so that a request whose
-    /// size has none parked is told so without reading a node.
-    parked_size: [u64; PARK_SLOTS],
-    /// One bit per slot holding a parked range.
-    parked_slots: u64,
     parked_count: u32,
     /// Ranges up to this size are parked: `capacity / 256`.
     park_max: u64,
@@ -286,8 +281,6 @@ impl Clone for RangeAllocator {
             used_count: self.used_count,
             free_count: self.free_count,
             parked: self.parked,
-            parked_size: self.parked_size,
-            parked_slots: self.parked_slots,
             parked_count: self.parked_count,
             park_max: self.park_max,
             bit_ops: self.bit_ops,
@@ -320,8 +313,6 @@ impl RangeAllocator {
             used_count: 0,
             free_count: 0,
             parked: [NONE; PARK_SLOTS],
-            parked_size: [0; PARK_SLOTS],
-            parked_slots: 0,
             parked_count: 0,
             park_max: capacity / 256,
             bit_ops: bit_instructions(),
@@ -462,22 +453,15 @@ impl RangeAllocator {
     #[inline(always)]
     fn unpark(&mut self, size: u64, align: u64) -> Option<u32> {
         let slot = park_slot(size);
-        if self.parked_size[slot] != size {
-            return None;
-        }
         let node = self.parked[slot];
-        let n = &self.nodes[node as usize];
-        if n.offset & (align - 1) != 0 {
+        if node == NONE {
             return None;
         }
-        let next = n.bin_next;
-        self.parked[slot] = next;
-        self.parked_size[slot] = if next == NONE {
-            self.parked_slots &= !(1 << slot);
-            0
-        } else {
-            self.nodes[next as usize].size
-        };
+        let n = &self.nodes[node as usize];
+        if n.size != size || n.offset & (align - 1) != 0 {
+            return None;
+        }
+        self.parked[slot] = n.bin_next;
         self.parked_count -= 1;
         Some(node)
     }
@@ -502,12 +486,8 @@ impl RangeAllocator {
     #[cold]
     #[inline(never)]
     fn settle(&mut self) {
-        let mut slots = std::mem::take(&mut self.parked_slots);
-        while slots != 0 {
-            let slot = slots.trailing_zeros() as usize;
-            slots &= slots - 1;
+        for slot in 0..PARK_SLOTS {
             let mut n = std::mem::replace(&mut self.parked[slot], NONE);
-            self.parked_size[slot] = 0;
             while n != NONE {
                 let next = self.nodes[n as usize].bin_next;
                 self.merge_free(n, false);
@@ -718,8 +698,6 @@ impl RangeAllocator {
         n.bin_prev = PARKED;
         n.bin_next = self.parked[slot];
         self.parked[slot] = node;
-        self.parked_size[slot] = size;
-        self.parked_slots |= 1 << slot;
         self.parked_count += 1;
     }
 
@@ -759,11 +737,8 @@ impl RangeAllocator {
     fn for_each_parked_run(&self, mut f: impl FnMut(u64, usize)) {
         let free_or_parked =
             |n: u32| n != NONE && (self.is_free(n) || self.nodes[n as usize].parked());
-        let mut slots = self.parked_slots;
-        while slots != 0 {
-            let slot = slots.trailing_zeros() as usize;
-            slots &= slots - 1;
-            let mut p = self.parked[slot];
+        for &head in self.parked.iter() {
+            let mut p = head;
             while p != NONE {
                 let next_parked = self.nodes[p as usize].bin_next;
                 // A run starts at a parked range, or at a free one (never next to another
@@ -1090,19 +1065,7 @@ impl RangeAllocator {
         }
         let mut listed = 0;
         for slot in 0..PARK_SLOTS {
-            let head = self.parked[slot];
-            let marked = self.parked_slots >> slot & 1 == 1;
-            let head_size = if head == NONE {
-                0
-            } else {
-                self.nodes[head as usize].size
-            };
-            if marked != (head != NONE) || self.parked_size[slot] != head_size {
-                return Err(format!(
-                    "park slot {slot}: its bit or size disagrees with its list"
-                ));
-            }
-            let mut m = head;
+            let mut m = self.parked[slot];
             while m != NONE {
                 listed += 1;
                 let node = &self.nodes[m as usize];
