@@ -219,6 +219,8 @@ mod tests {
     use super::*;
     use crate::kernels::Kernels;
     use crate::{Arena, Gpu};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
 
     /// Scans `n` elements of `x` into `y` with the one-element subgroup variant and reads
     /// `y` back.
@@ -245,16 +247,9 @@ mod tests {
         let gpu = Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
         let arena = Arena::new(&gpu, Default::default()).unwrap();
         let kernels = Kernels::new(&arena).unwrap();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
         for n in [1u64, 5, 2049, 16385, (1 << 18) + 7] {
-            let x: Vec<u32> = (0..n)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed as u32
-                })
-                .collect();
+            let x: Vec<u32> = (0..n).map(|_| rng.gen()).collect();
             // The same values as f32 in [0, 1): the f64 prefix bounds the error.
             let xf: Vec<f32> = x
                 .iter()
