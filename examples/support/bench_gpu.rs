@@ -496,6 +496,107 @@ pub fn best_of(gpu: &Gpu, reps: usize, f: &mut dyn FnMut()) -> f64 {
         .fold(f64::MAX, f64::min)
 }
 
+/// The host side of the stream paths without the GPU: the upload's fill (a chunk at a time
+/// into a ring of the uploader's staging size, in 256 KiB pieces over its threads) and the
+/// reverse, a copy out of that ring as download_into's (which streams its stores; these
+/// are plain copies).
+struct HostCopier {
+    chunk: usize,
+    ring: std::sync::Mutex<Vec<u8>>,
+    pool: rayon::ThreadPool,
+}
+
+impl HostCopier {
+    fn new(chunk: usize, threads: usize, ring: usize) -> HostCopier {
+        HostCopier {
+            chunk,
+            ring: std::sync::Mutex::new(vec![0u8; ring]),
+            pool: rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool"),
+        }
+    }
+
+    /// Copies `data` into the ring, a chunk at a time.
+    fn fill(&self, data: &[u8]) {
+        use rayon::prelude::*;
+        let mut ring = self.ring.lock().expect("ring");
+        for (k, piece) in data.chunks(self.chunk).enumerate() {
+            let at = (k * self.chunk) % ring.len();
+            let dst = &mut ring[at..at + piece.len()];
+            self.pool.install(|| {
+                dst.par_chunks_mut(256 << 10)
+                    .zip(piece.par_chunks(256 << 10))
+                    .for_each(|(d, s)| d.copy_from_slice(s))
+            });
+        }
+    }
+
+    /// Copies the ring out into `out`, a chunk at a time.
+    fn drain(&self, out: &mut [u8]) {
+        use rayon::prelude::*;
+        let ring = self.ring.lock().expect("ring");
+        for (k, piece) in out.chunks_mut(self.chunk).enumerate() {
+            let at = (k * self.chunk) % ring.len();
+            let src = &ring[at..at + piece.len()];
+            self.pool.install(|| {
+                piece
+                    .par_chunks_mut(256 << 10)
+                    .zip(src.par_chunks(256 << 10))
+                    .for_each(|(d, s)| d.copy_from_slice(s))
+            });
+        }
+    }
+}
+
+/// Runs `dma` (a GPU copy of `bytes` that returns once done) in a loop on another thread
+/// while this one times `host` `reps` times; returns the GPU copy's GB/s over the copies
+/// that ran wholly inside the host's timed window, and the host's best GB/s there.
+fn concurrently(
+    bytes: u64,
+    mut dma: impl FnMut() + Send,
+    mut host: impl FnMut(),
+    reps: usize,
+) -> (f64, f64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let copies = s.spawn(|| {
+            let mut spans = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                dma();
+                spans.push((t, Instant::now()));
+            }
+            spans
+        });
+        // Let the copies start before the window opens.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let window = Instant::now();
+        let mut best = f64::MAX;
+        for _ in 0..reps.max(3) {
+            let t = Instant::now();
+            host();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let closed = Instant::now();
+        stop.store(true, Ordering::Relaxed);
+        let spans = copies.join().expect("copy thread");
+        let inside: Vec<f64> = spans
+            .iter()
+            .filter(|(a, b)| *a >= window && *b <= closed)
+            .map(|(a, b)| (*b - *a).as_secs_f64())
+            .collect();
+        let gpu = if inside.is_empty() {
+            0.0
+        } else {
+            inside.len() as f64 * bytes as f64 / inside.iter().sum::<f64>() / 1e9
+        };
+        (gpu, bytes as f64 / best / 1e9)
+    })
+}
+
 pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     use vramkit::stream::{Uploader, UploaderConfig};
     let size: u64 = if gpu.is_cpu() { 128 << 20 } else { 1 << 30 };
@@ -600,27 +701,13 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     // The same fill with no GPU: the data copied into a ring of the uploader's default
     // staging size, a chunk at a time in 256 KiB pieces over the same threads. The upload
     // cannot beat this while it is fill-bound (waits per chunk near 0).
-    let host_fill = {
-        use rayon::prelude::*;
-        let defaults = UploaderConfig::default();
-        let (chunk, threads) = (defaults.chunk_size as usize, defaults.copy_threads);
-        let mut ring = vec![0u8; (defaults.max_staging as usize).min(data.len())];
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("thread pool");
-        best(&mut || {
-            for (k, piece) in data.chunks(chunk).enumerate() {
-                let at = (k * chunk) % ring.len();
-                let dst = &mut ring[at..at + piece.len()];
-                pool.install(|| {
-                    dst.par_chunks_mut(256 << 10)
-                        .zip(piece.par_chunks(256 << 10))
-                        .for_each(|(d, s)| d.copy_from_slice(s))
-                });
-            }
-        })
-    };
+    let defaults = UploaderConfig::default();
+    let host = HostCopier::new(
+        defaults.chunk_size as usize,
+        defaults.copy_threads,
+        (defaults.max_staging as usize).min(data.len()),
+    );
+    let host_fill = best(&mut || host.fill(&data));
     let mapped_uploader = Uploader::new(
         gpu,
         UploaderConfig {
@@ -735,7 +822,33 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     });
     assert!(pinned.as_slice() == &data[..], "pinned round trip differs");
     let is_pinned = pinned.is_pinned();
-    drop(pinned);
+    // What limits the pageable paths: the GPU's copy of pinned memory while the host runs
+    // the upload's fill (or download_into's copy out of staging) at the same time, on other
+    // memory. Both rates fall when they share the host's memory; the pageable paths need
+    // both at once for the same bytes.
+    let (h2d_during_fill, fill_during_h2d) = concurrently(
+        size,
+        || {
+            uploader
+                .upload_pinned(&dst, 0, &pinned, 0..size)
+                .expect("upload_pinned")
+        },
+        || host.fill(&data),
+        reps,
+    );
+    let mut sink = vec![0u8; size as usize];
+    host.drain(&mut sink);
+    let (d2h_during_drain, drain_during_d2h) = concurrently(
+        size,
+        || {
+            downloader
+                .download_pinned(&dst, 0, &mut pinned, 0..size)
+                .expect("download_pinned")
+        },
+        || host.drain(&mut sink),
+        reps,
+    );
+    drop((pinned, sink));
     let gbps = |s: f64| size as f64 / s / 1e9;
     println!(
         "\n== stream: {} host <-> GPU, GB/s (best of {reps}) ==",
@@ -783,6 +896,34 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     figures.add("upload_vs_host_fill", format!("{:.2}", host_fill / ours));
     figures.add("upload_pinned_gbps", format!("{:.2}", gbps(pinned_up)));
     figures.add("download_pinned_gbps", format!("{:.2}", gbps(pinned_down)));
+    println!(
+        "sharing host memory: pinned H2D {:.2} GB/s alone, {:.2} while the host fill runs \
+         (the fill {:.2} alone, {:.2} meanwhile); pinned D2H {:.2} alone, {:.2} while a host \
+         copy out of staging runs (the copy {:.2} meanwhile)",
+        gbps(pinned_up),
+        h2d_during_fill,
+        gbps(host_fill),
+        fill_during_h2d,
+        gbps(pinned_down),
+        d2h_during_drain,
+        drain_during_d2h,
+    );
+    figures.add(
+        "pinned_h2d_during_host_fill_gbps",
+        format!("{h2d_during_fill:.2}"),
+    );
+    figures.add(
+        "host_fill_during_pinned_h2d_gbps",
+        format!("{fill_during_h2d:.2}"),
+    );
+    figures.add(
+        "pinned_d2h_during_host_copy_gbps",
+        format!("{d2h_during_drain:.2}"),
+    );
+    figures.add(
+        "host_copy_during_pinned_d2h_gbps",
+        format!("{drain_during_d2h:.2}"),
+    );
     figures.add("upload_mapped_staging_gbps", format!("{:.2}", gbps(mapped)));
     figures.add("upload_device_block_gbps", format!("{:.2}", gbps(staged)));
     figures.add(
