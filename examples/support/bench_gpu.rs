@@ -502,7 +502,7 @@ pub fn best_of(gpu: &Gpu, reps: usize, f: &mut dyn FnMut()) -> f64 {
 /// are plain copies).
 struct HostCopier {
     chunk: usize,
-    ring: std::sync::Mutex<Vec<u8>>,
+    ring: Vec<u8>,
     pool: rayon::ThreadPool,
 }
 
@@ -510,7 +510,7 @@ impl HostCopier {
     fn new(chunk: usize, threads: usize, ring: usize) -> HostCopier {
         HostCopier {
             chunk,
-            ring: std::sync::Mutex::new(vec![0u8; ring]),
+            ring: vec![0u8; ring],
             pool: rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
@@ -519,35 +519,30 @@ impl HostCopier {
     }
 
     /// Copies `data` into the ring, a chunk at a time.
-    fn fill(&self, data: &[u8]) {
-        use rayon::prelude::*;
-        let mut ring = self.ring.lock().expect("ring");
+    fn fill(&mut self, data: &[u8]) {
         for (k, piece) in data.chunks(self.chunk).enumerate() {
-            let at = (k * self.chunk) % ring.len();
-            let dst = &mut ring[at..at + piece.len()];
-            self.pool.install(|| {
-                dst.par_chunks_mut(256 << 10)
-                    .zip(piece.par_chunks(256 << 10))
-                    .for_each(|(d, s)| d.copy_from_slice(s))
-            });
+            let at = (k * self.chunk) % self.ring.len();
+            copy_in_pieces(&self.pool, &mut self.ring[at..at + piece.len()], piece);
         }
     }
 
     /// Copies the ring out into `out`, a chunk at a time.
     fn drain(&self, out: &mut [u8]) {
-        use rayon::prelude::*;
-        let ring = self.ring.lock().expect("ring");
         for (k, piece) in out.chunks_mut(self.chunk).enumerate() {
-            let at = (k * self.chunk) % ring.len();
-            let src = &ring[at..at + piece.len()];
-            self.pool.install(|| {
-                piece
-                    .par_chunks_mut(256 << 10)
-                    .zip(src.par_chunks(256 << 10))
-                    .for_each(|(d, s)| d.copy_from_slice(s))
-            });
+            let at = (k * self.chunk) % self.ring.len();
+            copy_in_pieces(&self.pool, piece, &self.ring[at..at + piece.len()]);
         }
     }
+}
+
+/// One chunk's copy, in 256 KiB pieces over `pool`'s threads.
+fn copy_in_pieces(pool: &rayon::ThreadPool, dst: &mut [u8], src: &[u8]) {
+    use rayon::prelude::*;
+    pool.install(|| {
+        dst.par_chunks_mut(256 << 10)
+            .zip(src.par_chunks(256 << 10))
+            .for_each(|(d, s)| d.copy_from_slice(s))
+    });
 }
 
 /// Runs `dma` (a GPU copy of `bytes` that returns once done) in a loop on another thread
@@ -702,7 +697,7 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     // staging size, a chunk at a time in 256 KiB pieces over the same threads. The upload
     // cannot beat this while it is fill-bound (waits per chunk near 0).
     let defaults = UploaderConfig::default();
-    let host = HostCopier::new(
+    let mut host = HostCopier::new(
         defaults.chunk_size as usize,
         defaults.copy_threads,
         (defaults.max_staging as usize).min(data.len()),
