@@ -99,6 +99,11 @@ impl LiveRecord {
     pub fn block(&self) -> BlockId {
         self.held.block()
     }
+
+    /// A planned allocation's record (`planned.rs`), not a range of a block.
+    pub fn is_planned(&self) -> bool {
+        matches!(self.held, Held::Planned(_))
+    }
 }
 
 /// A range with the buffer of its block, as the allocation path places it.
@@ -437,7 +442,18 @@ impl State {
     }
 
     /// Returns the ranges of every epoch up to `completed` to their blocks.
+    #[inline]
     pub fn harvest(&mut self, completed: u64) -> usize {
+        // Inlined test: on most allocations no epoch has completed since the last call.
+        if self.sealed.front().is_some_and(|(e, _)| *e <= completed) {
+            self.harvest_completed(completed)
+        } else {
+            0
+        }
+    }
+
+    #[inline(never)]
+    fn harvest_completed(&mut self, completed: u64) -> usize {
         let mut n = 0;
         while self.sealed.front().is_some_and(|(e, _)| *e <= completed) {
             let Some((_, mut frees)) = self.sealed.pop_front() else {
