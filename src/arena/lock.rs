@@ -38,7 +38,7 @@ const PARKED: u8 = 2;
 /// How long a parked waiter sleeps before it looks at the lock again, woken or not: the
 /// most a lost wake-up (see the module docs) can cost it. The arena's lock is held for
 /// microseconds on its hot paths, so waiters rarely get this far.
-pub(crate) const PARK_TIMEOUT: Duration = Duration::from_micros(200);
+const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 
 /// The raw lock behind [`Mutex`].
 pub(crate) struct RawLock {

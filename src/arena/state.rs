@@ -417,7 +417,7 @@ impl State {
     /// block, not through an epoch) and returns its place; `None`, leaving the slot, for a
     /// range of a block.
     pub fn take_planned(&mut self, slot: u32) -> Option<super::planned::PlannedRange> {
-        if !matches!(self.live.get(slot)?.held, Held::Planned(_)) {
+        if !self.live.get(slot)?.is_planned() {
             return None;
         }
         match self.live.remove(slot)?.held {
