@@ -41,6 +41,7 @@
 mod acquire;
 mod allocation;
 mod block;
+mod clock;
 mod config;
 mod guard;
 pub mod history;
@@ -48,6 +49,7 @@ mod lock;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub(crate) mod planned;
+mod ready;
 mod relief;
 mod report;
 mod state;
@@ -581,6 +583,7 @@ impl Shared {
     /// Takes back a dropped allocation: its record's slot waits in the open epoch (the
     /// range stays in the record); its arena reference is kept for the next allocation, so
     /// a steady allocate/free loop does no reference counting.
+    #[inline(always)]
     pub(super) fn release(this: Arc<Shared>, slot: u32) {
         let shared: *const Shared = Arc::as_ptr(&this);
         // SAFETY: `this` keeps the arena alive for the whole call: it is either dropped
@@ -590,18 +593,18 @@ impl Shared {
         let mut st = shared.state.lock();
         let freed = st
             .forget_live(slot)
-            .map(|r| (r.id, r.pool, r.placed_size(), r.is_planned()));
-        if let Some((id, pool, size, planned)) = freed {
-            if let Some(planned) = planned.then(|| st.take_planned(slot)).flatten() {
-                // No epoch: the bytes go back with the loop block (`planned.rs`).
-                st.forget_planned(pool, &planned);
-            } else {
+            .map(|r| (r.id, r.placed_size(), r.is_planned()));
+        match freed {
+            // No epoch: the bytes go back with the loop block (`planned.rs`).
+            Some((_, _, true)) => st.release_planned(slot),
+            Some((id, size, false)) => {
                 if let Some(hook) = st.loop_hook.as_deref_mut() {
                     hook.note_free(id);
                 }
                 st.counters.pending += size;
                 st.open.push(slot);
             }
+            None => {}
         }
         let surplus = if !st.closed && st.stock.len() < MAX_SPARES {
             st.stock.push(this);

@@ -10,7 +10,7 @@ use crate::fmt_bytes;
 
 /// The leak report for the live allocations in `st`, or `None` when there are none.
 pub(super) fn leak_report(st: &State, arena: &str) -> Option<String> {
-    if st.live.is_empty() {
+    if st.live_allocations() == 0 {
         return None;
     }
     let mut records: Vec<(&u64, &LiveRecord)> = st.live.iter().collect();

@@ -14,7 +14,8 @@ use crate::alloc::{pick_to_close, BlockAlloc, BlockId, BlockSet, RangeHandle};
 use super::allocation::Held;
 use super::block::BlockBuffer;
 use super::config::PoolConfig;
-use super::history::EventKind;
+use super::history::{EventKind, HistoryRing};
+use super::ready::{ReadyCache, ReadyKey, ReadyList};
 
 pub(crate) type Placed = BlockAlloc<RangeHandle>;
 
@@ -112,15 +113,6 @@ pub(crate) struct CachedRange {
     pub buffer: Arc<BlockBuffer>,
 }
 
-/// Slots of freed records of one pool and request size whose ranges the GPU has
-/// finished with, ready to be handed out again without touching the range allocator.
-pub(crate) struct ReadyList {
-    pub slots: Vec<u32>,
-    /// `State::harvests` when a range was last taken; lists idle for two harvests go back
-    /// to their blocks.
-    pub used_at: u64,
-}
-
 /// Per-label totals.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LabelStats {
@@ -152,20 +144,19 @@ pub(crate) struct Counters {
 }
 
 /// Records in slots reused LIFO: O(1) insert and remove without hashing. A slot is
-/// taken from placement to the range's return to its block ([`LiveRecord`]); `len` and
-/// `iter` count and show only the live ones.
+/// taken from placement to the range's return to its block ([`LiveRecord`]); `iter`
+/// shows only the live ones. It keeps no count of them: the state's counters do
+/// ([`State::live_allocations`]), and a count here was two more stores per alloc+free.
 #[derive(Default)]
 pub(crate) struct LiveSlab {
     slots: Vec<Option<LiveRecord>>,
     free: Vec<u32>,
-    live: usize,
 }
 
 impl LiveSlab {
     /// Files a live record; returns its slot.
     pub fn insert(&mut self, record: LiveRecord) -> u32 {
         debug_assert_eq!(record.phase, Phase::Live);
-        self.live += 1;
         match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(record);
@@ -186,35 +177,28 @@ impl LiveSlab {
         self.slots.get_mut(slot as usize)?.as_mut()
     }
 
-    /// Moves a record between phases, keeping the live count.
-    pub fn set_phase(&mut self, slot: u32, phase: Phase) -> Option<&mut LiveRecord> {
+    /// Moves the record in `slot` from phase `from` to `to`; `None`, changing nothing,
+    /// if the slot holds no record or one in another phase.
+    #[inline(always)]
+    pub fn set_phase(&mut self, slot: u32, from: Phase, to: Phase) -> Option<&mut LiveRecord> {
         let record = self.slots.get_mut(slot as usize)?.as_mut()?;
-        match (record.phase == Phase::Live, phase == Phase::Live) {
-            (true, false) => self.live -= 1,
-            (false, true) => self.live += 1,
-            _ => {}
+        if record.phase != from {
+            return None;
         }
-        record.phase = phase;
+        record.phase = to;
         Some(record)
     }
 
     /// Empties a slot (the range went back to its block) and returns its record.
     pub fn remove(&mut self, slot: u32) -> Option<LiveRecord> {
         let record = self.slots.get_mut(slot as usize)?.take()?;
-        if record.phase == Phase::Live {
-            self.live -= 1;
-        }
+        debug_assert_ne!(
+            record.phase,
+            Phase::Live,
+            "a live record leaves through forget_live"
+        );
         self.free.push(slot);
         Some(record)
-    }
-
-    /// Live records.
-    pub fn len(&self) -> usize {
-        self.live
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.live == 0
     }
 
     /// `(id, record)` of every live allocation.
@@ -237,6 +221,8 @@ pub(crate) struct State {
     pub spare_epochs: Vec<Vec<u32>>,
     /// Epochs of pending records, oldest first.
     pub sealed: VecDeque<(u64, Vec<u32>)>,
+    /// Bytes of the records in `sealed` (the rest of `counters.pending` is open).
+    pub sealed_bytes: u64,
     pub next_epoch: u64,
     pub live: LiveSlab,
     pub next_id: u64,
@@ -254,8 +240,8 @@ pub(crate) struct State {
     /// The label interned last (most loops allocate under one label).
     pub last_label: u32,
     /// Freed ranges the GPU is done with, by (pool, request size).
-    pub ready: rustc_hash::FxHashMap<(usize, u64), ReadyList>,
-    /// Harvests that returned ranges; ages [`ReadyList`]s.
+    pub ready: ReadyCache,
+    /// Harvests that returned ranges; ages the ready lists.
     pub harvests: u64,
     /// Arena references given back by dropped allocations (see `Shared::release`). They
     /// point at the arena that owns this state, a cycle the arena's drop breaks by
@@ -275,6 +261,11 @@ pub(crate) struct State {
     pub loop_blocks: Vec<super::planned::LoopBlock>,
 }
 
+/// Open frees of at least this many bytes make a batch ([`State::open_batch_full`])...
+const SEAL_BYTES: u64 = 1 << 20;
+/// ...as do this many frees of any size.
+const SEAL_BATCH_MAX: usize = 4096;
+
 /// Emptied epoch vectors up to this capacity are kept for the next seals...
 const MAX_SPARE_EPOCH: usize = 4096;
 /// ...and at most this many of them.
@@ -291,6 +282,7 @@ impl State {
             open: Vec::new(),
             spare_epochs: Vec::new(),
             sealed: VecDeque::new(),
+            sealed_bytes: 0,
             next_epoch: 1,
             live: LiveSlab::default(),
             next_id: 1,
@@ -312,6 +304,14 @@ impl State {
         }
     }
 
+    /// Allocations handed out and not yet dropped. Every record filed is handed out
+    /// (`Shared::hand_out` counts it in `allocations`) and every live record leaves
+    /// through [`forget_live`](Self::forget_live) (counted in `frees`), which takes only
+    /// live ones.
+    pub fn live_allocations(&self) -> usize {
+        (self.counters.allocations - self.counters.frees) as usize
+    }
+
     pub fn reserved(&self) -> u64 {
         self.pools.iter().map(|p| p.set.stats().reserved).sum()
     }
@@ -319,30 +319,70 @@ impl State {
     /// The index of `label` in `label_stats`, and the label's text there, which lives as
     /// long as the state (labels are never removed): allocations point at it instead of
     /// counting references to it.
+    #[inline]
     pub fn intern(&mut self, label: &str) -> (NonNull<str>, u32) {
-        let i = match self.label_stats.get(self.last_label as usize) {
-            Some((l, _)) if **l == *label => self.last_label,
-            _ => match self.labels.get(label) {
-                Some(&i) => i,
-                None => {
-                    let k: Arc<str> = Arc::from(label);
-                    let i = self.label_stats.len() as u32;
-                    self.labels.insert(k.clone(), i);
-                    self.label_stats.push((k, LabelStats::default()));
-                    i
-                }
-            },
+        if let Some((l, _)) = self.label_stats.get(self.last_label as usize) {
+            if same_text(l, label) {
+                return (NonNull::from(&**l), self.last_label);
+            }
+        }
+        self.intern_other(label)
+    }
+
+    /// [`intern`](Self::intern) for a label other than the last one.
+    #[inline(never)]
+    fn intern_other(&mut self, label: &str) -> (NonNull<str>, u32) {
+        let i = match self.labels.get(label) {
+            Some(&i) => i,
+            None => {
+                let k: Arc<str> = Arc::from(label);
+                let i = self.label_stats.len() as u32;
+                self.labels.insert(k.clone(), i);
+                self.label_stats.push((k, LabelStats::default()));
+                i
+            }
         };
         self.last_label = i;
         (NonNull::from(&*self.label_stats[i as usize].0), i)
     }
 
+    /// Makes the ready record in `slot` live for a new allocation of `size` bytes (its
+    /// request size: cached ranges have no guards), under the next id, which it returns;
+    /// `None` if the slot holds no record.
+    #[inline(always)]
+    pub fn revive(
+        &mut self,
+        slot: u32,
+        size: u64,
+        label: u32,
+        created: coarsetime::Instant,
+        backtrace: Option<Box<std::backtrace::Backtrace>>,
+    ) -> Option<u64> {
+        let id = self.next_id;
+        let record = self.live.set_phase(slot, Phase::Ready, Phase::Live)?;
+        self.next_id += 1;
+        record.id = id;
+        record.created = created;
+        // What a loop's reuse leaves as it was is not written again (see `note_alloc`):
+        // the size is the list's, and the label and the absent backtrace most often too.
+        debug_assert_eq!(record.size, size, "a ready list holds one request size");
+        if record.size != size {
+            record.size = size;
+        }
+        if record.label != label {
+            record.label = label;
+        }
+        if backtrace.is_some() || record.backtrace.is_some() {
+            record.backtrace = backtrace;
+        }
+        Some(id)
+    }
+
     /// Takes the slot of a ready range of `size` bytes in `pool`, if one is cached. Its
     /// record is still [`Phase::Ready`]: the caller makes it live.
+    #[inline(always)]
     pub fn take_ready(&mut self, pool: usize, size: u64) -> Option<u32> {
-        let list = self.ready.get_mut(&(pool, size))?;
-        let slot = list.slots.pop()?;
-        list.used_at = self.harvests;
+        let slot = self.ready.take((pool, size), self.harvests)?;
         let bytes = self.live.get(slot).map_or(0, LiveRecord::placed_size);
         self.counters.cached -= bytes;
         Some(slot)
@@ -360,7 +400,7 @@ impl State {
         let mut n = 0;
         let (pools, live) = (&mut self.pools, &mut self.live);
         let cached = &mut self.counters.cached;
-        self.ready.retain(|_, list| {
+        self.ready.retain(|list| {
             if keep(list) {
                 return true;
             }
@@ -373,36 +413,38 @@ impl State {
         n
     }
 
+    #[inline(always)]
     pub fn note_alloc(&mut self, label: u32, size: u64) {
+        // Peaks are written only when they move: every store here is one the next lock
+        // operation waits for, and in a steady loop the peaks stay put.
         let c = &mut self.counters;
         c.allocations += 1;
         c.allocated += size;
-        c.peak_allocated = c.peak_allocated.max(c.allocated);
-        c.peak_active = c.peak_active.max(c.allocated + c.pending);
+        if c.allocated > c.peak_allocated {
+            c.peak_allocated = c.allocated;
+        }
+        if c.allocated + c.pending > c.peak_active {
+            c.peak_active = c.allocated + c.pending;
+        }
         if let Some((_, l)) = self.label_stats.get_mut(label as usize) {
             l.count += 1;
             l.bytes += size;
-            l.peak_bytes = l.peak_bytes.max(l.bytes);
+            if l.bytes > l.peak_bytes {
+                l.peak_bytes = l.bytes;
+            }
         }
     }
 
     /// The bookkeeping of a dropped allocation: its record stops being live (recorded as a
     /// free in the history, and [`Phase::Pending`] until the caller says where its range
-    /// goes), and the counters and its label's totals lose its bytes. Returns the record.
+    /// goes), and the counters and its label's totals lose its bytes. Returns the record;
+    /// `None`, changing nothing, for a slot without a live record.
+    #[inline(always)]
     pub fn forget_live(&mut self, slot: u32) -> Option<&mut LiveRecord> {
-        let record = self.live.set_phase(slot, Phase::Pending)?;
+        let record = self.live.set_phase(slot, Phase::Live, Phase::Pending)?;
         let size = record.held.size();
         if let Some(h) = self.history.as_mut() {
-            let r = &*record;
-            h.push(
-                EventKind::Free,
-                r.id,
-                size,
-                r.label,
-                r.pool,
-                r.block().0,
-                r.offset,
-            );
+            record_event(h, EventKind::Free, record);
         }
         self.counters.frees += 1;
         self.counters.allocated -= size;
@@ -411,6 +453,18 @@ impl State {
             l.bytes -= size;
         }
         Some(record)
+    }
+
+    /// Sends a dropped planned allocation's bytes back with its loop block
+    /// (`planned.rs`), not through an epoch.
+    #[cold]
+    pub fn release_planned(&mut self, slot: u32) {
+        let Some(pool) = self.live.get(slot).map(|r| r.pool) else {
+            return;
+        };
+        if let Some(planned) = self.take_planned(slot) {
+            self.forget_planned(pool, &planned);
+        }
     }
 
     /// Empties the slot of a planned allocation's record (its bytes go back with its loop
@@ -435,10 +489,28 @@ impl State {
         let epoch = self.next_epoch;
         self.next_epoch += 1;
         self.counters.seals += 1;
-        let spare = self.spare_epochs.pop().unwrap_or_default();
+        // With no spare (more epochs in flight than are kept), the new vector starts at
+        // the size a batch reaches: growing one from empty reallocated five times per
+        // epoch, a tenth of a 256-byte pair's time on a loop that submits nothing.
+        let spare = self
+            .spare_epochs
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(super::SEAL_BATCH));
         let frees = std::mem::replace(&mut self.open, spare);
         self.sealed.push_back((epoch, frees));
+        self.sealed_bytes = self.counters.pending;
         Some(epoch)
+    }
+
+    /// The open frees make a batch worth its own epoch while others are in flight:
+    /// [`SEAL_BATCH`](super::SEAL_BATCH) of them holding [`SEAL_BYTES`] or more, or
+    /// [`SEAL_BATCH_MAX`] of any size. Small frees wait for more: an epoch costs a
+    /// completion callback, and holding a few more small ranges back costs nothing.
+    #[inline]
+    pub fn open_batch_full(&self) -> bool {
+        let n = self.open.len();
+        n >= super::SEAL_BATCH
+            && (n >= SEAL_BATCH_MAX || self.counters.pending - self.sealed_bytes >= SEAL_BYTES)
     }
 
     /// Returns the ranges of every epoch up to `completed` to their blocks.
@@ -461,9 +533,10 @@ impl State {
             };
             let used_at = self.harvests;
             let (pools, ready, counters) = (&mut self.pools, &mut self.ready, &mut self.counters);
+            let sealed_bytes = &mut self.sealed_bytes;
             let live = &mut self.live;
             // Frees of a loop come in runs of one size: one lookup per run, not per free.
-            let mut run: Option<((usize, u64), &mut ReadyList)> = None;
+            let mut run: Option<(ReadyKey, usize)> = None;
             for slot in frees.drain(..) {
                 n += 1;
                 let Some(record) = live.get_mut(slot) else {
@@ -471,6 +544,7 @@ impl State {
                 };
                 let size = record.placed_size();
                 counters.pending -= size;
+                *sealed_bytes -= size;
                 let Some(class) = record.class else {
                     return_to_block(live, pools, slot);
                     continue;
@@ -478,15 +552,12 @@ impl State {
                 record.phase = Phase::Ready;
                 counters.cached += size;
                 let key = (record.pool, class);
-                let list = match run.take() {
-                    Some((k, list)) if k == key => list,
-                    _ => ready.entry(key).or_insert_with(|| ReadyList {
-                        slots: Vec::new(),
-                        used_at,
-                    }),
+                let at = match run {
+                    Some((k, at)) if k == key => at,
+                    _ => ready.list_for(key, used_at),
                 };
-                list.slots.push(slot);
-                run = Some((key, list));
+                ready.push(at, slot);
+                run = Some((key, at));
             }
             // The emptied vector serves the next epoch: no allocation per seal.
             if self.spare_epochs.len() < MAX_SPARE_EPOCHS && frees.capacity() <= MAX_SPARE_EPOCH {
@@ -616,6 +687,39 @@ pub(crate) fn return_to_block(live: &mut LiveSlab, pools: &mut [Pool], slot: u32
         pools[record.pool].set.free(placed);
     }
     size
+}
+
+/// Appends `kind` for `record` to the memory history; out of line, so that the paths
+/// that run while nothing is recorded stay short.
+#[inline(never)]
+pub(crate) fn record_event(h: &mut HistoryRing, kind: EventKind, r: &LiveRecord) {
+    let block = r.block().0;
+    h.push(
+        kind,
+        r.id,
+        r.placed_size(),
+        r.label,
+        r.pool,
+        block,
+        r.offset,
+    );
+}
+
+/// `a == b`, compared eight bytes at a time in line: labels are short, and the library's
+/// `memcmp` call cost more than the comparison on every allocation.
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (p, q) in x.by_ref().zip(y.by_ref()) {
+        if p != q {
+            return false;
+        }
+    }
+    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
 }
 
 /// Completion marker shared with wgpu's `on_submitted_work_done` callbacks: the newest

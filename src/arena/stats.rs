@@ -168,7 +168,7 @@ impl Arena {
             blocks: per_block.len(),
             blocks_created: c.blocks_created,
             blocks_released: c.blocks_released,
-            live_allocations: st.live.len(),
+            live_allocations: st.live_allocations(),
             pending_frees: st.open.len() + st.sealed.iter().map(|(_, v)| v.len()).sum::<usize>(),
             fragmentation: if free_total == 0 {
                 0.0
