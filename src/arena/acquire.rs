@@ -422,11 +422,7 @@ impl Shared {
         // out through an `Option<Result<_>>`, its copies made a 64 KiB pair 55-57 instead
         // of 45-47 ns on the dev VM: loads that span two earlier stores wait for both).
         let (label_text, label_index) = st.intern(label);
-        let (created, backtrace) = self.birth();
-        if st
-            .revive(slot, size, label_index, created, backtrace)
-            .is_none()
-        {
+        if self.revive(&mut st, slot, size, label_index).is_none() {
             self.unlock(st);
             return Err(no_record());
         }
@@ -545,8 +541,7 @@ impl Shared {
             // A cached range: no guards (`reuse`), the same size and pool; only who holds
             // it is new.
             Got::Ready(slot) => {
-                let (created, backtrace) = self.birth();
-                let Some(id) = st.revive(slot, size, label_index, created, backtrace) else {
+                let Some(id) = self.revive(&mut st, slot, size, label_index) else {
                     self.unlock(st);
                     return Err(no_record());
                 };
@@ -657,6 +652,14 @@ impl Shared {
             None
         };
         (clock::now(), backtrace)
+    }
+
+    /// Makes the ready record in `slot` live for a request of `size` bytes, born now
+    /// ([`State::revive`]); returns its id, `None` if the slot holds no record.
+    #[inline(always)]
+    fn revive(&self, st: &mut State, slot: u32, size: u64, label_index: u32) -> Option<u64> {
+        let (created, backtrace) = self.birth();
+        st.revive(slot, size, label_index, created, backtrace)
     }
 
     /// Counts the live record in `slot` (counters and label, history), releases the lock
@@ -1161,7 +1164,6 @@ impl Shared {
     }
 }
 
-/// The `n` labels holding the most live bytes, largest first.
 #[cold]
 #[inline(never)]
 fn capture_backtrace() -> Box<std::backtrace::Backtrace> {
@@ -1174,10 +1176,11 @@ fn capture_backtrace() -> Box<std::backtrace::Backtrace> {
 fn no_record() -> Error {
     Error::Device {
         during: "allocating".into(),
-        message: "a ready range without its record".into(),
+        message: "an allocation's slot without its record".into(),
     }
 }
 
+/// The `n` labels holding the most live bytes, largest first.
 fn top_labels(st: &State, n: usize) -> Vec<(String, u64)> {
     let mut labels: Vec<(String, u64)> = st
         .label_stats
