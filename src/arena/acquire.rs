@@ -421,12 +421,12 @@ impl Shared {
         // handle is written once, where it is returned (built in one function and moved
         // out through an `Option<Result<_>>`, its copies made a 64 KiB pair 55-57 instead
         // of 45-47 ns on the dev VM: loads that span two earlier stores wait for both).
-        let (label_text, label_index) = st.intern(label);
+        let label_index = st.intern(label);
         if self.revive(&mut st, slot, size, label_index).is_none() {
             self.unlock(st);
             return Err(no_record());
         }
-        self.hand_out(st, slot, EventKind::Reuse, label_text)
+        self.hand_out(st, slot, EventKind::Reuse)
     }
 
     /// The slot of a ready range for a request of `size` bytes in `pool`, and the request
@@ -493,11 +493,11 @@ impl Shared {
             return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
         };
         let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
-        let (label_text, label_index) = st.intern(label);
+        let label_index = st.intern(label);
         if st.loop_hook.is_some() && guard == 0 && mode.cache {
             // Before the harvest and the seal: a planned allocation needs neither.
             if let Some(slot) = self.planned(&mut st, pool, size, label_index) {
-                return self.hand_out(st, slot, EventKind::Alloc, label_text);
+                return self.hand_out(st, slot, EventKind::Alloc);
             }
         }
         st.harvest(self.completion.get());
@@ -591,7 +591,7 @@ impl Shared {
                 hook.note_recorded(size, id);
             }
         }
-        self.hand_out(st, slot, kind, label_text)
+        self.hand_out(st, slot, kind)
     }
 
     /// The allocation loop, for a request the ready cache did not serve: decides each
@@ -673,7 +673,6 @@ impl Shared {
         mut st: MutexGuard<'_, State>,
         slot: u32,
         kind: EventKind,
-        label: NonNull<str>,
     ) -> Result<Allocation> {
         let State { live, history, .. } = &mut *st;
         let Some(r) = live.get(slot) else {
@@ -683,24 +682,17 @@ impl Shared {
         if let Some(h) = history.as_mut() {
             state::record_event(h, kind, r);
         }
-        let (id, label_index, pool, block) = (r.id, r.label, r.pool, r.block());
-        let (offset, size, placed_size) = (r.offset, r.size, r.placed_size());
+        let (label_index, offset, size, placed_size) = (r.label, r.offset, r.size, r.placed_size());
         let buffer = NonNull::from(&*r.buffer);
         st.note_alloc(label_index, placed_size);
         let shared = st.stock.pop().unwrap_or_else(|| self.clone());
         self.unlock(st);
         Ok(Allocation {
             shared: ManuallyDrop::new(shared),
-            id,
-            slot,
-            label_index,
-            pool,
-            block,
-            placed_size,
             buffer,
             offset,
             size,
-            label,
+            slot,
         })
     }
 

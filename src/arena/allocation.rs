@@ -39,38 +39,31 @@ pub struct Allocation {
     // Moved out on drop and kept by the arena for the next allocation (`Shared::release`),
     // hence `ManuallyDrop`.
     pub(super) shared: ManuallyDrop<Arc<Shared>>,
-    pub(super) id: u64,
-    /// The slot of its record (`state::LiveRecord`), which holds its range.
-    pub(super) slot: u32,
-    pub(super) label_index: u32,
-    pub(super) pool: usize,
-    pub(super) block: crate::alloc::BlockId,
-    /// Bytes it takes in its block (guards included).
-    pub(super) placed_size: u64,
     /// The buffer of its block, owned by its record, which lives until after the drop.
     pub(super) buffer: NonNull<BlockBuffer>,
     pub(super) offset: u64,
     pub(super) size: u64,
-    /// Its label's text in the arena's label table, which keeps every label it interns.
-    pub(super) label: NonNull<str>,
+    /// The slot of its record (`state::LiveRecord`), which holds its range and the rest of
+    /// its details (id, label, block): the handle keeps only what GPU work needs, because
+    /// every `?` or `unwrap` moves it and each word moved is a store the next lock waits
+    /// for.
+    pub(super) slot: u32,
 }
 
-// SAFETY: the two pointers are shared references the handle may use from any thread
-// (`BlockBuffer` and `str` are `Sync`), to data the arena keeps alive and unchanged while
-// the handle exists: the block's buffer is owned by the allocation's record, which only
-// its drop releases, and the label by the arena's label table, which never shrinks; the
+// SAFETY: the buffer pointer is a shared reference the handle may use from any thread
+// (`BlockBuffer` is `Sync`), to a buffer the arena keeps alive and unchanged while the
+// handle exists: it is owned by the allocation's record, which only its drop releases; the
 // handle holds the arena.
 unsafe impl Send for Allocation {}
-// SAFETY: as for `Send`; `&Allocation` hands out only shared references to either.
+// SAFETY: as for `Send`; `&Allocation` hands out only shared references to it.
 unsafe impl Sync for Allocation {}
 
 /// The `Send` and `Sync` impls above rest on these: the handle's arena reference and the
-/// data behind its two pointers may be shared between threads.
+/// buffer behind its pointer may be shared between threads.
 const _: () = {
     const fn shared_between_threads<T: Send + Sync + ?Sized>() {}
     shared_between_threads::<Arc<Shared>>();
     shared_between_threads::<BlockBuffer>();
-    shared_between_threads::<str>();
 };
 
 /// What an allocation holds in its block: a range of the block set, or a place in a
@@ -144,27 +137,34 @@ impl Allocation {
     /// recording.
     pub(crate) fn note(&self, kind: super::history::EventKind) {
         let mut st = self.shared.state.lock();
-        if let Some(h) = st.history.as_mut() {
+        let super::state::State { live, history, .. } = &mut *st;
+        if let (Some(h), Some(r)) = (history.as_mut(), live.get(self.slot)) {
             h.push(
                 kind,
-                self.id,
-                self.placed_size,
-                self.label_index,
-                self.pool,
-                self.block.0,
-                self.offset,
+                r.id,
+                r.placed_size(),
+                r.label,
+                r.pool,
+                r.block().0,
+                r.offset,
             );
         }
     }
 
+    /// Reads its record under the arena's lock.
+    fn with_record<R>(&self, read: impl FnOnce(&super::state::LiveRecord) -> R) -> Option<R> {
+        self.shared.state.lock().live.get(self.slot).map(read)
+    }
+
     /// Bytes this allocation takes in its block (guards included).
     pub(crate) fn placed_size(&self) -> u64 {
-        self.placed_size
+        self.with_record(|r| r.placed_size()).unwrap_or(0)
     }
 
     /// The block this range lies in, and the index of its pool in its arena.
     pub(crate) fn place(&self) -> (crate::alloc::BlockId, usize) {
-        (self.block, self.pool)
+        self.with_record(|r| (r.block(), r.pool))
+            .unwrap_or((crate::alloc::BlockId(u32::MAX), usize::MAX))
     }
 
     /// True in a dry run ([`crate::Runtime::dry_run`]): the range has an offset and a size
@@ -175,14 +175,21 @@ impl Allocation {
     }
 
     /// The label given at allocation.
+    ///
+    /// Takes the arena's lock (the text is the arena's label table's).
     pub fn label(&self) -> &str {
-        // SAFETY: see the `Send` impl: the arena's label table keeps the text.
-        unsafe { self.label.as_ref() }
+        let text = {
+            let st = self.shared.state.lock();
+            st.live.get(self.slot).map(|r| st.label_text(r.label))
+        };
+        // SAFETY: the arena's label table keeps every label it interns, at a fixed
+        // address, for as long as the arena lives; the handle holds the arena.
+        text.map_or("", |t| unsafe { t.as_ref() })
     }
 
-    /// Arena-unique id, as shown in leak reports and dumps.
+    /// Arena-unique id, as shown in leak reports and dumps. Takes the arena's lock.
     pub fn id(&self) -> u64 {
-        self.id
+        self.with_record(|r| r.id).unwrap_or(0)
     }
 
     /// A binding of exactly this range, for a bind group entry.
@@ -302,7 +309,7 @@ impl Allocation {
 impl std::fmt::Debug for Allocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allocation")
-            .field("id", &self.id)
+            .field("id", &self.id())
             .field("label", &self.label())
             .field("offset", &self.offset)
             .field("size", &self.size)

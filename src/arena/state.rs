@@ -316,14 +316,12 @@ impl State {
         self.pools.iter().map(|p| p.set.stats().reserved).sum()
     }
 
-    /// The index of `label` in `label_stats`, and the label's text there, which lives as
-    /// long as the state (labels are never removed): allocations point at it instead of
-    /// counting references to it.
+    /// The index of `label` in `label_stats` (labels are never removed).
     #[inline]
-    pub fn intern(&mut self, label: &str) -> (NonNull<str>, u32) {
+    pub fn intern(&mut self, label: &str) -> u32 {
         if let Some((l, _)) = self.label_stats.get(self.last_label as usize) {
             if same_text(l, label) {
-                return (NonNull::from(&**l), self.last_label);
+                return self.last_label;
             }
         }
         self.intern_other(label)
@@ -331,7 +329,7 @@ impl State {
 
     /// [`intern`](Self::intern) for a label other than the last one.
     #[inline(never)]
-    fn intern_other(&mut self, label: &str) -> (NonNull<str>, u32) {
+    fn intern_other(&mut self, label: &str) -> u32 {
         let i = match self.labels.get(label) {
             Some(&i) => i,
             None => {
@@ -343,7 +341,17 @@ impl State {
             }
         };
         self.last_label = i;
-        (NonNull::from(&*self.label_stats[i as usize].0), i)
+        i
+    }
+
+    /// The text of label `index`, which lives as long as the state: labels are never
+    /// removed, and each text is an `Arc<str>` of its own. Empty for an unknown index.
+    pub fn label_text(&self, index: u32) -> NonNull<str> {
+        NonNull::from(
+            self.label_stats
+                .get(index as usize)
+                .map_or("", |(l, _)| &**l),
+        )
     }
 
     /// Makes the ready record in `slot` live for a new allocation of `size` bytes (its
@@ -532,25 +540,24 @@ impl State {
                 break;
             };
             let used_at = self.harvests;
-            let (pools, ready, counters) = (&mut self.pools, &mut self.ready, &mut self.counters);
-            let sealed_bytes = &mut self.sealed_bytes;
-            let live = &mut self.live;
+            let (pools, ready, live) = (&mut self.pools, &mut self.ready, &mut self.live);
             // Frees of a loop come in runs of one size: one lookup per run, not per free.
             let mut run: Option<(ReadyKey, usize)> = None;
+            // Summed here and counted once per epoch, not once per free.
+            let (mut freed, mut cached) = (0, 0);
             for slot in frees.drain(..) {
                 n += 1;
                 let Some(record) = live.get_mut(slot) else {
                     continue;
                 };
                 let size = record.placed_size();
-                counters.pending -= size;
-                *sealed_bytes -= size;
+                freed += size;
                 let Some(class) = record.class else {
                     return_to_block(live, pools, slot);
                     continue;
                 };
                 record.phase = Phase::Ready;
-                counters.cached += size;
+                cached += size;
                 let key = (record.pool, class);
                 let at = match run {
                     Some((k, at)) if k == key => at,
@@ -559,6 +566,9 @@ impl State {
                 ready.push(at, slot);
                 run = Some((key, at));
             }
+            self.counters.pending -= freed;
+            self.sealed_bytes -= freed;
+            self.counters.cached += cached;
             // The emptied vector serves the next epoch: no allocation per seal.
             if self.spare_epochs.len() < MAX_SPARE_EPOCHS && frees.capacity() <= MAX_SPARE_EPOCH {
                 self.spare_epochs.push(frees);
