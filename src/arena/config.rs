@@ -33,10 +33,14 @@ pub struct ArenaConfig {
     /// known pattern that [`check_guards`](super::Arena::check_guards) verifies on the GPU.
     /// 0 turns it off. Rounded up to the allocation alignment.
     pub guard_bytes: u64,
-    /// When a pool runs out of room, the arena polls the device to collect frees the GPU
-    /// has finished with, but at most once per this many allocations; in between it grows
-    /// instead. Larger values cost less CPU and hold more memory in hot loops with GPU work
-    /// in flight; 0 polls every time. Requests for dedicated blocks always poll first.
+    /// When no freed range of a request's size is ready, or a pool runs out of room, the
+    /// arena polls the device to collect frees the GPU has finished with, but at most once
+    /// per this many allocations; in between it places new ranges (and grows) instead.
+    /// Larger values cost less CPU and hold more memory in hot loops; 0 polls every time.
+    /// Requests for dedicated blocks always poll first. On GPUs (not CPU adapters),
+    /// requests under 256 KiB stretch the interval until 16 MiB of them can circulate
+    /// between polls, at most 16 times this value: a poll and its callbacks cost several
+    /// alloc+free pairs, and small ranges are cheap to keep.
     pub poll_interval: u64,
     /// Where blocks live: device memory, or host-visible memory on CPU and integrated
     /// adapters so that uploads can be a single host copy (see [`BlockMemory`]).
