@@ -151,9 +151,13 @@ impl Allocation {
         }
     }
 
-    /// Reads its record under the arena's lock.
+    /// Reads its record under the arena's lock (`None` cannot happen: the record lives
+    /// until the handle's drop has taken it back).
     fn with_record<R>(&self, read: impl FnOnce(&super::state::LiveRecord) -> R) -> Option<R> {
-        self.shared.state.lock().live.get(self.slot).map(read)
+        let st = self.shared.state.lock();
+        let record = st.live.get(self.slot);
+        debug_assert!(record.is_some(), "a live handle without its record");
+        record.map(read)
     }
 
     /// Bytes this allocation takes in its block (guards included).
@@ -176,7 +180,7 @@ impl Allocation {
 
     /// The label given at allocation.
     ///
-    /// Takes the arena's lock (the text is the arena's label table's).
+    /// Takes the arena's lock, as a drop does (the text is in the arena's label table).
     pub fn label(&self) -> &str {
         let text = {
             let st = self.shared.state.lock();
@@ -187,7 +191,8 @@ impl Allocation {
         text.map_or("", |t| unsafe { t.as_ref() })
     }
 
-    /// Arena-unique id, as shown in leak reports and dumps. Takes the arena's lock.
+    /// Arena-unique id, as shown in leak reports and dumps. Takes the arena's lock, as a
+    /// drop does.
     pub fn id(&self) -> u64 {
         self.with_record(|r| r.id).unwrap_or(0)
     }
