@@ -161,7 +161,7 @@ impl Arena {
             state: lock::Mutex::new(State::new(budget)),
             completion: Arc::new(Completion::default()),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
-            chained_callbacks: gpu.is_cpu(),
+            chained_callbacks: chained_callbacks(gpu),
             relief: Mutex::new(None),
             #[cfg(feature = "metrics")]
             latency_samples: Mutex::new(Vec::new()),
@@ -529,6 +529,24 @@ impl Arena {
 
 /// A budget in bytes (`None`: unlimited), or an error for a fraction outside 0..=1 or one
 /// of a device whose memory size the backend does not report.
+/// Whether the arenas of `gpu` chain their completion callbacks ([`Shared::chained_callbacks`]):
+/// on CPU adapters, unless `VRAMKIT_SEALING` says `chained` or `batched` (the GPUs' way),
+/// so that either path can be tested on any adapter (`tests/arena.rs` runs its suite
+/// again under the path the adapter does not take). Read once per process.
+fn chained_callbacks(gpu: &Gpu) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("VRAMKIT_SEALING").as_deref() {
+        Ok("chained") => Some(true),
+        Ok("batched") => Some(false),
+        Ok(other) => {
+            log::warn!("VRAMKIT_SEALING={other:?} ignored: use chained or batched");
+            None
+        }
+        Err(_) => None,
+    });
+    forced.unwrap_or_else(|| gpu.is_cpu())
+}
+
 fn resolve_budget(gpu: &Gpu, budget: Budget) -> Result<Option<u64>> {
     Ok(match budget {
         Budget::Unlimited => None,
