@@ -967,35 +967,9 @@ fn synchronize_returns_every_free_while_other_threads_poll() {
     );
 }
 
-/// Frees come back through completion callbacks chained one after another on CPU adapters
-/// and filed in batches on GPUs (`Shared::seal_lazily`): the two paths differ in when a free
-/// comes back and when the allocation path polls. This machine runs the suite under its
-/// adapter's path; this test runs the whole binary again, in a child process, under the
-/// other one (`VRAMKIT_SEALING`), so that CI on lavapipe also checks the path the GPUs take.
+/// The suite again, under the completion path this adapter does not take
+/// ([`common::rerun_under_the_other_sealing_path`]).
 #[test]
 fn the_suite_passes_under_the_other_sealing_path() {
-    if std::env::var_os("VRAMKIT_SEALING").is_some() {
-        // The child (or a run that chose its path): nothing more to spawn.
-        return;
-    }
-    let other = if gpu().is_cpu() { "batched" } else { "chained" };
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let out = std::process::Command::new(exe)
-        .env("VRAMKIT_SEALING", other)
-        .args(["--test-threads", "2"])
-        .output()
-        .expect("the test binary runs again");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the suite failed with VRAMKIT_SEALING={other}:\n{text}"
-    );
-    assert!(
-        text.contains("test result: ok"),
-        "the child ran no tests:\n{text}"
-    );
+    common::rerun_under_the_other_sealing_path();
 }

@@ -217,3 +217,10 @@ fn downloads_and_timings_from_callbacks_do_not_wait_on_themselves() {
         }
     });
 }
+
+/// The suite again, under the completion path this adapter does not take
+/// ([`common::rerun_under_the_other_sealing_path`]).
+#[test]
+fn the_suite_passes_under_the_other_sealing_path() {
+    common::rerun_under_the_other_sealing_path();
+}

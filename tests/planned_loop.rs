@@ -355,3 +355,10 @@ fn replanning_while_another_thread_allocates() {
         assert!(planned.stats().replayed > 100, "{:?}", planned.stats());
     });
 }
+
+/// The suite again, under the completion path this adapter does not take
+/// ([`common::rerun_under_the_other_sealing_path`]).
+#[test]
+fn the_suite_passes_under_the_other_sealing_path() {
+    common::rerun_under_the_other_sealing_path();
+}

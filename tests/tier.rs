@@ -534,3 +534,10 @@ fn threads_touching_evicting_and_defragmenting_lose_nothing() {
     );
     eprintln!("{}", tiers.summary());
 }
+
+/// The suite again, under the completion path this adapter does not take
+/// ([`common::rerun_under_the_other_sealing_path`]).
+#[test]
+fn the_suite_passes_under_the_other_sealing_path() {
+    common::rerun_under_the_other_sealing_path();
+}

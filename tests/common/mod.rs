@@ -72,3 +72,35 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
         );
     }
 }
+
+/// Frees come back through completion callbacks chained one after another on CPU adapters
+/// and filed in batches on GPUs (`Shared::seal_lazily`): the two paths differ in when a
+/// free comes back and when the allocation path polls. A suite runs under its adapter's
+/// path; a test that calls this runs the whole test binary again, in a child process,
+/// under the other one (`VRAMKIT_SEALING`), so that CI on lavapipe also checks the path the
+/// GPUs take. Does nothing in the child, or where the run chose its path itself.
+pub fn rerun_under_the_other_sealing_path() {
+    if std::env::var_os("VRAMKIT_SEALING").is_some() {
+        return;
+    }
+    let other = if gpu().is_cpu() { "batched" } else { "chained" };
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .env("VRAMKIT_SEALING", other)
+        .args(["--test-threads", "2"])
+        .output()
+        .expect("the test binary runs again");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the suite failed with VRAMKIT_SEALING={other}:\n{text}"
+    );
+    assert!(
+        text.contains("test result: ok"),
+        "the child ran no tests:\n{text}"
+    );
+}
