@@ -139,15 +139,7 @@ impl Allocation {
         let mut st = self.shared.state.lock();
         let super::state::State { live, history, .. } = &mut *st;
         if let (Some(h), Some(r)) = (history.as_mut(), live.get(self.slot)) {
-            h.push(
-                kind,
-                r.id,
-                r.placed_size(),
-                r.label,
-                r.pool,
-                r.block().0,
-                r.offset,
-            );
+            super::state::record_event(h, kind, r);
         }
     }
 
