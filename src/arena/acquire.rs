@@ -1226,6 +1226,8 @@ fn top_labels(st: &State, n: usize) -> Vec<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::{stretched_interval, POLL_BYTES, POLL_STRETCH};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
 
     /// The stretched interval never polls more often than asked, stretches at most
     /// `POLL_STRETCH` times, and keeps what one interval circulates within `POLL_BYTES` or
@@ -1233,13 +1235,8 @@ mod tests {
     /// stays 0 at any size.
     #[test]
     fn stretched_interval_stays_within_its_bounds() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.gen::<u64>();
         for _ in 0..100_000 {
             let base = next() % 300;
             let total = 4 * (1 + next() % (1 << (next() % 30)));

@@ -119,21 +119,18 @@ impl ReadyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
 
     /// A reference model: a hash map of vectors.
     type Model = std::collections::HashMap<ReadyKey, Vec<u32>>;
 
     #[test]
     fn matches_a_map_of_lists_under_random_operations() {
-        // xorshift, seeded: random keys over few pools and sizes, so lists are hit
-        // repeatedly, dropped and made again.
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        // Seeded: random keys over few pools and sizes, so lists are hit repeatedly,
+        // dropped and made again.
+        let mut rng = SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.gen::<u64>();
         let mut cache = ReadyCache::default();
         let mut model = Model::new();
         let mut slot = 0u32;
