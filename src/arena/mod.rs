@@ -25,10 +25,9 @@
 //! lock (88 bytes down to 40 made a 256-byte pair 10-15 % faster on the dev VM). Handles
 //! also hand their arena reference back to the arena, which gives it to the next
 //! allocation. A steady loop therefore does no reference counting and takes the arena's
-//! lock twice per alloc+free pair. The lock
-//! (`lock.rs`) takes with one compare-and-swap and releases with a plain store when
-//! nobody waits, so a pair pays two atomic read-modify-writes, not the four of a
-//! parking_lot or std mutex.
+//! lock twice per alloc+free pair. The lock (`lock.rs`) takes with one compare-and-swap
+//! and releases with a plain store when nobody waits, so a pair pays two atomic
+//! read-modify-writes, not the four of a parking_lot or std mutex.
 //!
 //! # Where blocks live
 //! On discrete GPUs blocks are ordinary wgpu buffers in device memory. On Vulkan CPU and
@@ -131,7 +130,7 @@ pub(crate) struct Shared {
     host_visible_blocks: bool,
     /// The allocation path files one completion callback at a time
     /// (`Shared::seal_lazily`): on CPU adapters, where a submission costs tens of
-    /// microseconds.
+    /// microseconds, or as `VRAMKIT_SEALING` says (`chained_callbacks`).
     chained_callbacks: bool,
     /// The pressure hook of the tier that owns this arena's movable allocations, if any
     /// (weak: the tier holds the arena, not the other way round).
@@ -527,12 +526,11 @@ impl Arena {
     }
 }
 
-/// A budget in bytes (`None`: unlimited), or an error for a fraction outside 0..=1 or one
-/// of a device whose memory size the backend does not report.
-/// Whether the arenas of `gpu` chain their completion callbacks ([`Shared::chained_callbacks`]):
-/// on CPU adapters, unless `VRAMKIT_SEALING` says `chained` or `batched` (the GPUs' way),
-/// so that either path can be tested on any adapter (`tests/arena.rs` runs its suite
-/// again under the path the adapter does not take). Read once per process.
+/// Whether the arenas of `gpu` chain their completion callbacks
+/// ([`Shared::chained_callbacks`]): on CPU adapters, unless `VRAMKIT_SEALING` says
+/// `chained` or `batched` (the GPUs' way), so that either path can be tested on any
+/// adapter (the arena's test suites run again under the path their adapter does not take,
+/// `tests/common`). Read once per process.
 fn chained_callbacks(gpu: &Gpu) -> bool {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| match std::env::var("VRAMKIT_SEALING").as_deref() {
@@ -547,6 +545,8 @@ fn chained_callbacks(gpu: &Gpu) -> bool {
     forced.unwrap_or_else(|| gpu.is_cpu())
 }
 
+/// A budget in bytes (`None`: unlimited), or an error for a fraction outside 0..=1 or one
+/// of a device whose memory size the backend does not report.
 fn resolve_budget(gpu: &Gpu, budget: Budget) -> Result<Option<u64>> {
     Ok(match budget {
         Budget::Unlimited => None,
