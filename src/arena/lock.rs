@@ -1,48 +1,133 @@
-//! The arena's state lock: a mutex whose uncontended release is a load and a store.
+//! The arena's state lock: a mutex that a thread taking it over and over takes and releases
+//! with plain loads and stores, and others with one compare-and-swap.
 //!
 //! # Why
 //! An alloc+free pair through the arena takes its lock twice. parking_lot's mutex, like
 //! std's, releases with a compare-and-swap, so a pair pays four atomic read-modify-writes,
 //! and on the H100 host one lock+unlock of it took 18.3 ns against 8.9 on the dev VM (a
-//! microbenchmark; BENCHMARKS.md, arena section). This lock takes with one
-//! compare-and-swap and, when nobody sleeps on it, releases with a plain store: two
-//! read-modify-writes per pair.
+//! microbenchmark; BENCHMARKS.md, arena section). A lock word taken with one
+//! compare-and-swap and released with a plain store halves that, but each of the two
+//! remaining compare-and-swaps still cost 10-12 ns there, a sixth of the pair: a locked
+//! instruction waits for every store before it to drain. Most programs allocate from one
+//! thread, so the lock is *biased* to the thread that takes it, as JVMs bias their
+//! monitors: that thread enters with a store and a load and leaves with a store, and any
+//! other thread first revokes the bias with one process-wide barrier (Linux `membarrier`,
+//! about a microsecond on the H100 host). Two arenas in one process, one biased and one
+//! never biased, read 3.5-12 ns apart per alloc+free pair on the H100 host (six
+//! processes) and 5-6 ns on the dev VM (BENCHMARKS.md, arena section).
 //!
 //! # How it works
-//! One byte holds `LOCKED`, and `PARKED` while a thread may sleep waiting for it.
-//! - **Lock**: a compare-and-swap that sets `LOCKED` from a state without it. On failure
-//!   the thread spins briefly ([`parking_lot_core::SpinWait`]), then sets `PARKED` and
-//!   parks on the lock's address ([`parking_lot_core::park`]) until woken or for
-//!   [`PARK_TIMEOUT`], and tries again.
-//! - **Unlock**: reads the byte; with only `LOCKED` set it stores 0. With `PARKED` set it
-//!   swaps in 0 and wakes every parked thread; those that lose the race park again.
+//! - **The lock word.** One byte holds `LOCKED`, and `PARKED` while a thread may sleep
+//!   waiting for it. Taking it is a compare-and-swap that sets `LOCKED` from a state
+//!   without it; on failure the thread spins briefly ([`parking_lot_core::SpinWait`]),
+//!   then sets `PARKED` and parks on the lock's address ([`parking_lot_core::park`]) until
+//!   woken or for [`PARK_TIMEOUT`], and tries again. Releasing reads the byte; with only
+//!   `LOCKED` set it stores 0. Otherwise it swaps in 0 and, if `PARKED` was set, wakes
+//!   every parked thread; those that lose the race park again.
+//! - **The bias.** The lock has [`OWNER_SLOTS`] owner slots, each given for good to one
+//!   thread (identified by the address of a thread-local, unique among live threads) the
+//!   first time the lock is biased to it. `bias` names the slot of the thread the lock is
+//!   biased to, or none. That thread takes the lock by setting its slot's `inside` flag
+//!   and then reading `bias` again: if it still names its slot, the thread holds the lock
+//!   without touching the lock word; if not, it clears the flag and takes the lock word.
+//!   It releases by clearing the flag. A release that finds the word clear is therefore
+//!   the owner's (every other holder set the word), which keeps it to two loads and a
+//!   store; with the word set, a lock that was ever biased checks whether the releasing
+//!   thread is its owner inside while a revoker waits.
+//! - **Revoking.** A thread that holds the lock word and finds a bias clears `bias`, runs
+//!   the process-wide barrier, and waits until the owner's `inside` flag is clear. The
+//!   barrier makes the owner's store of its flag visible before the revoker reads it, or
+//!   the revoker's clearing of `bias` visible before the owner reads it (the owner's side
+//!   of the pair is a compiler fence only): so either the revoker sees the owner inside
+//!   and waits, or the owner sees the bias gone and takes the lock word, where it waits.
+//! - **Biasing.** Each thread that takes the lock word counts it; once `bias_after`
+//!   acquisitions (64 at first) went by since the last bias, the thread that just took it
+//!   sets `BIAS_PENDING` in the word, and its release biases the lock to it before
+//!   clearing the word (so the release's fast path stays a load and a store). Each
+//!   revocation doubles `bias_after` (up to [`MAX_BIAS_AFTER`]), so where threads take
+//!   turns the lock soon stays unbiased: at most one revocation per `bias_after`
+//!   acquisitions of the lock word, whoever the threads are.
 //!
 //! # What it promises
-//! - **Mutual exclusion.** The lock is taken only by a compare-and-swap from a state
-//!   without `LOCKED`, and only its holder clears `LOCKED`. The release store (`Release`)
-//!   pairs with the next holder's compare-and-swap (`Acquire`).
+//! - **Mutual exclusion.** The lock word is taken only by a compare-and-swap from a state
+//!   without `LOCKED`, and only its holder clears `LOCKED`; acquire and release orderings
+//!   order those critical sections. Between the biased owner and a holder of the lock
+//!   word, the barrier argument above: no holder of the lock word proceeds while the owner
+//!   is inside, and the owner does not enter while `bias` is clear. Only the lock word's
+//!   holder changes `bias`, and only its slot's thread writes a slot's `inside`.
+//! - **No barrier where it is not available.** Without `membarrier` (other systems, or a
+//!   sandbox that refuses it), or with `VRAMKIT_LOCK_BIAS=off`, the lock is never biased
+//!   and every thread takes the lock word. A lock is biased to at most [`OWNER_SLOTS`]
+//!   distinct threads over its life; after that the others use the lock word.
 //! - **No thread waits forever**, but a wake-up can be late. The release's read and its
 //!   store are two steps: a waiter that sets `PARKED` between them, and falls asleep before
 //!   the store, is not woken by that release. It wakes after [`PARK_TIMEOUT`] at the latest
 //!   (or at the next release that sees `PARKED`) and takes the lock then. The window is a
 //!   few instructions of the holder, while falling asleep takes the waiter far longer, so
 //!   this needs the holder descheduled inside it.
-//! - Guards cannot be sent to another thread, as with parking_lot's mutex.
+//! - Guards cannot be sent to another thread, as with parking_lot's mutex: a biased
+//!   owner's release must run on the thread whose flag it clears.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const LOCKED: u8 = 1;
 const PARKED: u8 = 2;
+/// Set by the holder of the lock word once the lock is to be biased to it: its release,
+/// which this sends down the slow path, biases the lock before clearing the word.
+const BIAS_PENDING: u8 = 4;
 
 /// How long a parked waiter sleeps before it looks at the lock again, woken or not: the
 /// most a lost wake-up (see the module docs) can cost it. The arena's lock is held for
 /// microseconds on its hot paths, so waiters rarely get this far.
 const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 
-/// The raw lock behind [`Mutex`].
+/// How many distinct threads one lock can be biased to over its life.
+pub(crate) const OWNER_SLOTS: usize = 8;
+
+/// Acquisitions of the lock word after which a new lock is biased to the acquiring thread.
+const FIRST_BIAS_AFTER: u32 = 64;
+
+/// The most acquisitions asked for after revocations: about 30 ms of back-to-back
+/// acquisitions on the H100 host, so revocations (about a microsecond each) cost threads
+/// that take turns at most a few hundredths of a percent.
+pub(crate) const MAX_BIAS_AFTER: u32 = 1 << 20;
+
+/// Whether this system has a barrier to revoke a bias with (`membarrier`); elsewhere the
+/// lock is the lock word alone, with no bias checks.
+const BIAS_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+/// `bias_after` where the lock is never biased (no `membarrier`).
+const NEVER: u32 = u32::MAX;
+
+/// One thread's claim on a biased lock.
+struct OwnerSlot {
+    /// The thread the slot was given to (see [`this_thread`]); 0 while free.
+    thread: AtomicUsize,
+    /// Set by that thread while it holds the lock through the bias, or tries to.
+    inside: AtomicBool,
+}
+
+/// The raw lock behind [`Mutex`]. In declaration order, so that what every pair reads
+/// (`state`, `bias`, `last_bias` and the first slot) shares the first cache line.
+#[repr(C)]
 pub(crate) struct RawLock {
     state: AtomicU8,
+    /// The slot (index + 1) of the thread the lock is biased to; 0 for none. Changed only
+    /// by the holder of the lock word.
+    bias: AtomicU8,
+    /// The slot `bias` named last, kept after a revocation so that an owner inside can
+    /// find its flag on release. Changed only by the holder of the lock word, and never
+    /// while an owner is inside (the bias is revoked first).
+    last_bias: AtomicU8,
+    /// Acquisitions of the lock word since the lock was last biased (under the lock word).
+    acquisitions: AtomicU32,
+    /// How many of them bias the lock to the acquiring thread (under the lock word).
+    bias_after: AtomicU32,
+    /// Biases this lock went through, and revocations (for tests and diagnosis).
+    biases: AtomicU32,
+    revocations: AtomicU32,
+    slots: [OwnerSlot; OWNER_SLOTS],
 }
 
 /// A mutex over the arena's state, used as `parking_lot::Mutex` is.
@@ -50,20 +135,48 @@ pub(crate) type Mutex<T> = lock_api::Mutex<RawLock, T>;
 /// The guard of [`Mutex`].
 pub(crate) type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawLock, T>;
 
-// SAFETY: `lock` and `try_lock` return only once `LOCKED` was set by this thread's
-// compare-and-swap from a state without it, and only `unlock`, which the caller promises to
-// call only while holding the lock, clears it; acquire and release orderings order the
-// critical sections (see the module docs).
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+/// This thread's identity: the address of a thread-local, unique among live threads and
+/// never 0. A thread that ends may pass it on to a later one, which is harmless: one
+/// thread is gone before the other begins.
+#[inline(always)]
+fn this_thread() -> usize {
+    THREAD_MARK.with(|mark| mark as *const u8 as usize)
+}
+
+// SAFETY: `lock` and `try_lock` return only once this thread either set `LOCKED` by a
+// compare-and-swap from a state without it and then waited out any biased owner, or set
+// its own slot's `inside` flag and then read `bias` naming its slot; `unlock`, which the
+// caller promises to call only while holding the lock and on the thread that took it,
+// undoes whichever of the two this thread did. The module docs give the argument.
 unsafe impl lock_api::RawMutex for RawLock {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: RawLock = RawLock {
         state: AtomicU8::new(0),
+        bias: AtomicU8::new(0),
+        last_bias: AtomicU8::new(0),
+        acquisitions: AtomicU32::new(0),
+        bias_after: AtomicU32::new(FIRST_BIAS_AFTER),
+        biases: AtomicU32::new(0),
+        revocations: AtomicU32::new(0),
+        slots: [const {
+            OwnerSlot {
+                thread: AtomicUsize::new(0),
+                inside: AtomicBool::new(false),
+            }
+        }; OWNER_SLOTS],
     };
 
     type GuardMarker = lock_api::GuardNoSend;
 
-    #[inline]
+    #[inline(always)]
     fn lock(&self) {
+        if self.enter_biased() {
+            return;
+        }
         if self
             .state
             .compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
@@ -71,10 +184,20 @@ unsafe impl lock_api::RawMutex for RawLock {
         {
             self.lock_slow();
         }
+        self.took_lock_word();
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_lock(&self) -> bool {
+        if let Some(slot) = self.own_slot(self.bias.load(Ordering::Relaxed)) {
+            // Held by this very thread (a callback inside its own critical section).
+            if slot.inside.load(Ordering::Relaxed) {
+                return false;
+            }
+            if self.enter_biased() {
+                return true;
+            }
+        }
         let mut state = self.state.load(Ordering::Relaxed);
         while state & LOCKED == 0 {
             match self.state.compare_exchange_weak(
@@ -83,25 +206,49 @@ unsafe impl lock_api::RawMutex for RawLock {
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    let bias = self.bias.load(Ordering::Relaxed);
+                    if bias != 0 && !self.revoke(bias, false) {
+                        // The owner is inside: give the lock word back. The bias is gone,
+                        // so the owner takes the lock word next time.
+                        self.release_lock_word();
+                        return false;
+                    }
+                    return true;
+                }
                 Err(now) => state = now,
             }
         }
         false
     }
 
-    #[inline]
+    #[inline(always)]
     unsafe fn unlock(&self) {
-        if self.state.load(Ordering::Relaxed) == LOCKED {
-            self.state.store(0, Ordering::Release);
-        } else {
-            self.unlock_slow();
+        let state = self.state.load(Ordering::Relaxed);
+        if state & LOCKED == 0 {
+            // The word is clear only while the holder is inside through the bias, and
+            // `last_bias` names its slot until it leaves (module docs).
+            let last = usize::from(self.last_bias.load(Ordering::Relaxed));
+            if let Some(slot) = self.slots.get(last.wrapping_sub(1)) {
+                slot.inside.store(false, Ordering::Release);
+            }
+            return;
         }
+        if state == LOCKED && self.last_bias.load(Ordering::Relaxed) == 0 {
+            // Never biased: the holder took the word.
+            self.state.store(0, Ordering::Release);
+            return;
+        }
+        self.unlock_other();
     }
 
-    #[inline]
+    #[inline(always)]
     fn is_locked(&self) -> bool {
         self.state.load(Ordering::Relaxed) & LOCKED != 0
+            || self
+                .slots
+                .iter()
+                .any(|slot| slot.inside.load(Ordering::Relaxed))
     }
 }
 
@@ -109,6 +256,158 @@ impl RawLock {
     /// The address threads park on.
     fn key(&self) -> usize {
         self as *const RawLock as usize
+    }
+
+    /// The slot `named` (a value of `bias` or `last_bias`), if it is this thread's.
+    #[inline(always)]
+    fn own_slot(&self, named: u8) -> Option<&OwnerSlot> {
+        let slot = self.slots.get(usize::from(named).checked_sub(1)?)?;
+        (slot.thread.load(Ordering::Relaxed) == this_thread()).then_some(slot)
+    }
+
+    /// Takes the lock through the bias if it is this thread's: the owner's half of the
+    /// barrier pair (module docs).
+    #[inline(always)]
+    fn enter_biased(&self) -> bool {
+        if !BIAS_SUPPORTED {
+            return false;
+        }
+        let bias = self.bias.load(Ordering::Relaxed);
+        let Some(slot) = self.own_slot(bias) else {
+            return false;
+        };
+        slot.inside.store(true, Ordering::Relaxed);
+        // The light half: the revoker's `membarrier` orders this thread's store above and
+        // load below as a full fence would, so only the compiler must keep them in order.
+        compiler_fence(Ordering::SeqCst);
+        if self.bias.load(Ordering::Acquire) == bias {
+            return true;
+        }
+        slot.inside.store(false, Ordering::Release);
+        false
+    }
+
+    /// Releases the lock with the word set, by a lock that was biased once: the holder is
+    /// inside through the bias while a revoker holds the word, or holds the word itself.
+    #[inline(never)]
+    fn unlock_other(&self) {
+        if let Some(slot) = self.own_slot(self.last_bias.load(Ordering::Relaxed)) {
+            // Only this thread sets its slot's flag, and it is not between an attempt's
+            // store and clear here: a set flag of its own means it is inside through the
+            // bias.
+            if slot.inside.load(Ordering::Relaxed) {
+                slot.inside.store(false, Ordering::Release);
+                return;
+            }
+        }
+        self.release_lock_word();
+    }
+
+    /// Just took the lock word: waits out a biased owner, and biases the lock to this
+    /// thread once `bias_after` acquisitions went by since the last bias. The thread holds
+    /// the lock word until it releases it, and then takes the lock through the bias.
+    #[inline(always)]
+    fn took_lock_word(&self) {
+        if !BIAS_SUPPORTED {
+            return;
+        }
+        let bias = self.bias.load(Ordering::Relaxed);
+        if bias != 0 {
+            self.revoke(bias, true);
+        }
+        let bias_after = self.bias_after.load(Ordering::Relaxed);
+        if bias_after == NEVER {
+            // No store where there is nothing to count: each one is another that the next
+            // compare-and-swap waits to drain.
+            return;
+        }
+        let acquisitions = self.acquisitions.load(Ordering::Relaxed).saturating_add(1);
+        self.acquisitions.store(acquisitions, Ordering::Relaxed);
+        if acquisitions >= bias_after {
+            self.ask_for_bias();
+        }
+    }
+
+    /// Marks the lock word so that this holder's release biases the lock (a
+    /// read-modify-write: waiters may set `PARKED` meanwhile).
+    #[cold]
+    #[inline(never)]
+    fn ask_for_bias(&self) {
+        self.acquisitions.store(0, Ordering::Relaxed);
+        self.state.fetch_or(BIAS_PENDING, Ordering::Relaxed);
+    }
+
+    /// Under the lock word: clears the bias, runs the barrier, and waits for the owner to
+    /// leave (`wait`), or only looks. Returns whether the owner is outside.
+    #[cold]
+    #[inline(never)]
+    fn revoke(&self, bias: u8, wait: bool) -> bool {
+        let slot = &self.slots[usize::from(bias - 1)];
+        debug_assert_ne!(
+            slot.thread.load(Ordering::Relaxed),
+            this_thread(),
+            "the biased owner took the lock word"
+        );
+        self.bias.store(0, Ordering::SeqCst);
+        heavy_barrier();
+        self.revocations.fetch_add(1, Ordering::Relaxed);
+        let after = self.bias_after.load(Ordering::Relaxed);
+        self.bias_after.store(
+            after.saturating_mul(2).min(MAX_BIAS_AFTER),
+            Ordering::Relaxed,
+        );
+        let mut spin = parking_lot_core::SpinWait::new();
+        while slot.inside.load(Ordering::Acquire) {
+            if !wait {
+                return false;
+            }
+            // The owner's critical sections are short; it may be descheduled in one.
+            if !spin.spin() {
+                std::thread::yield_now();
+            }
+        }
+        true
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bias_to_this_thread(&self) {
+        if !heavy_barrier_available() {
+            self.bias_after.store(NEVER, Ordering::Relaxed);
+            return;
+        }
+        let me = this_thread();
+        let Some(index) = self.slots.iter().position(|slot| {
+            let thread = slot.thread.load(Ordering::Relaxed);
+            thread == me || thread == 0
+        }) else {
+            // Every slot is given to another thread.
+            return;
+        };
+        self.slots[index].thread.store(me, Ordering::Relaxed);
+        // `index < OWNER_SLOTS`, which fits a byte with room for the + 1.
+        let bias = index as u8 + 1;
+        self.last_bias.store(bias, Ordering::Relaxed);
+        self.bias.store(bias, Ordering::Release);
+        self.biases.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn release_lock_word(&self) {
+        if self.state.load(Ordering::Relaxed) == LOCKED {
+            self.state.store(0, Ordering::Release);
+        } else {
+            self.unlock_slow();
+        }
+    }
+
+    /// How many times the lock was biased to a thread, and revoked.
+    #[cfg(test)]
+    fn bias_counts(&self) -> (u32, u32) {
+        (
+            self.biases.load(Ordering::Relaxed),
+            self.revocations.load(Ordering::Relaxed),
+        )
     }
 
     #[cold]
@@ -150,7 +449,7 @@ impl RawLock {
             unsafe {
                 parking_lot_core::park(
                     self.key(),
-                    || self.state.load(Ordering::Relaxed) == LOCKED | PARKED,
+                    || self.state.load(Ordering::Relaxed) & (LOCKED | PARKED) == LOCKED | PARKED,
                     || {},
                     |_, _| {},
                     parking_lot_core::DEFAULT_PARK_TOKEN,
@@ -164,11 +463,79 @@ impl RawLock {
 
     #[cold]
     fn unlock_slow(&self) {
-        self.state.swap(0, Ordering::Release);
-        // SAFETY: the key is this lock's address (see `lock_slow`).
-        unsafe {
-            parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
+        if self.state.load(Ordering::Relaxed) & BIAS_PENDING != 0 {
+            self.bias_to_this_thread();
         }
+        if self.state.swap(0, Ordering::Release) & PARKED != 0 {
+            // SAFETY: the key is this lock's address (see `lock_slow`).
+            unsafe {
+                parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
+            }
+        }
+    }
+}
+
+/// Whether this process can run [`heavy_barrier`]: asked of the kernel once (registering
+/// the process for `MEMBARRIER_CMD_PRIVATE_EXPEDITED`), and off with `VRAMKIT_LOCK_BIAS=off`.
+fn heavy_barrier_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        match std::env::var("VRAMKIT_LOCK_BIAS").as_deref() {
+            Ok("off") => return false,
+            Ok("on") | Err(_) => {}
+            Ok(other) => log::warn!("VRAMKIT_LOCK_BIAS={other} ignored: it takes on or off"),
+        }
+        let available = membarrier::register();
+        if !available {
+            log::debug!("no membarrier: the arena's lock is not biased to a thread");
+        }
+        available
+    })
+}
+
+/// The revoker's half of the barrier pair: once it returns, every other thread of the
+/// process has run a full memory barrier since this thread's earlier stores, as if each had
+/// executed one where it was. Only called once [`heavy_barrier_available`] said yes.
+fn heavy_barrier() {
+    membarrier::private_expedited();
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod membarrier {
+    const CMD_QUERY: libc::c_long = 0;
+    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+    /// Registers the process for private expedited barriers; false if the kernel (before
+    /// 4.14) or a sandbox does not offer them.
+    pub(super) fn register() -> bool {
+        // SAFETY: `membarrier` takes integer arguments only and touches no memory of ours.
+        let supported = unsafe { libc::syscall(libc::SYS_membarrier, CMD_QUERY, 0, 0) };
+        if supported < 0 || supported & CMD_PRIVATE_EXPEDITED == 0 {
+            return false;
+        }
+        // SAFETY: as above.
+        unsafe { libc::syscall(libc::SYS_membarrier, CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+    }
+
+    pub(super) fn private_expedited() {
+        // SAFETY: as above; registered in `register`, which returned true.
+        let done = unsafe { libc::syscall(libc::SYS_membarrier, CMD_PRIVATE_EXPEDITED, 0, 0) };
+        // It cannot fail once registered; if it did, no bias could be trusted.
+        if done != 0 {
+            std::process::abort();
+        }
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod membarrier {
+    pub(super) fn register() -> bool {
+        false
+    }
+
+    pub(super) fn private_expedited() {
+        unreachable!("the lock is never biased without membarrier")
     }
 }
 
@@ -206,6 +573,170 @@ mod tests {
                 .unwrap_or_else(|_| panic!("a locking thread panicked"));
         }
         assert_eq!(*counter.lock(), threads * per_thread);
+    }
+
+    /// Locks `m` `times` times on this thread, as a loop of allocations does.
+    fn take_turns(m: &Mutex<u64>, times: u64) {
+        for _ in 0..times {
+            *m.lock() += 1;
+        }
+    }
+
+    /// A thread that takes the lock over and over gets the bias and then holds the lock
+    /// without setting the lock word; another thread revokes it and both keep every update.
+    #[test]
+    fn acquisitions_bias_the_lock_and_another_thread_revokes_it() {
+        let m = Arc::new(Mutex::new(0u64));
+        take_turns(&m, u64::from(FIRST_BIAS_AFTER) + 1);
+        // SAFETY: only reads the raw lock's counters and state.
+        let raw = unsafe { m.raw() };
+        if !heavy_barrier_available() {
+            assert_eq!(raw.bias_counts(), (0, 0));
+            return;
+        }
+        assert_eq!(
+            raw.bias_counts(),
+            (1, 0),
+            "{FIRST_BIAS_AFTER} acquisitions did not bias"
+        );
+        {
+            let _held = m.lock();
+            assert_eq!(
+                raw.state.load(Ordering::Relaxed),
+                0,
+                "the owner set the lock word"
+            );
+            assert!(m.is_locked());
+        }
+        let other = {
+            let m = m.clone();
+            std::thread::spawn(move || take_turns(&m, 10))
+        };
+        other
+            .join()
+            .unwrap_or_else(|_| panic!("the other thread panicked"));
+        assert_eq!(raw.bias_counts(), (1, 1));
+        assert_eq!(raw.bias_after.load(Ordering::Relaxed), 2 * FIRST_BIAS_AFTER);
+        // The owner takes the lock word again, and gets the bias back after twice as many
+        // acquisitions.
+        take_turns(&m, u64::from(2 * FIRST_BIAS_AFTER) + 1);
+        assert_eq!(raw.bias_counts(), (2, 1));
+        assert_eq!(*m.lock(), u64::from(3 * FIRST_BIAS_AFTER) + 12);
+    }
+
+    /// A biased owner in long streaks and threads that come in now and then never hold the
+    /// lock at once and lose no update, through biases, revocations, spins and parks.
+    #[test]
+    fn a_biased_owner_and_revoking_threads_exclude_each_other() {
+        let m = Arc::new(Mutex::new(0u64));
+        let occupied = Arc::new(AtomicBool::new(false));
+        let critical = |m: &Mutex<u64>, occupied: &AtomicBool, i: u64| {
+            let mut c = m.lock();
+            assert!(
+                !occupied.swap(true, Ordering::Relaxed),
+                "two threads inside"
+            );
+            let v = *c;
+            if i.is_multiple_of(97) {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+            *c = v + 1;
+            occupied.store(false, Ordering::Relaxed);
+        };
+        let visitors = 3;
+        let visits = 300;
+        let handles: Vec<_> = (0..visitors)
+            .map(|_| {
+                let (m, occupied) = (m.clone(), occupied.clone());
+                std::thread::spawn(move || {
+                    for i in 0..visits {
+                        critical(&m, &occupied, i);
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                })
+            })
+            .collect();
+        let owner_turns = 400_000;
+        for i in 0..owner_turns {
+            critical(&m, &occupied, i);
+        }
+        for h in handles {
+            h.join()
+                .unwrap_or_else(|_| panic!("a visiting thread panicked"));
+        }
+        assert_eq!(*m.lock(), owner_turns + visitors * visits);
+        if heavy_barrier_available() {
+            // SAFETY: only reads the raw lock's counters.
+            let (biases, revocations) = unsafe { m.raw() }.bias_counts();
+            assert!(
+                biases >= 2 && revocations >= 1,
+                "{biases} biases, {revocations} revocations"
+            );
+        }
+    }
+
+    /// `try_lock` from another thread while the owner holds the lock through the bias
+    /// fails and revokes the bias; the owner's own `try_lock` inside fails too.
+    #[test]
+    fn try_lock_sees_a_biased_holder() {
+        let m = Arc::new(Mutex::new(0u64));
+        take_turns(&m, u64::from(FIRST_BIAS_AFTER) + 1);
+        let held = m.lock();
+        assert!(m.try_lock().is_none(), "the owner took its own lock twice");
+        let tried = {
+            let m = m.clone();
+            std::thread::spawn(move || m.try_lock().is_some())
+        };
+        let got = tried
+            .join()
+            .unwrap_or_else(|_| panic!("the trying thread panicked"));
+        assert!(!got, "another thread took a held lock");
+        drop(held);
+        // SAFETY: only reads the raw lock's counters.
+        let raw = unsafe { m.raw() };
+        if heavy_barrier_available() {
+            assert_eq!(raw.bias_counts(), (1, 1));
+        }
+        let other = {
+            let m = m.clone();
+            std::thread::spawn(move || m.try_lock().map(|mut c| *c += 1).is_some())
+        };
+        assert!(other
+            .join()
+            .unwrap_or_else(|_| panic!("the trying thread panicked")));
+        assert_eq!(*m.lock(), u64::from(FIRST_BIAS_AFTER) + 2);
+    }
+
+    /// One thread holds two locks biased to it at once, and another thread waits for each.
+    #[test]
+    fn two_locks_biased_to_one_thread_nest() {
+        let a = Arc::new(Mutex::new(0u64));
+        let b = Arc::new(Mutex::new(0u64));
+        for _ in 0..=FIRST_BIAS_AFTER {
+            let mut ga = a.lock();
+            let mut gb = b.lock();
+            *ga += 1;
+            *gb += 1;
+        }
+        let ga = a.lock();
+        let gb = b.lock();
+        let other = {
+            let (a, b) = (a.clone(), b.clone());
+            std::thread::spawn(move || {
+                *b.lock() += 1;
+                *a.lock() += 1;
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!other.is_finished(), "the other thread took a held lock");
+        drop(gb);
+        drop(ga);
+        other
+            .join()
+            .unwrap_or_else(|_| panic!("the other thread panicked"));
+        let each = u64::from(FIRST_BIAS_AFTER) + 2;
+        assert_eq!((*a.lock(), *b.lock()), (each, each));
     }
 
     /// `try_lock` fails while the lock is held (parked waiters or not) and succeeds after.
