@@ -172,6 +172,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("arena_warmup_runs: {warmup_runs}");
     println!(
+        "arena_lock_biases: {} arena_lock_revocations: {}",
+        stats.lock_biases, stats.lock_revocations
+    );
+    println!(
         "arena_us_worst_run: {:.3}\nprealloc_us_worst_run: {:.3}",
         worst(&arena_runs) * 1e6,
         worst(&pre_runs) * 1e6

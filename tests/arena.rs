@@ -967,6 +967,46 @@ fn synchronize_returns_every_free_while_other_threads_poll() {
     );
 }
 
+/// An arena used from one thread is biased to it where the system has `membarrier`, and
+/// another thread's first use revokes the bias once; the stats count both, and the two
+/// threads' allocations stay disjoint. Its own device: a callback run by another test's
+/// poll on another thread could take the lock too.
+#[test]
+fn another_thread_revokes_the_lock_bias_once() {
+    let device = vramkit::Gpu::headless().expect("a second device on the test adapter");
+    let a = Arena::new(&device, Default::default()).unwrap();
+    for _ in 0..200 {
+        drop(a.alloc(256, "main").unwrap());
+    }
+    let before = a.stats();
+    assert_eq!(before.lock_revocations, 0);
+    let held = a.alloc(4096, "main").unwrap();
+    let ranges = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let xs: Vec<_> = (0..10).map(|_| a.alloc(4096, "other").unwrap()).collect();
+            xs.iter()
+                .map(|x| (x.buffer().clone(), x.offset()))
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the other thread panicked"))
+    };
+    for (buffer, offset) in ranges {
+        assert!(
+            buffer != *held.buffer() || offset.abs_diff(held.offset()) >= 4096,
+            "the other thread got a range that overlaps a live one"
+        );
+    }
+    let after = a.stats();
+    if before.lock_biases >= 1 {
+        assert_eq!(after.lock_revocations, 1, "{after:?}");
+    } else {
+        // No `membarrier` here (or VRAMKIT_LOCK_BIAS=off): never biased, never revoked.
+        assert_eq!((after.lock_biases, after.lock_revocations), (0, 0));
+    }
+}
+
 /// The suite again, under the completion path this adapter does not take
 /// ([`common::rerun_under_the_other_sealing_path`]).
 #[test]

@@ -108,6 +108,7 @@ fn every_metric_is_published_consistently_and_counters_only_grow() {
         "vramkit_gpu_waits_total",
         "vramkit_blocks_created_total",
         "vramkit_blocks_released_total",
+        "vramkit_lock_revocations_total",
     ] {
         assert!(get(name) >= 0.0, "{name}");
     }

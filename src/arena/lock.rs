@@ -124,7 +124,7 @@ pub(crate) struct RawLock {
     acquisitions: AtomicU32,
     /// How many of them bias the lock to the acquiring thread (under the lock word).
     bias_after: AtomicU32,
-    /// Biases this lock went through, and revocations (for tests and diagnosis).
+    /// Biases this lock went through, and revocations (`ArenaStats`).
     biases: AtomicU32,
     revocations: AtomicU32,
     slots: [OwnerSlot; OWNER_SLOTS],
@@ -402,11 +402,10 @@ impl RawLock {
     }
 
     /// How many times the lock was biased to a thread, and revoked.
-    #[cfg(test)]
-    fn bias_counts(&self) -> (u32, u32) {
+    pub(crate) fn bias_counts(&self) -> (u64, u64) {
         (
-            self.biases.load(Ordering::Relaxed),
-            self.revocations.load(Ordering::Relaxed),
+            u64::from(self.biases.load(Ordering::Relaxed)),
+            u64::from(self.revocations.load(Ordering::Relaxed)),
         )
     }
 

@@ -14,8 +14,10 @@
 //!   ranges that are live, pending or cached);
 //! - counters `vramkit_allocations_total`, `vramkit_frees_total`, `vramkit_retries_total`,
 //!   `vramkit_out_of_memory_total`, `vramkit_gpu_waits_total`,
-//!   `vramkit_blocks_created_total`, `vramkit_blocks_released_total` (set with
-//!   `absolute`, so publishing twice never double-counts).
+//!   `vramkit_blocks_created_total`, `vramkit_blocks_released_total`,
+//!   `vramkit_lock_revocations_total` (another thread took the arena's lock from the
+//!   thread it was biased to), all set with `absolute`, so publishing twice never
+//!   double-counts.
 //!
 //!
 //! The histogram `vramkit_allocation_seconds` is fed by `publish_metrics` too: one
@@ -140,6 +142,7 @@ impl Arena {
         total("vramkit_gpu_waits_total", s.waits);
         total("vramkit_blocks_created_total", s.blocks_created);
         total("vramkit_blocks_released_total", s.blocks_released);
+        total("vramkit_lock_revocations_total", s.lock_revocations);
         let mut pools: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
         for b in &s.per_block {
             let p = pools.entry(b.pool.as_str()).or_default();

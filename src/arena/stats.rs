@@ -68,6 +68,15 @@ pub struct ArenaStats {
     pub live_allocations: usize,
     /// Dropped ranges waiting for the GPU.
     pub pending_frees: usize,
+    /// Times the arena's lock was biased to a thread: after 64 acquisitions in a row it
+    /// is taken and released with plain loads and stores by that thread (Linux; see
+    /// `VRAMKIT_LOCK_BIAS` in the README).
+    pub lock_biases: u64,
+    /// Times another thread took the lock from the thread it was biased to. Each costs
+    /// that thread a process-wide barrier (`membarrier`, about a microsecond), and each
+    /// doubles the acquisitions needed before the next bias, so threads that share an
+    /// arena soon stop paying it.
+    pub lock_revocations: u64,
     /// Overall fragmentation: `1 - largest free range / free bytes` over the blocks that
     /// hold live data (a wholly free block is not fragmented); 0 when all are empty.
     pub fragmentation: f64,
@@ -119,6 +128,8 @@ impl Arena {
     pub fn stats(&self) -> ArenaStats {
         let shared = self.shared();
         let st = shared.state.lock();
+        // SAFETY: `raw` only gives access to the lock; its counters are atomics we read.
+        let (lock_biases, lock_revocations) = unsafe { shared.state.raw() }.bias_counts();
         let c = st.counters;
         let mut per_block = Vec::new();
         let (mut free_total, mut largest) = (0u64, 0u64);
@@ -170,6 +181,8 @@ impl Arena {
             blocks_released: c.blocks_released,
             live_allocations: st.live_allocations(),
             pending_frees: st.open.len() + st.sealed.iter().map(|(_, v)| v.len()).sum::<usize>(),
+            lock_biases,
+            lock_revocations,
             fragmentation: if free_total == 0 {
                 0.0
             } else {
