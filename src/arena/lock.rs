@@ -40,6 +40,17 @@
 //!   the revoker's clearing of `bias` visible before the owner reads it (the owner's side
 //!   of the pair is a compiler fence only): so either the revoker sees the owner inside
 //!   and waits, or the owner sees the bias gone and takes the lock word, where it waits.
+//!   `try_lock` must not wait (the arena's completion callback tries the lock from inside
+//!   another thread's submit, which the holder may be waiting for), so a try that takes
+//!   the word and finds a bias clears it, runs the barrier and looks once: with the owner
+//!   outside, the try holds the lock and the bias is revoked; with the owner inside, it
+//!   stores the bias back before releasing the word, so the next holder of the word still
+//!   revokes and waits. Nobody else held the lock meanwhile, so the bias stands as it was
+//!   (an owner that found it gone meanwhile comes through the word and finds its own bias
+//!   there, which needs no revoking). A try that left the bias cleared would leave the
+//!   owner inside with nothing to tell the next holder (a CI run, 2026-11-25); one that
+//!   failed on every lock biased to another thread would fail forever once the owner
+//!   stopped taking it.
 //! - **Biasing.** Each thread that takes the lock word counts it; once `bias_after`
 //!   acquisitions (64 at first) went by since the last bias, the thread that just took it
 //!   sets `BIAS_PENDING` in the word, and its release biases the lock to it before
@@ -189,14 +200,18 @@ unsafe impl lock_api::RawMutex for RawLock {
 
     #[inline(always)]
     fn try_lock(&self) -> bool {
-        if let Some(slot) = self.own_slot(self.bias.load(Ordering::Relaxed)) {
-            // Held by this very thread (a callback inside its own critical section).
-            if slot.inside.load(Ordering::Relaxed) {
-                return false;
+        let bias = self.bias.load(Ordering::Relaxed);
+        if bias != 0 {
+            if let Some(slot) = self.own_slot(bias) {
+                // Held by this very thread (a callback inside its own critical section).
+                if slot.inside.load(Ordering::Relaxed) {
+                    return false;
+                }
+                if self.enter_biased() {
+                    return true;
+                }
             }
-            if self.enter_biased() {
-                return true;
-            }
+            // Biased to another thread: take the lock word, then revoke without waiting.
         }
         let mut state = self.state.load(Ordering::Relaxed);
         while state & LOCKED == 0 {
@@ -208,9 +223,9 @@ unsafe impl lock_api::RawMutex for RawLock {
             ) {
                 Ok(_) => {
                     let bias = self.bias.load(Ordering::Relaxed);
-                    if bias != 0 && !self.revoke(bias, false) {
-                        // The owner is inside: give the lock word back. The bias is gone,
-                        // so the owner takes the lock word next time.
+                    if bias != 0 && self.own_slot(bias).is_none() && !self.try_revoke(bias) {
+                        // The owner is inside, and the bias is back for the next holder
+                        // of the word to wait for (module docs).
                         self.release_lock_word();
                         return false;
                     }
@@ -312,8 +327,11 @@ impl RawLock {
             return;
         }
         let bias = self.bias.load(Ordering::Relaxed);
-        if bias != 0 {
-            self.revoke(bias, true);
+        // A bias of this very thread's needs no revoking: it is not inside (it came
+        // through the word because `enter_biased` found the bias gone, and a `try_lock`
+        // that found it inside gave it back since).
+        if bias != 0 && self.own_slot(bias).is_none() {
+            self.revoke(bias);
         }
         let bias_after = self.bias_after.load(Ordering::Relaxed);
         if bias_after == NEVER {
@@ -338,35 +356,60 @@ impl RawLock {
     }
 
     /// Under the lock word: clears the bias, runs the barrier, and waits for the owner to
-    /// leave (`wait`), or only looks. Returns whether the owner is outside.
+    /// leave.
     #[cold]
     #[inline(never)]
-    fn revoke(&self, bias: u8, wait: bool) -> bool {
+    fn revoke(&self, bias: u8) {
+        let slot = self.clear_bias(bias);
+        let mut spin = parking_lot_core::SpinWait::new();
+        while slot.inside.load(Ordering::Acquire) {
+            // The owner's critical sections are short; it may be descheduled in one.
+            if !spin.spin() {
+                std::thread::yield_now();
+            }
+        }
+        self.count_revocation();
+    }
+
+    /// Under the lock word, for `try_lock`: revokes the bias if the owner is outside, and
+    /// otherwise gives it back, so that the next holder of the word still waits for the
+    /// owner. Returns whether the bias is gone.
+    #[cold]
+    #[inline(never)]
+    fn try_revoke(&self, bias: u8) -> bool {
+        let slot = self.clear_bias(bias);
+        if slot.inside.load(Ordering::Acquire) {
+            // Inside, or about to find the bias gone and leave: either way nobody else
+            // held the lock meanwhile, so the bias can stand as it was.
+            self.bias.store(bias, Ordering::Release);
+            return false;
+        }
+        self.count_revocation();
+        true
+    }
+
+    /// Under the lock word: clears the bias and runs the barrier. Then the owner is seen
+    /// inside, or it will see the bias gone (module docs). Returns the owner's slot.
+    fn clear_bias(&self, bias: u8) -> &OwnerSlot {
         let slot = &self.slots[usize::from(bias - 1)];
         debug_assert_ne!(
             slot.thread.load(Ordering::Relaxed),
             this_thread(),
-            "the biased owner took the lock word"
+            "the biased owner revoked its own bias"
         );
         self.bias.store(0, Ordering::SeqCst);
         heavy_barrier();
+        slot
+    }
+
+    /// A revocation done: counted, and the next bias asks for twice the acquisitions.
+    fn count_revocation(&self) {
         self.revocations.fetch_add(1, Ordering::Relaxed);
         let after = self.bias_after.load(Ordering::Relaxed);
         self.bias_after.store(
             after.saturating_mul(2).min(MAX_BIAS_AFTER),
             Ordering::Relaxed,
         );
-        let mut spin = parking_lot_core::SpinWait::new();
-        while slot.inside.load(Ordering::Acquire) {
-            if !wait {
-                return false;
-            }
-            // The owner's critical sections are short; it may be descheduled in one.
-            if !spin.spin() {
-                std::thread::yield_now();
-            }
-        }
-        true
     }
 
     #[cold]
@@ -623,14 +666,25 @@ mod tests {
         assert_eq!(*m.lock(), u64::from(3 * FIRST_BIAS_AFTER) + 12);
     }
 
-    /// A biased owner in long streaks and threads that come in now and then never hold the
-    /// lock at once and lose no update, through biases, revocations, spins and parks.
+    /// A biased owner in long streaks and threads that come in now and then (locking or
+    /// trying) never hold the lock at once and lose no update, through biases,
+    /// revocations, spins and parks.
     #[test]
     fn a_biased_owner_and_revoking_threads_exclude_each_other() {
         let m = Arc::new(Mutex::new(0u64));
         let occupied = Arc::new(AtomicBool::new(false));
-        let critical = |m: &Mutex<u64>, occupied: &AtomicBool, i: u64| {
-            let mut c = m.lock();
+        // Visitors mix `lock` with `try_lock` (every third visit tries until it gets in).
+        let critical = |m: &Mutex<u64>, occupied: &AtomicBool, i: u64, tries: bool| {
+            let mut c = if tries && i % 3 == 0 {
+                loop {
+                    if let Some(c) = m.try_lock() {
+                        break c;
+                    }
+                    std::thread::yield_now();
+                }
+            } else {
+                m.lock()
+            };
             assert!(
                 !occupied.swap(true, Ordering::Relaxed),
                 "two threads inside"
@@ -650,7 +704,7 @@ mod tests {
                 let (m, occupied) = (m.clone(), occupied.clone());
                 std::thread::spawn(move || {
                     for i in 0..visits {
-                        critical(&m, &occupied, i);
+                        critical(&m, &occupied, i, true);
                         std::thread::sleep(Duration::from_micros(100));
                     }
                 })
@@ -658,7 +712,7 @@ mod tests {
             .collect();
         let owner_turns = 400_000;
         for i in 0..owner_turns {
-            critical(&m, &occupied, i);
+            critical(&m, &occupied, i, false);
         }
         for h in handles {
             h.join()
@@ -675,36 +729,59 @@ mod tests {
         }
     }
 
-    /// `try_lock` from another thread while the owner holds the lock through the bias
-    /// fails and revokes the bias; the owner's own `try_lock` inside fails too.
+    /// `try_lock` from another thread fails while the biased owner holds the lock and leaves
+    /// the bias standing: a `lock` from a third thread after it still waits for the owner
+    /// to leave (a try that revoked and gave up once let that `lock` in beside the owner,
+    /// CI 2026-11-25). With the owner outside, a try revokes the bias and gets the lock
+    /// (a try that failed on every biased lock left threads trying forever once the owner
+    /// went idle). The owner's own `try_lock` inside fails.
     #[test]
-    fn try_lock_sees_a_biased_holder() {
+    fn try_lock_revokes_a_bias_only_while_the_owner_is_outside() {
         let m = Arc::new(Mutex::new(0u64));
         take_turns(&m, u64::from(FIRST_BIAS_AFTER) + 1);
-        let held = m.lock();
-        assert!(m.try_lock().is_none(), "the owner took its own lock twice");
-        let tried = {
-            let m = m.clone();
-            std::thread::spawn(move || m.try_lock().is_some())
-        };
-        let got = tried
-            .join()
-            .unwrap_or_else(|_| panic!("the trying thread panicked"));
-        assert!(!got, "another thread took a held lock");
-        drop(held);
+        let biased = heavy_barrier_available();
         // SAFETY: only reads the raw lock's counters.
         let raw = unsafe { m.raw() };
-        if heavy_barrier_available() {
-            assert_eq!(raw.bias_counts(), (1, 1));
-        }
-        let other = {
+        let held = m.lock();
+        assert!(m.try_lock().is_none(), "the owner took its own lock twice");
+        let try_from_another = |m: &Arc<Mutex<u64>>| {
             let m = m.clone();
             std::thread::spawn(move || m.try_lock().map(|mut c| *c += 1).is_some())
+                .join()
+                .unwrap_or_else(|_| panic!("the trying thread panicked"))
         };
-        assert!(other
+        assert!(!try_from_another(&m), "another thread took a held lock");
+        if biased {
+            assert_eq!(raw.bias_counts(), (1, 0), "a failed try revoked the bias");
+        }
+        let waiter = {
+            let m = m.clone();
+            std::thread::spawn(move || *m.lock() += 1)
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!waiter.is_finished(), "a lock went in beside the owner");
+        drop(held);
+        waiter
             .join()
-            .unwrap_or_else(|_| panic!("the trying thread panicked")));
-        assert_eq!(*m.lock(), u64::from(FIRST_BIAS_AFTER) + 2);
+            .unwrap_or_else(|_| panic!("the waiting thread panicked"));
+        if biased {
+            // Only the waiter's `lock` revoked.
+            assert_eq!(raw.bias_counts(), (1, 1));
+        }
+        // Unbiased now, so a try from another thread gets it.
+        assert!(try_from_another(&m));
+        assert_eq!(*m.lock(), u64::from(FIRST_BIAS_AFTER) + 3);
+        // Biased again, with the owner outside: a try from another thread revokes and
+        // gets in.
+        take_turns(&m, u64::from(2 * FIRST_BIAS_AFTER) + 1);
+        if biased {
+            assert_eq!(raw.bias_counts(), (2, 1));
+        }
+        assert!(try_from_another(&m), "a try failed on a free lock");
+        if biased {
+            assert_eq!(raw.bias_counts(), (2, 2));
+        }
+        assert_eq!(*m.lock(), u64::from(3 * FIRST_BIAS_AFTER) + 5);
     }
 
     /// One thread holds two locks biased to it at once, and another thread waits for each.
