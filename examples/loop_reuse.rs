@@ -172,7 +172,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("arena_warmup_runs: {warmup_runs}");
     println!(
-        "arena_lock_biases: {} arena_lock_revocations: {}",
+        "arena_lock_biases: {}\narena_lock_revocations: {}",
         stats.lock_biases, stats.lock_revocations
     );
     println!(

@@ -14,7 +14,8 @@ import re
 import subprocess
 import sys
 
-FIGURE = re.compile(r"^([a-z][a-z0-9_]*): (-?[0-9.]+(?:e-?[0-9]+)?)\s*$")
+# Names keep their units' capitals (`arena_alloc_free_us_64KiB`).
+FIGURE = re.compile(r"^([a-z][A-Za-z0-9_]*): (-?[0-9.]+(?:e-?[0-9]+)?)\s*$")
 
 
 def main():
