@@ -33,19 +33,24 @@ def transfer(fn):
     return bench(fn, calls=1, batches=5)
 
 
-def warm_up(dev):
-    """The same warm-up as vramkit's bench: y += a*x batches until the clocks have ramped
-    up (at least 0.5 s, and three batches in a row within 2 %, at most 10 s)."""
-    x = torch.rand(1 << 26, device=dev)
-    y = torch.rand(1 << 26, device=dev)
+def warm_until_steady(what, step):
+    """The same rule as vramkit's bench: `step` (seconds it measured) until the clocks have
+    ramped up (at least 0.5 s, and three steps in a row within 2 %, at most 10 s)."""
     start = time.perf_counter()
     last = []
     while True:
-        last = (last + [bench(lambda: y.add_(x, alpha=1e-6), calls=10, batches=1)])[-3:]
+        last = (last + [step()])[-3:]
         elapsed = time.perf_counter() - start
         if (elapsed >= 0.5 and len(last) == 3 and max(last) <= min(last) * 1.02) or elapsed > 10:
             break
-    print(f"torch_warmup_ms: {elapsed * 1e3:.0f}")
+    print(f"{what}_warmup_ms: {elapsed * 1e3:.0f}")
+
+
+def warm_up(dev):
+    """y += a*x batches, as vramkit's bench warms up its kernels."""
+    x = torch.rand(1 << 26, device=dev)
+    y = torch.rand(1 << 26, device=dev)
+    warm_until_steady("torch", lambda: bench(lambda: y.add_(x, alpha=1e-6), calls=10, batches=1))
 
 
 def main():
@@ -120,6 +125,8 @@ def main():
     m = 4096
     a = torch.randn(m, m, device=dev)
     b = torch.randn(m, m, device=dev)
+    # Products until steady first, as vramkit's bench does before its own.
+    warm_until_steady("torch_matmul", lambda: bench(lambda: a @ b, calls=10, batches=1))
     t = bench(lambda: a @ b, calls=10)
     print(f"torch_matmul_fp32_tflops: {2 * m ** 3 / t / 1e12:.1f}")
     ah, bh = a.half(), b.half()

@@ -48,6 +48,43 @@ fn axpy_and_axpby_match_the_cpu_at_awkward_sizes() {
     }
 }
 
+/// A batch submitted with `submit_timed` runs as `submit` does (its results checked against
+/// the CPU) and reports the GPU's time for it: from timestamps where the adapter has them
+/// inside encoders, and no longer than the host waited for it.
+#[test]
+fn a_timed_batch_computes_and_reports_its_gpu_time() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    let n = 1 << 20;
+    let (x, y) = (random_f32(&mut r, n), random_f32(&mut r, n));
+    let alpha = r_f32(&mut r);
+    let (xa, ya) = (upload(&arena, &x, "x"), upload(&arena, &y, "y"));
+    let reps = 4;
+    let mut batch = kernels.batch();
+    for _ in 0..reps {
+        batch.axpy(n as u64, alpha, &xa, &ya).unwrap();
+    }
+    let t = batch.submit_timed().unwrap();
+    let got = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
+    let want: Vec<f32> = x
+        .iter()
+        .zip(&y)
+        .map(|(a, b)| (0..reps).fold(*b, |acc, _| alpha * a + acc))
+        .collect();
+    assert_close(&got, &want, 1e-4, "timed axpy");
+    let expected = if gpu().has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS) {
+        vramkit::TimingSource::GpuTimestamps
+    } else {
+        vramkit::TimingSource::WallClock
+    };
+    assert_eq!(t.source, expected);
+    assert!(t.seconds > 0.0 && t.seconds.is_finite(), "{t:?}");
+    // The GPU ran the batch between the submit and the end of the wait (the margin is for
+    // two clocks that tick apart).
+    assert!(t.seconds <= t.wall_seconds * 1.05 + 1e-4, "{t:?}");
+}
+
 fn r_f32(r: &mut rand::rngs::SmallRng) -> f32 {
     random_f32(r, 1)[0] * 3.0
 }

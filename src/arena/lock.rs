@@ -675,7 +675,7 @@ mod tests {
         let occupied = Arc::new(AtomicBool::new(false));
         // Visitors mix `lock` with `try_lock` (every third visit tries until it gets in).
         let critical = |m: &Mutex<u64>, occupied: &AtomicBool, i: u64, tries: bool| {
-            let mut c = if tries && i % 3 == 0 {
+            let mut c = if tries && i.is_multiple_of(3) {
                 loop {
                     if let Some(c) = m.try_lock() {
                         break c;

@@ -54,8 +54,28 @@ impl Gpu {
     /// # Ok::<(), vramkit::Error>(())
     /// ```
     pub fn time(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<Timing> {
+        let mut encoder = self.device().create_command_encoder(&Default::default());
+        record(&mut encoder);
+        self.time_submission([encoder.finish()])
+    }
+
+    /// Submits `buffers` in one submission between two command buffers that only write a
+    /// timestamp, waits for them, and returns the GPU time from the first to the last
+    /// (the host's wall clock around submit and wait where the adapter has no timestamps
+    /// inside encoders). What the host does meanwhile (a late wake-up of the waiting
+    /// thread, say) is not in a GPU timing, as with events recorded on a CUDA stream.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// let encoder = gpu.device().create_command_encoder(&Default::default());
+    /// let t = gpu.time_submission([encoder.finish()])?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn time_submission<I>(&self, buffers: I) -> Result<Timing>
+    where
+        I: IntoIterator<Item = wgpu::CommandBuffer>,
+    {
         let device = self.device();
-        let encoder = device.create_command_encoder(&Default::default());
         let use_queries = self.has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
         // Taken out of the lock for the whole timing and put back after: the wait below
         // runs wgpu callbacks, which may time work themselves (they then make their own).
@@ -81,30 +101,31 @@ impl Gpu {
                 }),
             })
         });
-        let result = self.time_recorded(encoder, slots.as_ref(), record);
+        let result = self.time_between(buffers, slots.as_ref());
         if let Some(s) = slots {
             self.inner.timer.slots.lock().get_or_insert(s);
         }
         result
     }
 
-    fn time_recorded(
-        &self,
-        mut encoder: wgpu::CommandEncoder,
-        slots: Option<&TimerSlots>,
-        record: impl FnOnce(&mut wgpu::CommandEncoder),
-    ) -> Result<Timing> {
-        if let Some(s) = slots {
-            encoder.write_timestamp(&s.queries, 0);
-        }
-        record(&mut encoder);
-        if let Some(s) = slots {
-            encoder.write_timestamp(&s.queries, 1);
-            encoder.resolve_query_set(&s.queries, 0..2, &s.resolve, 0);
-            encoder.copy_buffer_to_buffer(&s.resolve, 0, &s.readback, 0, 16);
-        }
+    fn time_between<I>(&self, buffers: I, slots: Option<&TimerSlots>) -> Result<Timing>
+    where
+        I: IntoIterator<Item = wgpu::CommandBuffer>,
+    {
+        let stamp = |index: u32| {
+            slots.map(|s| {
+                let mut encoder = self.device().create_command_encoder(&Default::default());
+                encoder.write_timestamp(&s.queries, index);
+                if index == 1 {
+                    encoder.resolve_query_set(&s.queries, 0..2, &s.resolve, 0);
+                    encoder.copy_buffer_to_buffer(&s.resolve, 0, &s.readback, 0, 16);
+                }
+                encoder.finish()
+            })
+        };
+        let (begin, end) = (stamp(0), stamp(1));
         let start = Instant::now();
-        let index = self.submit([encoder.finish()]);
+        let index = self.submit(begin.into_iter().chain(buffers).chain(end));
         self.wait_for(index)?;
         let wall_seconds = start.elapsed().as_secs_f64();
         let Some(s) = slots else {

@@ -52,7 +52,7 @@ use parking_lot::Mutex;
 use crate::arena::{Allocation, PoolConfig, PoolId};
 use crate::gpu::profile::BatchProfile;
 use crate::shaders::{self, NamedLayout};
-use crate::{Arena, Error, Gpu, Result};
+use crate::{Arena, Error, Gpu, Result, Timing};
 
 /// Workgroup size of the 1-D kernels.
 pub const WORKGROUP: u64 = 256;
@@ -844,7 +844,34 @@ impl<'a> Batch<'a> {
 
     /// Submits everything recorded, in order. Parameter allocations are released after the
     /// submit (and reused only once this work is done).
-    pub fn submit(mut self) -> Result<wgpu::SubmissionIndex> {
+    pub fn submit(self) -> Result<wgpu::SubmissionIndex> {
+        self.submit_with(|gpu, commands| Ok(gpu.submit([commands])))
+    }
+
+    /// Submits everything recorded, as [`submit`](Self::submit) does, waits for it, and
+    /// returns how long the GPU took from the batch's first command to its last
+    /// ([`Gpu::time_submission`]: timestamps where the adapter has them inside encoders,
+    /// else the wall clock, as [`Timing::source`] says).
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// let kernels = vramkit::kernels::Kernels::new(&arena)?;
+    /// let (x, y) = (arena.alloc_typed::<f32>(1 << 20, "x")?, arena.alloc_typed::<f32>(1 << 20, "y")?);
+    /// let mut batch = kernels.batch();
+    /// batch.axpy(1 << 20, 2.0, &x, &y)?;
+    /// let t = batch.submit_timed()?;
+    /// println!("{:.1} us on the GPU", t.seconds * 1e6);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn submit_timed(self) -> Result<Timing> {
+        self.submit_with(|gpu, commands| gpu.time_submission([commands]))
+    }
+
+    fn submit_with<T>(
+        mut self,
+        submit: impl FnOnce(&Gpu, wgpu::CommandBuffer) -> Result<T>,
+    ) -> Result<T> {
         self.pass = None;
         self.flush_params();
         let kernels = self.kernels;
@@ -854,15 +881,15 @@ impl<'a> Batch<'a> {
             .and_then(|p| p.finish(kernels.arena.gpu(), &mut self.encoder));
         let gpu = kernels.arena.gpu().clone();
         let encoder = self.encoder;
-        let index = gpu.scoped("submitting a kernel batch", || {
-            gpu.submit([encoder.finish()])
-        })?;
+        let submitted = gpu.scoped("submitting a kernel batch", || {
+            submit(&gpu, encoder.finish())
+        })??;
         #[cfg(feature = "metrics")]
         metrics::counter!("vramkit_kernels_dispatched_total").increment(self.dispatches as u64);
         if let Some((names, readback)) = profile {
             gpu.profiled_submitted(names, readback);
         }
         drop(self.chunks);
-        Ok(index)
+        Ok(submitted)
     }
 }
