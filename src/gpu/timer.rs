@@ -75,9 +75,19 @@ impl Gpu {
     where
         I: IntoIterator<Item = wgpu::CommandBuffer>,
     {
+        self.submit_timestamped(buffers).wait()
+    }
+
+    /// The first half of [`time_submission`](Self::time_submission): submits `buffers`
+    /// between the two timestamps and returns without waiting, so that a caller can submit
+    /// inside an error scope and wait outside it.
+    pub(crate) fn submit_timestamped<I>(&self, buffers: I) -> TimedSubmission
+    where
+        I: IntoIterator<Item = wgpu::CommandBuffer>,
+    {
         let device = self.device();
         let use_queries = self.has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
-        // Taken out of the lock for the whole timing and put back after: the wait below
+        // Taken out of the lock until the timing is read and put back after: the wait
         // runs wgpu callbacks, which may time work themselves (they then make their own).
         let slots = use_queries.then(|| {
             let kept = self.inner.timer.slots.lock().take();
@@ -101,20 +111,9 @@ impl Gpu {
                 }),
             })
         });
-        let result = self.time_between(buffers, slots.as_ref());
-        if let Some(s) = slots {
-            self.inner.timer.slots.lock().get_or_insert(s);
-        }
-        result
-    }
-
-    fn time_between<I>(&self, buffers: I, slots: Option<&TimerSlots>) -> Result<Timing>
-    where
-        I: IntoIterator<Item = wgpu::CommandBuffer>,
-    {
         let stamp = |index: u32| {
-            slots.map(|s| {
-                let mut encoder = self.device().create_command_encoder(&Default::default());
+            slots.as_ref().map(|s| {
+                let mut encoder = device.create_command_encoder(&Default::default());
                 encoder.write_timestamp(&s.queries, index);
                 if index == 1 {
                     encoder.resolve_query_set(&s.queries, 0..2, &s.resolve, 0);
@@ -126,18 +125,47 @@ impl Gpu {
         let (begin, end) = (stamp(0), stamp(1));
         let start = Instant::now();
         let index = self.submit(begin.into_iter().chain(buffers).chain(end));
-        self.wait_for(index)?;
-        let wall_seconds = start.elapsed().as_secs_f64();
-        let Some(s) = slots else {
+        TimedSubmission {
+            gpu: self.clone(),
+            index,
+            slots,
+            start,
+        }
+    }
+}
+
+/// Work submitted by [`Gpu::submit_timestamped`], not yet waited for.
+pub(crate) struct TimedSubmission {
+    gpu: Gpu,
+    index: wgpu::SubmissionIndex,
+    slots: Option<TimerSlots>,
+    start: Instant,
+}
+
+impl TimedSubmission {
+    /// Waits for the work and reads its timing; the query slots go back to the [`Gpu`].
+    pub(crate) fn wait(mut self) -> Result<Timing> {
+        let result = self.read();
+        if let Some(s) = self.slots.take() {
+            self.gpu.inner.timer.slots.lock().get_or_insert(s);
+        }
+        result
+    }
+
+    fn read(&self) -> Result<Timing> {
+        let gpu = &self.gpu;
+        gpu.wait_for(self.index.clone())?;
+        let wall_seconds = self.start.elapsed().as_secs_f64();
+        let Some(s) = &self.slots else {
             return Ok(Timing {
                 seconds: wall_seconds,
                 source: TimingSource::WallClock,
                 wall_seconds,
             });
         };
-        let ticks = self.map_read(&s.readback, 0, 16)?;
+        let ticks = gpu.map_read(&s.readback, 0, 16)?;
         let t: &[u64] = bytemuck::cast_slice(&ticks);
-        let period = self.queue().get_timestamp_period() as f64;
+        let period = gpu.queue().get_timestamp_period() as f64;
         if t[1] < t[0] || period == 0.0 {
             return Err(Error::Device {
                 during: "reading GPU timestamps".into(),

@@ -845,7 +845,7 @@ impl<'a> Batch<'a> {
     /// Submits everything recorded, in order. Parameter allocations are released after the
     /// submit (and reused only once this work is done).
     pub fn submit(self) -> Result<wgpu::SubmissionIndex> {
-        self.submit_with(|gpu, commands| Ok(gpu.submit([commands])))
+        self.submit_with(|gpu, commands| gpu.submit([commands]))
     }
 
     /// Submits everything recorded, as [`submit`](Self::submit) does, waits for it, and
@@ -865,13 +865,12 @@ impl<'a> Batch<'a> {
     /// # Ok::<(), vramkit::Error>(())
     /// ```
     pub fn submit_timed(self) -> Result<Timing> {
-        self.submit_with(|gpu, commands| gpu.time_submission([commands]))
+        // Only the submission in the batch's error scope; the wait outside it.
+        self.submit_with(|gpu, commands| gpu.submit_timestamped([commands]))?
+            .wait()
     }
 
-    fn submit_with<T>(
-        mut self,
-        submit: impl FnOnce(&Gpu, wgpu::CommandBuffer) -> Result<T>,
-    ) -> Result<T> {
+    fn submit_with<T>(mut self, submit: impl FnOnce(&Gpu, wgpu::CommandBuffer) -> T) -> Result<T> {
         self.pass = None;
         self.flush_params();
         let kernels = self.kernels;
@@ -883,7 +882,7 @@ impl<'a> Batch<'a> {
         let encoder = self.encoder;
         let submitted = gpu.scoped("submitting a kernel batch", || {
             submit(&gpu, encoder.finish())
-        })??;
+        })?;
         #[cfg(feature = "metrics")]
         metrics::counter!("vramkit_kernels_dispatched_total").increment(self.dispatches as u64);
         if let Some((names, readback)) = profile {
