@@ -443,7 +443,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     warm_until_steady("matmul", figures, || {
         time_batch(&kernels, mm_reps, |batch| {
             batch
-                .matmul(MatmulInput::F32, dim, dim, dim, &*a, &*b, &c)
+                .matmul(MatmulInput::F32, dim, dim, dim, &a, &b, &c)
                 .expect("record");
         })
     });
