@@ -45,9 +45,10 @@
 //!   the word and finds a bias clears it, runs the barrier and looks once: with the owner
 //!   outside, the try holds the lock and the bias is revoked; with the owner inside, it
 //!   stores the bias back before releasing the word, so the next holder of the word still
-//!   revokes and waits. Nobody else held the lock meanwhile, so the bias stands as it was
-//!   (an owner that found it gone meanwhile comes through the word and finds its own bias
-//!   there, which needs no revoking). A try that left the bias cleared would leave the
+//!   revokes and waits. Nobody else held the lock meanwhile, so the bias stands as it was.
+//!   An owner that found it gone meanwhile comes through the word and finds its own bias
+//!   there: it clears it (nothing to wait for), since a thread holding the word must not
+//!   also be able to enter through the bias (a callback's try inside its critical section). A try that left the bias cleared would leave the
 //!   owner inside with nothing to tell the next holder (a CI run, 2026-11-25); one that
 //!   failed on every lock biased to another thread would fail forever once the owner
 //!   stopped taking it.
@@ -223,7 +224,7 @@ unsafe impl lock_api::RawMutex for RawLock {
             ) {
                 Ok(_) => {
                     let bias = self.bias.load(Ordering::Relaxed);
-                    if bias != 0 && self.own_slot(bias).is_none() && !self.try_revoke(bias) {
+                    if bias != 0 && !self.clear_own_bias(bias) && !self.try_revoke(bias) {
                         // The owner is inside, and the bias is back for the next holder
                         // of the word to wait for (module docs).
                         self.release_lock_word();
@@ -327,10 +328,7 @@ impl RawLock {
             return;
         }
         let bias = self.bias.load(Ordering::Relaxed);
-        // A bias of this very thread's needs no revoking: it is not inside (it came
-        // through the word because `enter_biased` found the bias gone, and a `try_lock`
-        // that found it inside gave it back since).
-        if bias != 0 && self.own_slot(bias).is_none() {
+        if bias != 0 && !self.clear_own_bias(bias) {
             self.revoke(bias);
         }
         let bias_after = self.bias_after.load(Ordering::Relaxed);
@@ -353,6 +351,21 @@ impl RawLock {
     fn ask_for_bias(&self) {
         self.acquisitions.store(0, Ordering::Relaxed);
         self.state.fetch_or(BIAS_PENDING, Ordering::Relaxed);
+    }
+
+    /// Under the lock word just taken: clears `bias` if it names this very thread, and says
+    /// whether it did. That happens only when a `try_lock` gave back a bias that its owner,
+    /// meanwhile, had found gone (module docs): the owner is not inside, so there is
+    /// nothing to wait for, but holding the word it must not keep a bias it could also
+    /// enter through (a callback's `try_lock` inside its critical section would).
+    #[cold]
+    #[inline(never)]
+    fn clear_own_bias(&self, bias: u8) -> bool {
+        if self.own_slot(bias).is_none() {
+            return false;
+        }
+        self.bias.store(0, Ordering::Relaxed);
+        true
     }
 
     /// Under the lock word: clears the bias, runs the barrier, and waits for the owner to
@@ -782,6 +795,57 @@ mod tests {
             assert_eq!(raw.bias_counts(), (2, 2));
         }
         assert_eq!(*m.lock(), u64::from(3 * FIRST_BIAS_AFTER) + 5);
+    }
+
+    /// The state a `try_lock` that gave a bias back can leave its owner in: the owner holds
+    /// the lock word while the bias still names it. Its own `try_lock` inside (a callback in
+    /// its critical section) must fail, so taking the word clears the bias; another thread
+    /// then waits, and the lock is biased again later.
+    #[test]
+    fn an_owner_that_takes_the_word_over_its_own_bias_clears_it() {
+        if !heavy_barrier_available() {
+            return;
+        }
+        let m = Arc::new(Mutex::new(0u64));
+        take_turns(&m, u64::from(FIRST_BIAS_AFTER) + 1);
+        // SAFETY: reads and drives the raw lock as `lock` does, on this thread.
+        let raw = unsafe { m.raw() };
+        assert_eq!(raw.bias_counts(), (1, 0));
+        assert_ne!(raw.bias.load(Ordering::Relaxed), 0);
+        // The owner takes the word, as after `enter_biased` found the bias gone.
+        assert!(raw
+            .state
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok());
+        raw.took_lock_word();
+        assert_eq!(
+            raw.bias.load(Ordering::Relaxed),
+            0,
+            "the owner kept its bias"
+        );
+        assert!(
+            m.try_lock().is_none(),
+            "the holder entered again through its bias"
+        );
+        let other = {
+            let m = m.clone();
+            std::thread::spawn(move || *m.lock() += 1)
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !other.is_finished(),
+            "another thread went in beside the holder"
+        );
+        // SAFETY: this thread holds the lock word, taken above.
+        unsafe { lock_api::RawMutex::unlock(raw) };
+        other
+            .join()
+            .unwrap_or_else(|_| panic!("the other thread panicked"));
+        // Nothing was revoked (the bias was this thread's), and it comes back.
+        assert_eq!(raw.bias_counts(), (1, 0));
+        take_turns(&m, u64::from(FIRST_BIAS_AFTER) + 1);
+        assert_eq!(raw.bias_counts(), (2, 0));
+        assert_eq!(*m.lock(), 2 * u64::from(FIRST_BIAS_AFTER) + 3);
     }
 
     /// One thread holds two locks biased to it at once, and another thread waits for each.
