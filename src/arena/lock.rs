@@ -48,10 +48,10 @@
 //!   revokes and waits. Nobody else held the lock meanwhile, so the bias stands as it was.
 //!   An owner that found it gone meanwhile comes through the word and finds its own bias
 //!   there: it clears it (nothing to wait for), since a thread holding the word must not
-//!   also be able to enter through the bias (a callback's try inside its critical section). A try that left the bias cleared would leave the
-//!   owner inside with nothing to tell the next holder (a CI run, 2026-11-25); one that
-//!   failed on every lock biased to another thread would fail forever once the owner
-//!   stopped taking it.
+//!   also be able to enter through the bias (a callback's try inside its critical
+//!   section). A try that left the bias cleared would leave the owner inside with nothing
+//!   to tell the next holder (a CI run, 2026-11-25); one that failed on every lock biased
+//!   to another thread would fail forever once the owner stopped taking it.
 //! - **Biasing.** Each thread that takes the lock word counts it; once `bias_after`
 //!   acquisitions (64 at first) went by since the last bias, the thread that just took it
 //!   sets `BIAS_PENDING` in the word, and its release biases the lock to it before
