@@ -857,7 +857,8 @@ impl<'a> Batch<'a> {
     /// # let gpu = vramkit::Gpu::headless()?;
     /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
     /// let kernels = vramkit::kernels::Kernels::new(&arena)?;
-    /// let (x, y) = (arena.alloc_typed::<f32>(1 << 20, "x")?, arena.alloc_typed::<f32>(1 << 20, "y")?);
+    /// let x = arena.alloc_typed::<f32>(1 << 20, "x")?;
+    /// let y = arena.alloc_typed::<f32>(1 << 20, "y")?;
     /// let mut batch = kernels.batch();
     /// batch.axpy(1 << 20, 2.0, &x, &y)?;
     /// let t = batch.submit_timed()?;
