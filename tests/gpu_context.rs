@@ -188,12 +188,7 @@ fn times_gpu_work() {
     let t = g.time(|e| e.clear_buffer(&buf, 0, None)).unwrap();
     assert!(t.seconds >= 0.0 && t.seconds.is_finite());
     assert!(t.wall_seconds > 0.0);
-    let expected = if g.has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS) {
-        vramkit::TimingSource::GpuTimestamps
-    } else {
-        vramkit::TimingSource::WallClock
-    };
-    assert_eq!(t.source, expected);
+    assert_eq!(t.source, common::expected_timing_source());
 }
 
 #[test]

@@ -73,12 +73,7 @@ fn a_timed_batch_computes_and_reports_its_gpu_time() {
         .map(|(a, b)| (0..reps).fold(*b, |acc, _| alpha * a + acc))
         .collect();
     assert_close(&got, &want, 1e-4, "timed axpy");
-    let expected = if gpu().has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS) {
-        vramkit::TimingSource::GpuTimestamps
-    } else {
-        vramkit::TimingSource::WallClock
-    };
-    assert_eq!(t.source, expected);
+    assert_eq!(t.source, common::expected_timing_source());
     assert!(t.seconds > 0.0 && t.seconds.is_finite(), "{t:?}");
     // The GPU ran the batch between the submit and the end of the wait (the margin is for
     // two clocks that tick apart).

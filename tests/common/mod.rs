@@ -24,6 +24,16 @@ pub fn gpu() -> &'static Gpu {
     })
 }
 
+/// How `Gpu::time` and its kin measure on the test GPU: timestamps where the adapter has
+/// them inside encoders, the host's wall clock elsewhere.
+pub fn expected_timing_source() -> vramkit::TimingSource {
+    if gpu().has(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS) {
+        vramkit::TimingSource::GpuTimestamps
+    } else {
+        vramkit::TimingSource::WallClock
+    }
+}
+
 /// A device a host app would create itself on the test GPU's adapter, with `limits`
 /// and no optional feature (what `Gpu::from_wgpu` receives from a renderer).
 pub fn host_device(limits: wgpu::Limits) -> (wgpu::Device, wgpu::Queue) {
