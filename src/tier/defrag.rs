@@ -92,9 +92,13 @@ impl DefragReport {
     }
 }
 
-/// One movable to move: its slot, size, and bytes taken in its block.
+/// One movable to move: its slot and [generation](super::Entry::generation) when the pass
+/// looked (the move happens only if both still match: same movable, same place, as
+/// another thread may drop, create, evict or restore meanwhile), its size, and the bytes
+/// it takes in its block.
 struct Candidate {
     slot: u32,
+    generation: u64,
     size: u64,
     placed: u64,
 }
@@ -181,16 +185,20 @@ impl Tiers {
             drained,
             ..
         } = pass;
-        self.run_moves(moves);
         // The old ranges come back once the copies finish; then the drained blocks are
-        // empty and go back to the device (with any repack block left unused).
-        arena.synchronize()?;
-        let blocks_before = arena.stats().blocks;
-        report.bytes_freed = arena.release_all_empty();
-        report.blocks_freed = blocks_before.saturating_sub(arena.stats().blocks);
+        // empty and go back to the device (with any repack block left unused). On an
+        // error the blocks stop draining all the same.
+        let released = self.run_moves(moves).and_then(|()| {
+            arena.synchronize()?;
+            let blocks_before = arena.stats().blocks;
+            report.bytes_freed = arena.release_all_empty();
+            report.blocks_freed = blocks_before.saturating_sub(arena.stats().blocks);
+            Ok(())
+        });
         for (pool, id) in drained {
             arena.set_draining(pool, &[id], false);
         }
+        released?;
         let after = arena.stats();
         report.allocated_after = after.allocated;
         report.reserved_after = after.reserved;
@@ -202,24 +210,31 @@ impl Tiers {
     fn movable_blocks(&self) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
         let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
         let st = self.shared.state.lock();
+        let done = self.shared.done.load(std::sync::atomic::Ordering::Acquire);
         for (slot, e) in st.entries.iter().enumerate() {
-            let Some(Entry {
+            let Some(e) = e else { continue };
+            let Entry {
                 place: Place::Device(a),
                 pins: 0,
                 dropped: false,
-                pool,
-                size,
                 ..
-            }) = e
+            } = e
             else {
                 continue;
             };
+            if e.busy_until > done {
+                continue;
+            }
             let (block, _) = a.place();
-            by_block.entry((*pool, block)).or_default().push(Candidate {
-                slot: slot as u32,
-                size: *size,
-                placed: a.placed_size(),
-            });
+            by_block
+                .entry((e.pool, block))
+                .or_default()
+                .push(Candidate {
+                    slot: slot as u32,
+                    generation: e.generation,
+                    size: e.size,
+                    placed: a.placed_size(),
+                });
         }
         by_block
     }
@@ -363,7 +378,7 @@ impl Tiers {
         for c in members {
             {
                 let mut st = shared.state.lock();
-                if let Some(e) = st.entry(c.slot) {
+                if let Some(e) = st.entry_of(c.slot, c.generation) {
                     label.clear();
                     label.push_str(&e.label);
                 }
@@ -372,15 +387,23 @@ impl Tiers {
                 self.unplan(planned);
                 return None;
             };
+            // Decided on a snapshot: act only if the slot still holds the same movable in
+            // the same place, unpinned and with no GPU work in flight on it.
             let mut st = shared.state.lock();
-            let taken = match st.entry(c.slot) {
-                Some(e) if e.pins == 0 && matches!(e.place, Place::Device(_)) => {
+            let done = shared.done.load(std::sync::atomic::Ordering::Acquire);
+            let taken = match st.entry_of(c.slot, c.generation) {
+                Some(e)
+                    if e.pins == 0
+                        && !e.dropped
+                        && e.busy_until <= done
+                        && matches!(e.place, Place::Device(_)) =>
+                {
                     std::mem::replace(&mut e.place, Place::Moving)
                 }
                 _ => Place::Moving,
             };
             let Place::Device(from) = taken else {
-                // Pinned meanwhile by another thread: the block cannot empty.
+                // Pinned, moved, dropped or in flight meanwhile: the block cannot empty.
                 drop(st);
                 to.discard_unused();
                 self.unplan(planned);
@@ -413,45 +436,55 @@ impl Tiers {
         }
     }
 
-    /// Copies every move in one submission and points the handles at the new ranges.
-    fn run_moves(&self, moves: Vec<Move>) {
+    /// Copies every move in one submission and points the handles at the new ranges. When
+    /// wgpu refuses the copies (a lost device), every entry goes back to where it was and
+    /// nothing moved.
+    fn run_moves(&self, moves: Vec<Move>) -> Result<()> {
         if moves.is_empty() {
-            return;
+            return Ok(());
         }
         let shared = &self.shared;
-        let mut encoder =
-            shared
-                .gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit defragment"),
-                });
-        let bytes: u64 = moves.iter().map(|m| m.from.size()).sum();
-        let copies: Vec<super::copy::Copy<'_>> = moves
-            .iter()
-            .map(|m| super::copy::Copy {
-                src: m.from.buffer(),
-                src_offset: m.from.offset(),
-                dst: m.to.buffer(),
-                dst_offset: m.to.offset(),
-                bytes: m.from.size(),
-            })
-            .collect();
-        if let Err(e) = super::copy::record(&shared.gpu, &mut encoder, &copies) {
-            // The kernel could not be set up: copy commands move the same bytes.
-            log::warn!("defragmentation falls back to copy commands: {e}");
-            encoder = shared
-                .gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit defragment"),
-                });
-            for c in &copies {
-                encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.bytes);
+        let copied = shared.gpu.scoped("defragmenting", || {
+            let copies: Vec<super::copy::Copy<'_>> = moves
+                .iter()
+                .map(|m| super::copy::Copy {
+                    src: m.from.buffer(),
+                    src_offset: m.from.offset(),
+                    dst: m.to.buffer(),
+                    dst_offset: m.to.offset(),
+                    bytes: m.from.size(),
+                })
+                .collect();
+            let encoder = || {
+                shared
+                    .gpu
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit defragment"),
+                    })
+            };
+            let mut recorded = encoder();
+            if let Err(e) = super::copy::record(&shared.gpu, &mut recorded, &copies) {
+                // The kernel could not be set up: copy commands move the same bytes.
+                log::warn!("defragmentation falls back to copy commands: {e}");
+                recorded = encoder();
+                for c in &copies {
+                    recorded.copy_buffer_to_buffer(
+                        c.src,
+                        c.src_offset,
+                        c.dst,
+                        c.dst_offset,
+                        c.bytes,
+                    );
+                }
             }
+            shared.gpu.submit_timed("defragment", [recorded.finish()]);
+        });
+        if let Err(e) = copied {
+            self.unplan(moves);
+            return Err(e);
         }
-        drop(copies);
-        shared.gpu.submit_timed("defragment", [encoder.finish()]);
+        let bytes: u64 = moves.iter().map(|m| m.from.size()).sum();
         let mut st = shared.state.lock();
         st.counters.defrag_moves += moves.len() as u64;
         st.counters.bytes_defrag_moved += bytes;
@@ -464,5 +497,6 @@ impl Tiers {
         shared.moved.notify_all();
         drop(st);
         drop(olds);
+        Ok(())
     }
 }

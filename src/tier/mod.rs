@@ -142,6 +142,11 @@ pub(crate) struct Entry {
     pub last_use: u64,
     /// The handle was dropped while a move was under way; the mover frees it.
     pub dropped: bool,
+    /// Identity of this entry *and* its place: new whenever a slot gets a new entry or an
+    /// entry a new place. Whoever decides on a snapshot (a defragmentation's plan) and
+    /// acts after a wait checks it is unchanged first: a slot is reused by the next
+    /// movable, and a movable evicted and restored meanwhile is somewhere else.
+    pub generation: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -161,13 +166,22 @@ pub(crate) struct Counters {
 pub(crate) struct TierState {
     pub entries: Vec<Option<Entry>>,
     free_slots: Vec<u32>,
+    /// The next [`Entry::generation`].
+    next_generation: u64,
     pub host: HostTier,
     pub tick: u64,
     pub counters: Counters,
 }
 
 impl TierState {
-    fn insert(&mut self, entry: Entry) -> u32 {
+    /// A generation no entry had before.
+    fn new_generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+
+    fn insert(&mut self, mut entry: Entry) -> u32 {
+        entry.generation = self.new_generation();
         match self.free_slots.pop() {
             Some(i) => {
                 self.entries[i as usize] = Some(entry);
@@ -192,6 +206,11 @@ impl TierState {
 
     pub(crate) fn get(&self, slot: u32) -> Option<&Entry> {
         self.entries.get(slot as usize)?.as_ref()
+    }
+
+    /// The entry of `slot` if it is still of `generation` (same movable, same place).
+    pub(crate) fn entry_of(&mut self, slot: u32, generation: u64) -> Option<&mut Entry> {
+        self.entry(slot).filter(|e| e.generation == generation)
     }
 }
 
@@ -237,6 +256,7 @@ impl Tiers {
             state: Mutex::new(TierState {
                 entries: Vec::new(),
                 free_slots: Vec::new(),
+                next_generation: 0,
                 host: HostTier::new(&gpu, config.host_budget),
                 tick: 0,
                 counters: Counters::default(),
@@ -280,6 +300,7 @@ impl Tiers {
             busy_until: 0,
             last_use,
             dropped: false,
+            generation: 0,
         });
         drop(st);
         Ok(Movable {
@@ -362,8 +383,8 @@ impl Tiers {
     }
 
     /// Moves every handle of `set` that is on the device to host memory now. Fails, moving
-    /// nothing, if one is pinned by a live [`Resident`]; waits for GPU work still using
-    /// them. Returns the bytes moved.
+    /// nothing, if one is pinned by a live [`Resident`], also by one made while this call
+    /// waited; waits for GPU work still using them. Returns the bytes moved.
     pub fn evict(&self, set: &[&Movable]) -> Result<u64> {
         self.shared.gpu.check_alive()?;
         for m in set {
@@ -371,28 +392,33 @@ impl Tiers {
         }
         let shared = &self.shared;
         let slots: Vec<u32> = set.iter().map(|m| m.slot).collect();
-        let mut st = shared.wait_not_moving(shared.state.lock(), &slots);
-        if let Some(e) = slots.iter().filter_map(|&s| st.get(s)).find(|e| e.pins > 0) {
-            let label = e.label.to_string();
-            drop(st);
-            return Err(Error::invalid(
-                format!("cannot evict '{label}': a Resident guard still pins it"),
-                "drop the guard (after submitting the work that uses it) before evicting",
-            ));
-        }
-        let done = shared.done.load(Ordering::Acquire);
-        if slots
-            .iter()
-            .any(|&s| st.get(s).is_some_and(|e| e.busy_until > done))
-        {
+        let mut st = shared.state.lock();
+        // Pins, places and in-flight marks are read afresh after every wait: another
+        // thread may pin or move a handle while this one waits without the lock.
+        loop {
+            st = shared.wait_not_moving(st, &slots);
+            if let Some(e) = slots.iter().filter_map(|&s| st.get(s)).find(|e| e.pins > 0) {
+                let label = e.label.to_string();
+                drop(st);
+                return Err(Error::invalid(
+                    format!("cannot evict '{label}': a Resident guard still pins it"),
+                    "drop the guard (after submitting the work that uses it) before evicting",
+                ));
+            }
+            let done = shared.done.load(Ordering::Acquire);
+            if !slots
+                .iter()
+                .any(|&s| st.get(s).is_some_and(|e| e.busy_until > done))
+            {
+                break;
+            }
             drop(st);
             shared.settle()?;
-            st = shared.wait_not_moving(shared.state.lock(), &slots);
+            st = shared.state.lock();
         }
         let planned = shared.plan_evictions(&mut st, &slots);
         drop(st);
-        let planned = planned?;
-        Ok(shared.run_evictions(planned))
+        shared.run_evictions(planned?)
     }
 
     /// Evicts unpinned, idle movables, least recently used first, until at least `bytes`
@@ -513,24 +539,39 @@ impl TierShared {
             drop(st);
             return Err(e);
         }
-        let mut encoder =
-            self.gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit restore"),
-                });
-        let mut bytes = 0;
-        for ((.., size, _, range), a) in restores.iter().zip(&allocated) {
-            encoder.copy_buffer_to_buffer(
-                range.block.buffer(),
-                range.offset(),
-                a.buffer(),
-                a.offset(),
-                *size,
-            );
-            bytes += size;
+        let copied = self.gpu.scoped("restoring movables to the device", || {
+            let mut encoder =
+                self.gpu
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit restore"),
+                    });
+            for ((.., size, _, range), a) in restores.iter().zip(&allocated) {
+                encoder.copy_buffer_to_buffer(
+                    range.block.buffer(),
+                    range.offset(),
+                    a.buffer(),
+                    a.offset(),
+                    *size,
+                );
+            }
+            self.gpu.submit_timed("restore", [encoder.finish()]);
+        });
+        if let Err(e) = copied {
+            // Nothing was copied: the bytes are still on the host, where the entries go
+            // back; the new ranges were never used by the GPU.
+            let mut st = self.state.lock();
+            for (slot, .., range) in restores {
+                self.commit(&mut st, slot, Place::Host(range));
+            }
+            self.moved.notify_all();
+            self.unlock(st);
+            for a in allocated {
+                a.discard_unused();
+            }
+            return Err(e);
         }
-        self.gpu.submit_timed("restore", [encoder.finish()]);
+        let bytes: u64 = restores.iter().map(|r| r.2).sum();
         let mut st = self.state.lock();
         st.counters.restores += restores.len() as u64;
         st.counters.bytes_restored += bytes;
@@ -544,14 +585,17 @@ impl TierShared {
         Ok(())
     }
 
-    /// Puts `place` into the entry of `slot` after a move, or frees it if the handle was
-    /// dropped meanwhile (then the device allocation, if any, drops with the lock held:
-    /// the arena's release takes only the arena's lock, never ours).
+    /// Puts `place` into the entry of `slot` after a move (a new generation: the entry is
+    /// somewhere else now), or frees it if the handle was dropped meanwhile (then the
+    /// device allocation, if any, drops with the lock held: the arena's release takes
+    /// only the arena's lock, never ours).
     fn commit(&self, st: &mut TierState, slot: u32, place: Place) {
         let dropped = st.entry(slot).is_none_or(|e| e.dropped);
         if !dropped {
+            let generation = st.new_generation();
             if let Some(e) = st.entry(slot) {
                 e.place = place;
+                e.generation = generation;
             }
             return;
         }
@@ -598,31 +642,41 @@ impl TierShared {
 
     /// Records and submits the copies of `planned`, then commits: entries point at their
     /// host ranges and the device allocations drop (the arena reuses their ranges after
-    /// the copies finish). Returns the bytes moved.
-    fn run_evictions(&self, planned: Vec<Eviction>) -> u64 {
+    /// the copies finish). Returns the bytes moved. When wgpu refuses the copies (a lost
+    /// device), every entry goes back to its device allocation and nothing moved.
+    fn run_evictions(&self, planned: Vec<Eviction>) -> Result<u64> {
         if planned.is_empty() {
-            return 0;
+            return Ok(0);
         }
-        let mut encoder =
-            self.gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit evict"),
-                });
-        let mut bytes = 0;
-        for p in &planned {
-            let size = p.from.size();
-            encoder.copy_buffer_to_buffer(
-                p.from.buffer(),
-                p.from.offset(),
-                p.to.block.buffer(),
-                p.to.offset(),
-                size,
-            );
-            bytes += size;
-        }
-        self.gpu.submit_timed("evict", [encoder.finish()]);
+        let copied = self.gpu.scoped("evicting movables to host memory", || {
+            let mut encoder =
+                self.gpu
+                    .device()
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vramkit evict"),
+                    });
+            for p in &planned {
+                encoder.copy_buffer_to_buffer(
+                    p.from.buffer(),
+                    p.from.offset(),
+                    p.to.block.buffer(),
+                    p.to.offset(),
+                    p.from.size(),
+                );
+            }
+            self.gpu.submit_timed("evict", [encoder.finish()]);
+        });
         let mut st = self.state.lock();
+        if let Err(e) = copied {
+            for p in planned {
+                st.host.free(p.to);
+                self.commit(&mut st, p.slot, Place::Device(p.from));
+            }
+            self.moved.notify_all();
+            self.unlock(st);
+            return Err(e);
+        }
+        let bytes: u64 = planned.iter().map(|p| p.from.size()).sum();
         st.counters.evictions += planned.len() as u64;
         st.counters.bytes_evicted += bytes;
         let mut olds = Vec::with_capacity(planned.len());
@@ -637,7 +691,7 @@ impl TierShared {
         // Their ranges come back when the copies finish, not when whatever is submitted
         // next does: the restore waiting for them must not wait for the caller's kernels.
         self.arena.seal_frees();
-        bytes
+        Ok(bytes)
     }
 
     /// Unpinned, device-resident entries in eviction order (other pools than `prefer`
@@ -702,7 +756,7 @@ impl TierShared {
             let planned = self.plan_evictions(&mut st, &chosen);
             drop(st);
             match planned {
-                Ok(p) => moved += self.run_evictions(p),
+                Ok(p) => moved += self.run_evictions(p).unwrap_or(0),
                 Err(_) => HOST_FULL.with(|f| f.set(true)),
             }
             // Every entry in order was idle or passed over: settling cannot add any.
@@ -763,7 +817,7 @@ impl TierShared {
         let planned = self.plan_evictions(&mut st, &chosen);
         drop(st);
         match planned {
-            Ok(p) => self.run_evictions(p),
+            Ok(p) => self.run_evictions(p).unwrap_or(0),
             Err(_) => {
                 HOST_FULL.with(|f| f.set(true));
                 0
