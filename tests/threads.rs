@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use vramkit::arena::Budget;
 use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
-use vramkit::{ArenaConfig, Runtime, RuntimeConfig};
+use vramkit::{Arena, ArenaConfig, Runtime, RuntimeConfig};
 
 fn runtime(name: &str, budget: Budget, guard_bytes: u64) -> Runtime {
     Runtime::new(
@@ -231,5 +231,48 @@ fn churn_against_defragment() {
         "{} defragmentations, {} moves",
         rounds.load(Ordering::Relaxed),
         s.defrag_moves
+    );
+}
+
+/// A guarded arena fills each new allocation's guards through the queue; a work-done
+/// callback, which wgpu runs inside another thread's submit with the queue lock held,
+/// drops an allocation and so takes the arena's lock. Neither may wait for the other.
+#[test]
+fn callbacks_that_drop_allocations_never_deadlock_a_guarded_arena() {
+    let rt = Arc::new(runtime("guarded-callbacks", Budget::Unlimited, 256));
+    within(
+        Duration::from_secs(120),
+        "guard fills against callbacks",
+        move || {
+            let stop = Arc::new(AtomicBool::new(false));
+            let allocator = {
+                let (arena, stop): (Arena, _) = (rt.arena().clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let a = arena.alloc(rng.gen_range(1u64..64) * 256, "fresh").unwrap();
+                        drop(a);
+                        n += 1;
+                    }
+                    n
+                })
+            };
+            let gpu = rt.gpu().clone();
+            for i in 0..3000 {
+                let a = rt.arena().alloc(1024, "dropped by a callback").unwrap();
+                gpu.queue().on_submitted_work_done(move || drop(a));
+                let encoder = gpu.device().create_command_encoder(&Default::default());
+                gpu.submit([encoder.finish()]);
+                if i % 64 == 0 {
+                    gpu.wait_idle().unwrap();
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            let n = allocator.join().unwrap();
+            gpu.wait_idle().unwrap();
+            assert!(n > 0);
+            assert!(rt.arena().check_guards().unwrap().is_empty());
+        },
     );
 }

@@ -572,6 +572,8 @@ impl Shared {
                 (got, req.reused)
             }
         };
+        // Guards to fill once the lock is released (see below).
+        let mut unfilled = None;
         let (slot, id) = match got {
             // A cached range: no guards (`reuse`), the same size and pool; only who holds
             // it is new.
@@ -589,15 +591,19 @@ impl Shared {
                 let placed = range.placed;
                 let offset = placed.offset + guard;
                 if guard > 0 && !self.config.dry_run {
-                    // `write_buffer` only queues the bytes: no callback runs.
-                    guard::fill(
-                        &self.gpu,
-                        range.buffer.buffer(),
-                        placed.offset,
-                        guard,
-                        offset + size,
-                        placed.size - guard - size,
-                    );
+                    // `Gpu::write_buffer` takes the queue lock, which a thread submitting
+                    // holds while wgpu runs callbacks that may drop an allocation (and so
+                    // take this lock): the arena's lock ranks above the queue's, so the
+                    // guards are queued after it is released. Until then `check_guards`
+                    // passes this allocation over.
+                    unfilled = Some(guard::Fill {
+                        buffer: range.buffer.clone(),
+                        front: placed.offset,
+                        front_len: guard,
+                        back: offset + size,
+                        back_len: placed.size - guard - size,
+                    });
+                    st.guards_unfilled.push(id);
                 }
                 let slot = st.live.insert(LiveRecord {
                     phase: Phase::Live,
@@ -626,7 +632,14 @@ impl Shared {
                 hook.note_recorded(size, id);
             }
         }
-        self.hand_out(st, slot, kind)
+        let allocation = self.hand_out(st, slot, kind);
+        if let Some(fill) = unfilled {
+            fill.write(&self.gpu);
+            let mut st = self.state.lock();
+            st.guards_unfilled.retain(|&u| u != id);
+            self.unlock(st);
+        }
+        allocation
     }
 
     /// The allocation loop, for a request the ready cache did not serve: decides each

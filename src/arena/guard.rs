@@ -53,21 +53,27 @@ type Window = (wgpu::Buffer, u64, u64, Vec<[u32; 4]>);
 /// A block's buffer and its guard regions as (byte offset, bytes, region index).
 type BlockGuards = (wgpu::Buffer, Vec<(u64, u64, u32)>);
 
-/// Writes the pattern into the guards before and after a new allocation.
-pub(super) fn fill(
-    gpu: &Gpu,
-    buffer: &wgpu::Buffer,
-    front: u64,
-    front_len: u64,
-    back: u64,
-    back_len: u64,
-) {
-    for (offset, len) in [(front, front_len), (back, back_len)] {
-        if len == 0 {
-            continue;
+/// The guards of a new allocation, to be filled with the pattern once the arena's lock is
+/// released (filling queues a write, which takes the queue lock: it ranks below the
+/// arena's).
+pub(super) struct Fill {
+    pub buffer: std::sync::Arc<super::block::BlockBuffer>,
+    pub front: u64,
+    pub front_len: u64,
+    pub back: u64,
+    pub back_len: u64,
+}
+
+impl Fill {
+    /// Queues the pattern into both guards; it lands before the next submission.
+    pub fn write(&self, gpu: &Gpu) {
+        for (offset, len) in [(self.front, self.front_len), (self.back, self.back_len)] {
+            if len == 0 {
+                continue;
+            }
+            let words = vec![GUARD_PATTERN; (len / 4) as usize];
+            gpu.write_buffer(self.buffer.buffer(), offset, bytemuck::cast_slice(&words));
         }
-        let words = vec![GUARD_PATTERN; (len / 4) as usize];
-        gpu.write_buffer(buffer, offset, bytemuck::cast_slice(&words));
     }
 }
 
@@ -101,6 +107,10 @@ impl Arena {
         {
             let st = shared.state.lock();
             for (id, r) in st.live.iter() {
+                // Its guards are not queued yet (see `Fill`): nothing to check.
+                if st.guards_unfilled.contains(id) {
+                    continue;
+                }
                 let pool = &st.pools[r.pool];
                 let Some(buffer) = pool.buffer(r.block()).map(|b| b.buffer()) else {
                     continue;

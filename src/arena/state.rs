@@ -253,6 +253,9 @@ pub(crate) struct State {
     /// Blocks given back while the lock was held, destroyed once it is released
     /// (`Shared::unlock`): destroying a buffer may run a wgpu map callback.
     pub doomed: Vec<Arc<BlockBuffer>>,
+    /// Ids of allocations handed out whose guards are not queued yet (guard bytes on;
+    /// `guard::Fill`): at most one per thread allocating right now.
+    pub guards_unfilled: Vec<u64>,
     /// The memory history, while recording (`Arena::record_history`).
     pub history: Option<Box<super::history::HistoryRing>>,
     /// The planned loop iteration running on this arena, if any (`planned.rs`).
@@ -298,6 +301,7 @@ impl State {
             closed: false,
             harvested: 0,
             doomed: Vec::new(),
+            guards_unfilled: Vec::new(),
             history: None,
             loop_hook: None,
             loop_blocks: Vec::new(),
