@@ -77,6 +77,8 @@ enum Reserve {
     /// The limit, its bound in bytes, and the block that would have crossed it.
     Over(Limit, Option<u64>, u64),
     Device(String),
+    /// Fail the request with this error (the device is lost).
+    Failed(Error),
 }
 
 impl From<AllocError> for Reserve {
@@ -528,6 +530,7 @@ impl Shared {
             return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
         };
         let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        let blocks_before = st.counters.blocks_created;
         let label_index = st.intern(label);
         if st.loop_hook.is_some() && guard == 0 && mode.cache {
             // Before the harvest and the seal: a planned allocation needs neither.
@@ -632,12 +635,18 @@ impl Shared {
                 hook.note_recorded(size, id);
             }
         }
+        let grew = st.counters.blocks_created != blocks_before;
         let allocation = self.hand_out(st, slot, kind);
         if let Some(fill) = unfilled {
             fill.write(&self.gpu);
             let mut st = self.state.lock();
             st.guards_unfilled.retain(|&u| u != id);
             self.unlock(st);
+        }
+        // On a destroyed device wgpu made the new block's buffer silently invalid: ask,
+        // now that no lock is held (a poll runs callbacks). Blocks are rare.
+        if grew && !self.config.dry_run {
+            self.gpu.notice_loss()?;
         }
         allocation
     }
@@ -846,6 +855,7 @@ impl Shared {
             Err(Reserve::Device(message)) => {
                 return self.over_limit(st, req, Limit::Device, None, None, Some(message));
             }
+            Err(Reserve::Failed(e)) => return Step::Fail(e),
         };
         match st.pools[req.pool].buffer(placed.block).cloned() {
             Some(buffer) => Step::Placed(Got::New(CachedRange { placed, buffer })),
@@ -1042,7 +1052,10 @@ impl Shared {
                     self.config.dry_run,
                     &format!("{name}/{pool_name}/block{} ({label})", id.0),
                 )
-                .map_err(|e| Reserve::Device(e.to_string()))?;
+                .map_err(|e| match e {
+                    Error::DeviceLost { .. } => Reserve::Failed(e),
+                    e => Reserve::Device(e.to_string()),
+                })?;
                 if let Some(old) = created.replace(buffer) {
                     // The BlockSet asked again with a larger size. Nobody else has seen
                     // this buffer, so no callback of anyone's can be pending on it.

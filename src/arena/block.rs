@@ -87,22 +87,23 @@ impl BlockBuffer {
                 })
                 .map(BlockBuffer::Virtual);
         }
-        if host_visible {
-            if let Some(memory) =
-                HostBuffer::new(gpu, size, usage, HostPlacement::DeviceLocal, label)
-            {
-                return Ok(BlockBuffer::Host(memory));
-            }
-        }
-        gpu.scoped("creating an arena block", || {
-            gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage,
-                mapped_at_creation: false,
-            })
-        })
-        .map(BlockBuffer::Device)
+        let host = host_visible
+            .then(|| HostBuffer::new(gpu, size, usage, HostPlacement::DeviceLocal, label))
+            .flatten();
+        let block = match host {
+            Some(memory) => BlockBuffer::Host(memory),
+            None => BlockBuffer::Device(gpu.scoped("creating an arena block", || {
+                gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            })?),
+        };
+        // (wgpu creates a silently invalid buffer on a destroyed device: the allocation
+        // path asks whether the device is still there once its lock is released.)
+        Ok(block)
     }
 
     /// The wgpu buffer.

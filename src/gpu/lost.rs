@@ -16,7 +16,7 @@
 //! Dropping allocations, arenas and views after a loss does no device work that can fail,
 //! and statistics, summaries and leak reports keep working.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -29,6 +29,8 @@ use crate::{Error, Result};
 pub(super) struct LostState {
     lost: AtomicBool,
     reason: Mutex<String>,
+    /// wgpu errors that reached the uncaptured-error handler (see `install`).
+    uncaptured: AtomicU64,
 }
 
 impl LostState {
@@ -40,12 +42,21 @@ impl LostState {
         }
     }
 
-    /// A device-lost callback for `device` that records into `state`.
+    /// A device-lost callback for `device` that records into `state`, and an
+    /// uncaptured-error handler in place of wgpu's default, which panics: every call of
+    /// vramkit's that can fail runs in an error scope, so what reaches this handler is the
+    /// host's own work on a device vramkit opened, or wgpu's report on resources made
+    /// invalid by a loss. It is logged; a loss then shows at the next check.
     pub(super) fn install(state: &Arc<LostState>, device: &wgpu::Device) {
-        let state = state.clone();
+        let lost = state.clone();
         device.set_device_lost_callback(move |reason, message| {
-            state.record(format!("{reason:?}: {message}"));
+            lost.record(format!("{reason:?}: {message}"));
         });
+        let uncaptured = state.clone();
+        device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
+            uncaptured.uncaptured.fetch_add(1, Ordering::Relaxed);
+            log::error!("wgpu error outside any vramkit error scope: {error}");
+        }));
     }
 }
 
@@ -60,10 +71,28 @@ impl Gpu {
             .then(|| state.reason.lock().clone())
     }
 
+    /// How many wgpu errors reached the uncaptured-error handler vramkit installs on the
+    /// devices it opens (each is logged); 0 on a device a host app shares, whose handler
+    /// is the host's. vramkit's own calls run in error scopes, so a count above 0 means
+    /// work recorded outside vramkit failed, or resources were used after a loss.
+    pub fn uncaptured_errors(&self) -> u64 {
+        self.inner.lost.uncaptured.load(Ordering::Relaxed)
+    }
+
     /// Records that the device is lost, for a host app that owns the device-lost callback
     /// of a device it shares ([`Gpu::from_wgpu`]): every vramkit call fails fast after it.
     pub fn mark_lost(&self, reason: impl Into<String>) {
         self.inner.lost.record(reason.into());
+    }
+
+    /// Asks wgpu whether the device is still there (a non-blocking poll: wgpu runs the
+    /// device-lost callback inside one, once a destroyed device's queue has drained), and
+    /// says so. wgpu reports nothing else after `Device::destroy`: resources it creates
+    /// then are silently invalid and submissions silently dropped.
+    pub(crate) fn notice_loss(&self) -> Result<()> {
+        self.check_alive()?;
+        let _ = self.inner.device.poll(wgpu::PollType::Poll);
+        self.check_alive()
     }
 
     /// `Err(DeviceLost)` once the device is lost; a single atomic load otherwise.

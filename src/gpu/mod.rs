@@ -563,9 +563,13 @@ impl Gpu {
     /// Runs `f` inside a wgpu error scope and turns a captured error into [`Error::Wgpu`].
     /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
     /// uncaptured-error handler.
+    /// A loss noticed meanwhile (a submit polls: `Gpu::submit`) is an error too.
     pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
         self.check_alive()?;
-        crate::error::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))
+        let value =
+            crate::error::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))?;
+        self.check_alive()?;
+        Ok(value)
     }
 }
 

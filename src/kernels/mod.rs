@@ -873,13 +873,16 @@ impl<'a> Batch<'a> {
 
     fn submit_with<T>(mut self, submit: impl FnOnce(&Gpu, wgpu::CommandBuffer) -> T) -> Result<T> {
         self.pass = None;
-        self.flush_params();
         let kernels = self.kernels;
+        let gpu = kernels.arena.gpu().clone();
+        // The parameters are queued writes: in the scope too, as the submit is.
+        gpu.scoped("queueing a kernel batch's parameters", || {
+            self.flush_params()
+        })?;
         let profile = self
             .profile
             .take()
             .and_then(|p| p.finish(kernels.arena.gpu(), &mut self.encoder));
-        let gpu = kernels.arena.gpu().clone();
         let encoder = self.encoder;
         let submitted = gpu.scoped("submitting a kernel batch", || {
             submit(&gpu, encoder.finish())
