@@ -276,3 +276,44 @@ fn callbacks_that_drop_allocations_never_deadlock_a_guarded_arena() {
         },
     );
 }
+
+/// A server that labels every allocation differently keeps a bounded label table: labels
+/// with nothing live are folded away, and the summary stays short.
+#[test]
+fn distinct_labels_with_nothing_live_are_folded_away() {
+    let rt = runtime("many-labels", Budget::Unlimited, 0);
+    let arena = rt.arena();
+    let keep = arena
+        .alloc(4096, "kept while the others come and go")
+        .unwrap();
+    let pairs = 200_000;
+    for i in 0..pairs {
+        drop(arena.alloc(256, &format!("request {i}")).unwrap());
+    }
+    let s = arena.stats();
+    assert!(
+        s.per_label.len() <= vramkit::arena::LABELS_KEPT + 1,
+        "{} labels kept after {pairs} distinct ones",
+        s.per_label.len()
+    );
+    assert!(s
+        .per_label
+        .iter()
+        .any(|(l, st)| l == "kept while the others come and go" && st.count == 1));
+    let summary = arena.summary();
+    assert!(
+        summary.len() < 256 << 10,
+        "summary of {} bytes after {pairs} distinct labels",
+        summary.len()
+    );
+    assert!(summary.contains("folded"), "{summary}");
+    assert_eq!(keep.label(), "kept while the others come and go");
+    // A label folded away and used again is counted afresh.
+    let again = arena.alloc(512, "request 0").unwrap();
+    assert_eq!(again.label(), "request 0");
+    assert!(arena
+        .stats()
+        .per_label
+        .iter()
+        .any(|(l, st)| l == "request 0" && st.count == 1 && st.bytes == 512));
+}

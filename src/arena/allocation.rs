@@ -178,8 +178,9 @@ impl Allocation {
             let st = self.shared.state.lock();
             st.live.get(self.slot).map(|r| st.label_text(r.label))
         };
-        // SAFETY: the arena's label table keeps every label it interns, at a fixed
-        // address, for as long as the arena lives; the handle holds the arena.
+        // SAFETY: the arena's label table never folds a label with a live allocation and
+        // keeps each text at a fixed address until it folds it (`arena/labels.rs`); this
+        // handle is live for as long as the borrow, and holds the arena.
         text.map_or("", |t| unsafe { t.as_ref() })
     }
 

@@ -50,6 +50,7 @@ mod clock;
 mod config;
 mod guard;
 pub mod history;
+mod labels;
 mod lock;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -66,6 +67,7 @@ pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, PoolConfig};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
+pub use labels::{Folded, LABELS_KEPT};
 pub(crate) use relief::{AllocMode, HostBlockDump, Relief};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats, PoolStats};

@@ -5,7 +5,6 @@
 //! released (see `acquire.rs`).
 
 use std::collections::VecDeque;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -234,11 +233,18 @@ pub(crate) struct State {
     pub returned_alone_at_flush: u64,
     pub counters: Counters,
     /// Label -> index into `label_stats`; labels are interned once and counted by index
-    /// so the hot path hashes a label once per allocation and never on free.
+    /// so the hot path hashes a label once per allocation and never on free. Labels with
+    /// nothing live are folded away (`labels.rs`).
     pub labels: rustc_hash::FxHashMap<Arc<str>, u32>,
     pub label_stats: Vec<(Arc<str>, LabelStats)>,
     /// The label interned last (most loops allocate under one label).
     pub last_label: u32,
+    /// Indices of `label_stats` folded away, for the next new labels.
+    pub free_labels: Vec<u32>,
+    /// `label_stats` this long with no free index: look for labels to fold.
+    pub label_sweep_at: usize,
+    /// Labels folded away so far, and the largest peak among them.
+    pub folded_labels: super::labels::Folded,
     /// Freed ranges the GPU is done with, by (pool, request size).
     pub ready: ReadyCache,
     /// Harvests that returned ranges; ages the ready lists.
@@ -295,6 +301,9 @@ impl State {
             labels: Default::default(),
             label_stats: Vec::new(),
             last_label: u32::MAX,
+            free_labels: Vec::new(),
+            label_sweep_at: super::labels::LABELS_KEPT,
+            folded_labels: Default::default(),
             ready: Default::default(),
             harvests: 0,
             stock: Vec::new(),
@@ -318,44 +327,6 @@ impl State {
 
     pub fn reserved(&self) -> u64 {
         self.pools.iter().map(|p| p.set.stats().reserved).sum()
-    }
-
-    /// The index of `label` in `label_stats` (labels are never removed).
-    #[inline]
-    pub fn intern(&mut self, label: &str) -> u32 {
-        if let Some((l, _)) = self.label_stats.get(self.last_label as usize) {
-            if same_text(l, label) {
-                return self.last_label;
-            }
-        }
-        self.intern_other(label)
-    }
-
-    /// [`intern`](Self::intern) for a label other than the last one.
-    #[inline(never)]
-    fn intern_other(&mut self, label: &str) -> u32 {
-        let i = match self.labels.get(label) {
-            Some(&i) => i,
-            None => {
-                let k: Arc<str> = Arc::from(label);
-                let i = self.label_stats.len() as u32;
-                self.labels.insert(k.clone(), i);
-                self.label_stats.push((k, LabelStats::default()));
-                i
-            }
-        };
-        self.last_label = i;
-        i
-    }
-
-    /// The text of label `index`, which lives as long as the state: labels are never
-    /// removed, and each text is an `Arc<str>` of its own. Empty for an unknown index.
-    pub fn label_text(&self, index: u32) -> NonNull<str> {
-        NonNull::from(
-            self.label_stats
-                .get(index as usize)
-                .map_or("", |(l, _)| &**l),
-        )
     }
 
     /// Makes the ready record in `slot` live for a new allocation of `size` bytes (its
@@ -717,23 +688,6 @@ pub(crate) fn record_event(h: &mut HistoryRing, kind: EventKind, r: &LiveRecord)
         block,
         r.offset,
     );
-}
-
-/// `a == b`, compared eight bytes at a time in line: labels are short, and the library's
-/// `memcmp` call cost more than the comparison on every allocation.
-#[inline]
-fn same_text(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
-    for (p, q) in x.by_ref().zip(y.by_ref()) {
-        if p != q {
-            return false;
-        }
-    }
-    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
 }
 
 /// Completion marker shared with wgpu's `on_submitted_work_done` callbacks: the newest

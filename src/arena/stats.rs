@@ -82,9 +82,16 @@ pub struct ArenaStats {
     pub fragmentation: f64,
     /// Per block.
     pub per_block: Vec<BlockStats>,
-    /// Per label, sorted by live bytes (largest first).
+    /// Per label, sorted by live bytes (largest first). Labels with nothing live are
+    /// folded away once the table is full (`LABELS_KEPT`); see `folded_labels`.
     pub per_label: Vec<(String, LabelStats)>,
+    /// Labels folded away with nothing live under them, and their largest peak.
+    pub folded_labels: super::Folded,
 }
+
+/// The summary lists this many labels at most (the most live bytes first, then the
+/// largest peaks), and counts the rest in one row.
+const SUMMARY_LABELS: usize = 48;
 
 /// Pools with more blocks than this get one summary row of totals.
 const SUMMARY_BLOCKS_PER_POOL: usize = 8;
@@ -190,6 +197,7 @@ impl Arena {
             },
             per_block,
             per_label,
+            folded_labels: st.folded_labels,
         }
     }
 
@@ -308,7 +316,13 @@ impl Arena {
                 " {:<36} {:>8} {:>14} {:>14}",
                 "label", "live", "bytes", "peak bytes"
             );
-            for (label, l) in &s.per_label {
+            let mut rows: Vec<&(String, LabelStats)> = s.per_label.iter().collect();
+            rows.sort_by(|a, b| {
+                (b.1.bytes, b.1.peak_bytes)
+                    .cmp(&(a.1.bytes, a.1.peak_bytes))
+                    .then(a.0.cmp(&b.0))
+            });
+            for (label, l) in rows.iter().take(SUMMARY_LABELS) {
                 let _ = writeln!(
                     out,
                     " {:<36} {:>8} {:>14} {:>14}",
@@ -318,6 +332,29 @@ impl Arena {
                     fmt_bytes(l.peak_bytes)
                 );
             }
+            if let Some(rest) = rows.get(SUMMARY_LABELS..).filter(|r| !r.is_empty()) {
+                let (count, bytes, peak) = rest.iter().fold((0, 0, 0), |(c, b, p), (_, l)| {
+                    (c + l.count, b + l.bytes, p.max(l.peak_bytes))
+                });
+                let _ = writeln!(
+                    out,
+                    " {:<36} {:>8} {:>14} {:>14}",
+                    format!("({} more labels)", rest.len()),
+                    count,
+                    fmt_bytes(bytes),
+                    fmt_bytes(peak)
+                );
+            }
+        }
+        if s.folded_labels.labels > 0 {
+            let _ = writeln!(
+                out,
+                " {:<36} {:>8} {:>14} {:>14}",
+                format!("({} labels folded)", s.folded_labels.labels),
+                0,
+                fmt_bytes(0),
+                fmt_bytes(s.folded_labels.peak_bytes)
+            );
         }
         if let Some(tier) = self.tier_hook() {
             let _ = writeln!(out, "{}", "-".repeat(76));
