@@ -53,6 +53,7 @@ pub mod arena;
 mod error;
 mod gpu;
 pub mod kernels;
+mod lock_rank;
 pub mod plan;
 pub mod readback;
 mod runtime;

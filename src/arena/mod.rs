@@ -74,7 +74,7 @@ pub use stats::{ArenaStats, BlockStats, PoolStats};
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock_rank::{self, Mutex};
 
 use crate::alloc::{BlockId, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
@@ -166,9 +166,9 @@ impl Arena {
             completion: Arc::new(Completion::default()),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             chained_callbacks: chained_callbacks(gpu),
-            relief: Mutex::new(None),
+            relief: Mutex::new(lock_rank::LEAF, None),
             #[cfg(feature = "metrics")]
-            latency_samples: Mutex::new(Vec::new()),
+            latency_samples: Mutex::new(lock_rank::LEAF, Vec::new()),
             config,
         });
         let arena = Arena {

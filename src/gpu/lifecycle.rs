@@ -13,9 +13,9 @@
 //! It is a mitigation, not a proof: wgpu destroys a device when its last resource goes
 //! (a buffer dropped after the `Gpu`), which can still happen outside the lock.
 
-use parking_lot::{Mutex, MutexGuard};
+use crate::lock_rank::{Mutex, MutexGuard, LIFECYCLE as RANK};
 
-static LIFECYCLE: Mutex<()> = Mutex::new(());
+static LIFECYCLE: Mutex<()> = Mutex::new(RANK, ());
 
 /// Held while a device is created or its last `Gpu` handle is dropped; see the module
 /// docs of `gpu::lifecycle`. Released on drop.

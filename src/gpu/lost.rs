@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock_rank::Mutex;
 
 use super::Gpu;
 use crate::{Error, Result};

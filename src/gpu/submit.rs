@@ -34,6 +34,9 @@
 //! vramkit works from another thread: call them through [`Gpu::write_buffer`], or not
 //! concurrently. `VRAMKIT_QUEUE_LOCK=0` turns the lock off (to reproduce the race).
 //!
+//! Its rank is `lock_rank::QUEUE`, the lowest but the lifecycle lock's: whatever a callback
+//! takes ranks above it, and no lock of ours is held while it is taken (`src/lock_rank.rs`).
+//!
 //! This lock is the one exception to "no foreign code under our locks": the race window is
 //! inside `Queue::submit`, which also runs wgpu callbacks (work-done and map callbacks,
 //! ours and the host's), so they run with it held. It is re-entrant, so a callback may
@@ -64,6 +67,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{ReentrantMutex, RwLock};
 
 use super::Gpu;
+use crate::lock_rank::{self, Held};
+
+/// The queue lock's guard and its rank (the guard first: released before the rank).
+struct QueueGuard<'a> {
+    _guard: Option<parking_lot::ReentrantMutexGuard<'a, ()>>,
+    _held: Held,
+}
 
 /// Counts vramkit's submissions and lets in-place host access exclude them.
 #[derive(Default)]
@@ -113,11 +123,16 @@ impl Gpu {
         self.inner.queue.write_buffer(buffer, offset, data);
     }
 
-    /// The queue lock, or nothing when `VRAMKIT_QUEUE_LOCK=0`.
-    fn queue_lock(&self) -> Option<parking_lot::ReentrantMutexGuard<'_, ()>> {
+    /// The queue lock, or nothing when `VRAMKIT_QUEUE_LOCK=0`; its rank is held either way
+    /// (`lock_rank::QUEUE`: callbacks run under it).
+    fn queue_lock(&self) -> QueueGuard<'_> {
         static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let off = *OFF.get_or_init(|| std::env::var("VRAMKIT_QUEUE_LOCK").is_ok_and(|v| v == "0"));
-        (!off).then(|| self.inner.submits.queue.lock())
+        let held = Held::take(lock_rank::QUEUE);
+        QueueGuard {
+            _guard: (!off).then(|| self.inner.submits.queue.lock()),
+            _held: held,
+        }
     }
 
     /// [`submit`](Self::submit), also returning the count of started submissions
@@ -130,6 +145,7 @@ impl Gpu {
         let mine = {
             // `read_recursive`: a wgpu callback running inside a submit of this same
             // thread may submit again; the lock is held for the increment only.
+            let _rank = Held::take(lock_rank::SUBMIT_GATE);
             let _shared = gate.gate.read_recursive();
             gate.started.fetch_add(1, Ordering::SeqCst) + 1
         };
@@ -183,6 +199,7 @@ impl Gpu {
             return None;
         }
         let _exclusive = gate.gate.try_write()?;
+        let _rank = Held::tried(lock_rank::SUBMIT_GATE);
         // Nothing was submitted since the flush: the queue is still idle, and any submitter
         // now waits for the write lock until `access` is done.
         if gate.started.load(Ordering::SeqCst) != mine {

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use crate::lock_rank::Mutex;
 
 use super::Gpu;
 use crate::{Error, Result};

@@ -47,7 +47,7 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock_rank::{self, Mutex};
 
 use crate::arena::{Allocation, PoolConfig, PoolId};
 use crate::gpu::profile::BatchProfile;
@@ -380,13 +380,16 @@ impl Kernels {
             matrix_units: options.matrix_units && gpu.has_matrix_units(),
             shared: Arc::new(Shared {
                 layouts,
-                cache: Mutex::new(BindCache {
-                    released: 0,
-                    groups: HashMap::new(),
-                }),
+                cache: Mutex::new(
+                    lock_rank::LEAF,
+                    BindCache {
+                        released: 0,
+                        groups: HashMap::new(),
+                    },
+                ),
                 reduce_state,
                 reduce_epoch: AtomicU32::new(0),
-                scan_state: Mutex::new(scan::ScanState::default()),
+                scan_state: Mutex::new(lock_rank::LEAF, scan::ScanState::default()),
             }),
         })
     }

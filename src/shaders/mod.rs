@@ -87,7 +87,7 @@ pub mod check;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock_rank::Mutex;
 
 use crate::error::scoped;
 use crate::{Error, Result};

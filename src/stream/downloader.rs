@@ -1,11 +1,15 @@
 //! The download ring.
+//!
+//! Its rings and view pool rank `lock_rank::STAGING`: above the queue lock, under which a
+//! callback returns a staging buffer, and below the tiers' and the arena's locks
+//! (`src/lock_rank.rs`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
+use crate::lock_rank::{self, Mutex};
 use futures::channel::oneshot;
-use parking_lot::Mutex;
 
 use super::host_copy::copy_out_parallel;
 use super::poller::LazyPoller;
@@ -96,8 +100,8 @@ impl Downloader {
         Downloader {
             gpu: gpu.clone(),
             config,
-            rings: Mutex::new(Vec::new()),
-            views: Arc::new(Mutex::new(Vec::new())),
+            rings: Mutex::new(lock_rank::STAGING, Vec::new()),
+            views: Arc::new(Mutex::new(lock_rank::STAGING, Vec::new())),
             poller: LazyPoller::default(),
             direct: AtomicU64::new(0),
         }

@@ -1,4 +1,8 @@
 //! The upload ring.
+//!
+//! Its locks rank `lock_rank::STAGING_RETURNS` (the receiver of buffers callbacks send
+//! back) and `lock_rank::STAGING` (the ring), in that order, above the queue lock and below
+//! the tiers' and the arena's (`src/lock_rank.rs`).
 
 use std::future::Future;
 use std::sync::mpsc;
@@ -7,7 +11,7 @@ use futures::channel::oneshot;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::lock_rank::{self, Mutex};
 
 use super::host_copy::copy_parallel;
 use super::poller::LazyPoller;
@@ -188,18 +192,21 @@ impl Uploader {
         Uploader {
             gpu: gpu.clone(),
             config,
-            ring: Mutex::new(Ring {
-                buffers: Vec::new(),
-                last_used: Vec::new(),
-                dead: Vec::new(),
-                free: Vec::new(),
-                in_flight: std::collections::VecDeque::new(),
-                lease: Vec::new(),
-                leases: 0,
-                stats: UploaderStats::default(),
-            }),
+            ring: Mutex::new(
+                lock_rank::STAGING,
+                Ring {
+                    buffers: Vec::new(),
+                    last_used: Vec::new(),
+                    dead: Vec::new(),
+                    free: Vec::new(),
+                    in_flight: std::collections::VecDeque::new(),
+                    lease: Vec::new(),
+                    leases: 0,
+                    stats: UploaderStats::default(),
+                },
+            ),
             ready_tx,
-            ready_rx: Mutex::new(ready_rx),
+            ready_rx: Mutex::new(lock_rank::STAGING_RETURNS, ready_rx),
             poller: LazyPoller::default(),
         }
     }

@@ -3,7 +3,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock_rank::Mutex;
 
 use super::staging::{ReadBytes, Staging};
 

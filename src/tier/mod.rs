@@ -69,7 +69,16 @@
 //!   while the device budget is full, the request fails with
 //!   [`Limit::HostTier`](crate::arena::Limit::HostTier) and nothing moves.
 //! - **No lock of ours is held** while polling, waiting or submitting, or while calling
-//!   the arena (whose allocation path may call back into the tier).
+//!   the arena (whose allocation path may call back into the tier). The tiers' lock ranks
+//!   `lock_rank::TIER`: above the queue lock (a callback may drop a guard or a handle) and
+//!   below the arena's (a move drops a device allocation under it); `src/lock_rank.rs`.
+//! - **Identity survives reuse**: every entry carries a generation, new whenever a slot
+//!   gets a new movable or a movable a new place; whatever was decided on a snapshot
+//!   (a defragmentation's plan) checks it, the pins and the in-flight mark again under the
+//!   lock before acting, and `evict` re-reads pins and in-flight marks after every wait.
+//! - **A wgpu error moves nothing**: evictions, restores and defragmenting copies are
+//!   recorded and submitted in an error scope; on an error every entry touched goes back
+//!   to where it was and the call returns the typed error.
 
 mod copy;
 mod defrag;
@@ -88,7 +97,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::Condvar;
+
+use crate::lock_rank::{self, Mutex, MutexGuard};
 
 use crate::arena::{Allocation, EventKind, PoolId, Relief};
 use crate::{Arena, Error, Gpu, Result};
@@ -253,14 +264,17 @@ impl Tiers {
         let gpu = arena.gpu().clone();
         let shared = Arc::new(TierShared {
             arena: arena.clone(),
-            state: Mutex::new(TierState {
-                entries: Vec::new(),
-                free_slots: Vec::new(),
-                next_generation: 0,
-                host: HostTier::new(&gpu, config.host_budget),
-                tick: 0,
-                counters: Counters::default(),
-            }),
+            state: Mutex::new(
+                lock_rank::TIER,
+                TierState {
+                    entries: Vec::new(),
+                    free_slots: Vec::new(),
+                    next_generation: 0,
+                    host: HostTier::new(&gpu, config.host_budget),
+                    tick: 0,
+                    counters: Counters::default(),
+                },
+            ),
             gpu,
             moved: Condvar::new(),
             done: Arc::new(AtomicU64::new(0)),
@@ -484,7 +498,7 @@ impl TierShared {
                 })
             )
         }) {
-            self.moved.wait(&mut st);
+            self.moved.wait(&mut st.guard);
         }
         st
     }

@@ -25,13 +25,18 @@
 //! - Where the device cannot give host memory (not Vulkan, or a Vulkan call fails) or a
 //!   tile row is not a multiple of the 256-byte copy pitch (R8 and RG8 tiles),
 //!   [`TileStaging::new`] returns `None` and every tile takes the uploader's path.
+//!
+//! The free-slot list ranks `lock_rank::STAGING` (`src/lock_rank.rs`): a work-done
+//! callback returns slots to it.
 
 use std::sync::Arc;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
+
+use crate::lock_rank::{self, Mutex};
 
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::Gpu;
@@ -63,7 +68,7 @@ impl TileStaging {
         Some(Arc::new(TileStaging {
             host,
             tile_bytes,
-            free: Mutex::new((0..count).rev().collect()),
+            free: Mutex::new(lock_rank::STAGING, (0..count).rev().collect()),
             returned: Condvar::new(),
         }))
     }
@@ -82,7 +87,8 @@ impl TileStaging {
             if stop.load(Ordering::Acquire) {
                 return None;
             }
-            self.returned.wait_for(&mut free, Duration::from_millis(5));
+            self.returned
+                .wait_for(&mut free.guard, Duration::from_millis(5));
         }
     }
 

@@ -1,0 +1,285 @@
+//! Lock ranks: every lock of vramkit's that can be held while another is taken has a
+//! rank, a thread takes locks only in rising rank, and debug builds check it.
+//!
+//! # Why
+//! wgpu runs callbacks (work done, buffer maps, device loss) inside `Queue::submit` and
+//! `Device::poll` on whichever thread calls them, and vramkit holds its queue lock across
+//! every submit and queued write (`gpu/submit.rs`). A callback may drop an allocation, a
+//! movable or a staging buffer, or upload and submit, from any thread at any time: that
+//! is the contract users rely on. So whatever a callback may take must rank above every
+//! lock held around a submit or a queued write, and nothing may take the queue lock while
+//! holding a lock a callback takes. Two locks taken in both orders by two threads is a
+//! deadlock that waits for the right interleaving (a guard fill under the arena's lock
+//! against a callback's drop under the queue lock was one); a rank check finds the first
+//! out-of-order acquisition on any interleaving, in every debug test run, as wgpu-core
+//! ranks its own locks.
+//!
+//! # The ranks, lowest first
+//! | rank | lock | why there |
+//! |---|---|---|
+//! | [`LIFECYCLE`] | `Gpu::lifecycle_lock` (devices made and dropped one at a time) | held around device creation, before anything else |
+//! | [`QUEUE`] | the queue lock (`gpu/submit.rs`), re-entrant | held across `Queue::submit`, where callbacks run: below all they take |
+//! | [`SUBMIT_GATE`] | the submission gate's count (`gpu/submit.rs`) | taken inside a submit, held for an increment |
+//! | [`STAGING_RETURNS`] | the upload ring's receiver of returned buffers | taken before the ring, to collect what callbacks sent back |
+//! | [`STAGING`] | the upload ring, download rings, view pools, virtual-texture staging slots | a callback returns staging memory |
+//! | [`TIER`] | the tiers' state (`tier/`) | a callback drops a `Resident` or a `Movable`; a move drops a device allocation under it |
+//! | [`ARENA`] | the arena's state (`arena/lock.rs`) | a callback drops an allocation |
+//! | [`LEAF`] | the locks under which nothing else is taken (caches, counters, the lost reason, the profiler's spans) | |
+//!
+//! # What it promises
+//! - In debug builds, taking a lock whose rank is not above every rank this thread holds
+//!   panics, naming both locks; the test suite runs with it. A re-entrant lock may be
+//!   taken again at its own rank. A *try* never waits, so it is not checked, but what it
+//!   takes is held (and checked against) like any other lock.
+//! - Release builds compile all of it away.
+//! - Waiting on a condition variable keeps the rank held: the thread is blocked, and
+//!   takes the same lock back before it goes on.
+
+/// A lock's place in the order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rank {
+    level: u16,
+    name: &'static str,
+    reentrant: bool,
+}
+
+/// `Gpu::lifecycle_lock`.
+pub(crate) const LIFECYCLE: Rank = Rank::new(10, "gpu lifecycle");
+/// The queue lock, held across submits and queued writes.
+pub(crate) const QUEUE: Rank = Rank {
+    reentrant: true,
+    ..Rank::new(20, "gpu queue")
+};
+/// The submission gate's read side.
+pub(crate) const SUBMIT_GATE: Rank = Rank {
+    reentrant: true,
+    ..Rank::new(25, "gpu submit gate")
+};
+/// The upload ring's receiver of returned staging buffers, taken before the ring.
+pub(crate) const STAGING_RETURNS: Rank = Rank::new(28, "staging returns");
+/// Staging rings and pools.
+pub(crate) const STAGING: Rank = Rank::new(30, "staging ring");
+/// The tiers' state.
+pub(crate) const TIER: Rank = Rank::new(40, "tier state");
+/// The arena's state.
+pub(crate) const ARENA: Rank = Rank::new(50, "arena state");
+/// Locks under which nothing else is taken.
+pub(crate) const LEAF: Rank = Rank::new(90, "leaf lock");
+
+impl Rank {
+    const fn new(level: u16, name: &'static str) -> Rank {
+        Rank {
+            level,
+            name,
+            reentrant: false,
+        }
+    }
+}
+
+#[cfg(debug_assertions)]
+mod check {
+    use super::Rank;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// The ranks this thread holds, in the order taken.
+        static HELD: RefCell<Vec<Rank>> = const { RefCell::new(Vec::new()) };
+        /// Set while a unit test of a raw lock nests locks of one rank on purpose.
+        pub(super) static SUSPENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    pub(super) fn before(rank: Rank) {
+        if SUSPENDED.with(|s| s.get()) {
+            return;
+        }
+        HELD.with(|held| {
+            let held = held.borrow();
+            if let Some(top) = held.iter().max_by_key(|r| r.level) {
+                let again = rank.reentrant && *top == rank;
+                if top.level >= rank.level && !again {
+                    panic!(
+                        "lock order: taking the {} lock (rank {}) while holding the {} lock \
+                         (rank {}); locks are taken in rising rank (src/lock_rank.rs)",
+                        rank.name, rank.level, top.name, top.level
+                    );
+                }
+            }
+        });
+    }
+
+    pub(super) fn taken(rank: Rank) {
+        HELD.with(|held| held.borrow_mut().push(rank));
+    }
+
+    pub(super) fn released(rank: Rank) {
+        HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(i) = held.iter().rposition(|r| *r == rank) {
+                held.remove(i);
+            }
+        });
+    }
+}
+
+/// Checks that `rank` may be taken now (debug builds; panics if not).
+#[inline(always)]
+pub(crate) fn before(rank: Rank) {
+    #[cfg(debug_assertions)]
+    check::before(rank);
+    #[cfg(not(debug_assertions))]
+    let _ = rank;
+}
+
+/// Records that this thread now holds `rank` (after a lock or a successful try).
+#[inline(always)]
+pub(crate) fn taken(rank: Rank) {
+    #[cfg(debug_assertions)]
+    check::taken(rank);
+    #[cfg(not(debug_assertions))]
+    let _ = rank;
+}
+
+/// Records that this thread released one hold of `rank`.
+#[inline(always)]
+pub(crate) fn released(rank: Rank) {
+    #[cfg(debug_assertions)]
+    check::released(rank);
+    #[cfg(not(debug_assertions))]
+    let _ = rank;
+}
+
+/// Runs `f` with this thread's rank checks off: for unit tests of the raw locks, which
+/// nest two locks of one rank on purpose.
+#[cfg(all(test, debug_assertions))]
+pub(crate) fn unchecked<R>(f: impl FnOnce() -> R) -> R {
+    check::SUSPENDED.with(|s| s.set(true));
+    let out = f();
+    check::SUSPENDED.with(|s| s.set(false));
+    out
+}
+
+/// A hold of a rank, released on drop: put beside a guard of a lock that has no rank
+/// check of its own.
+pub(crate) struct Held(Rank);
+
+impl Held {
+    /// Checks and records `rank`; call right before taking the lock.
+    #[inline(always)]
+    pub(crate) fn take(rank: Rank) -> Held {
+        before(rank);
+        taken(rank);
+        Held(rank)
+    }
+
+    /// Records `rank` without the check: for a lock taken by a try, which never waits.
+    #[inline(always)]
+    pub(crate) fn tried(rank: Rank) -> Held {
+        taken(rank);
+        Held(rank)
+    }
+}
+
+impl Drop for Held {
+    #[inline(always)]
+    fn drop(&mut self) {
+        released(self.0);
+    }
+}
+
+/// A `parking_lot` mutex with a rank: its guard holds the rank as long as the lock.
+pub(crate) struct Mutex<T> {
+    rank: Rank,
+    inner: parking_lot::Mutex<T>,
+}
+
+/// The guard of a ranked [`Mutex`]; `guard` is parking_lot's, for condition variables.
+pub(crate) struct MutexGuard<'a, T> {
+    // Declared first: the lock is released before the rank.
+    pub(crate) guard: parking_lot::MutexGuard<'a, T>,
+    _held: Held,
+}
+
+impl<T> Mutex<T> {
+    pub(crate) const fn new(rank: Rank, value: T) -> Mutex<T> {
+        Mutex {
+            rank,
+            inner: parking_lot::Mutex::new(value),
+        }
+    }
+
+    /// Takes the lock, checking its rank first (debug builds).
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        let held = Held::take(self.rank);
+        MutexGuard {
+            guard: self.inner.lock(),
+            _held: held,
+        }
+    }
+}
+
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Mutex::new(LEAF, T::default())
+    }
+}
+
+impl<T> std::ops::Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+#[cfg(all(test, debug_assertions))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rising_ranks_pass_and_a_falling_one_panics() {
+        let queue = Mutex::new(QUEUE, ());
+        let arena = Mutex::new(ARENA, ());
+        {
+            let _q = queue.lock();
+            let _q_again = Held::take(QUEUE); // re-entrant
+            let _a = arena.lock();
+        }
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _a = arena.lock();
+            let _q = queue.lock();
+        }));
+        let message = caught.expect_err("the queue lock under the arena's must panic");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            text.contains("gpu queue") && text.contains("arena state"),
+            "{text}"
+        );
+        // The unwinding released both: the rising order works again.
+        let _q = queue.lock();
+        let _a = arena.lock();
+    }
+
+    #[test]
+    fn a_try_is_not_checked_but_is_held() {
+        let arena = Mutex::new(ARENA, ());
+        let _a = arena.lock();
+        let _t = Held::tried(TIER);
+        let other = Mutex::new(ARENA, ());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _other = other.lock();
+        }));
+        assert!(
+            caught.is_err(),
+            "a second arena-rank lock under the first must panic"
+        );
+    }
+}
