@@ -17,6 +17,8 @@ use vramkit::arena::Budget;
 use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
 use vramkit::{Arena, ArenaConfig, Runtime, RuntimeConfig};
 
+const MIB: u64 = 1 << 20;
+
 fn runtime(name: &str, budget: Budget, guard_bytes: u64) -> Runtime {
     Runtime::new(
         common::gpu(),
@@ -316,4 +318,255 @@ fn distinct_labels_with_nothing_live_are_folded_away() {
         .per_label
         .iter()
         .any(|(l, st)| l == "request 0" && st.count == 1 && st.bytes == 512));
+}
+
+/// One movable of the model test: the handle (shared, so other threads can evict and
+/// prefetch it while its owner writes) and what its bytes must be.
+struct ModelSlot {
+    m: Arc<Movable>,
+    shadow: Vec<f32>,
+}
+
+/// The multi-threaded model of tiered memory: writers pin movables (one or two at once)
+/// and write them on the GPU, others evict and prefetch them without asking, one
+/// defragments in bounded and whole passes, one allocates plain memory to keep the small
+/// budget under pressure, and movables are dropped and made anew in other sizes. Every
+/// byte is checked against a shadow, at random moments and at the end.
+/// `VRAMKIT_TIER_MODEL_S` sets how long it runs (3 s by default).
+#[test]
+fn tiers_under_threads_keep_every_byte() {
+    let seconds: u64 = std::env::var("VRAMKIT_TIER_MODEL_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    within(
+        Duration::from_secs(seconds + 120),
+        "the tiers' model",
+        move || tier_model(Duration::from_secs(seconds)),
+    );
+}
+
+fn tier_model(length: Duration) {
+    use parking_lot::Mutex;
+    let rt = Arc::new(runtime("tier-model", Budget::Bytes(12 * MIB), 0));
+    let tiers = Tiers::new(rt.arena(), TierConfig::default()).unwrap();
+    let seed: u64 = common::rng().gen();
+    let deadline = Instant::now() + length;
+    let fresh = |rng: &mut rand::rngs::SmallRng, tag: usize| -> ModelSlot {
+        let n = rng.gen_range(4usize..=96) << 10;
+        let shadow: Vec<f32> = (0..n)
+            .map(|_| rng.gen_range(-1000i32..1000) as f32)
+            .collect();
+        let m = loop {
+            match tiers.alloc(4 * n as u64, &format!("model{tag}")) {
+                Ok(m) => break m,
+                Err(vramkit::Error::OutOfMemory(_)) => std::thread::yield_now(),
+                Err(e) => panic!("alloc: {e}"),
+            }
+        };
+        write_retrying(&rt, &tiers, &m, &shadow);
+        ModelSlot {
+            m: Arc::new(m),
+            shadow,
+        }
+    };
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let slots: Arc<Vec<Mutex<ModelSlot>>> =
+        Arc::new((0..24).map(|i| Mutex::new(fresh(&mut rng, i))).collect());
+    let checked = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        // Writers: each takes a slot's shadow lock while it writes and checks.
+        for w in 0..3u64 {
+            let (rt, tiers, slots, checked) = (&rt, &tiers, slots.clone(), checked.clone());
+            let fresh = &fresh;
+            s.spawn(move || {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ (w + 1));
+                while Instant::now() < deadline {
+                    let i = rng.gen_range(0..slots.len());
+                    let j = rng.gen_range(0..slots.len());
+                    match rng.gen_range(0..10) {
+                        0..=4 => {
+                            let Some(mut a) = slots[i].try_lock() else {
+                                continue;
+                            };
+                            let k = rng.gen_range(-4i32..5) as f32;
+                            if touch(rt, tiers, &a.m, k) {
+                                a.shadow.iter_mut().for_each(|v| *v += k);
+                            }
+                        }
+                        5 | 6 if i != j => {
+                            // Two pinned at once: the smaller one's bytes into the other.
+                            let Some(mut a) = slots[i].try_lock() else {
+                                continue;
+                            };
+                            let Some(b) = slots[j].try_lock() else {
+                                continue;
+                            };
+                            if copy_prefix(rt, tiers, &b.m, &a.m) {
+                                let n = b.shadow.len().min(a.shadow.len());
+                                a.shadow[..n].copy_from_slice(&b.shadow[..n]);
+                            }
+                        }
+                        7 => {
+                            let Some(mut a) = slots[i].try_lock() else {
+                                continue;
+                            };
+                            *a = fresh(&mut rng, i);
+                        }
+                        _ => {
+                            let Some(a) = slots[i].try_lock() else {
+                                continue;
+                            };
+                            if let Some(got) = read_retrying(rt, tiers, &a.m) {
+                                assert!(got == a.shadow, "writer {w}: {} lost bytes", a.m.label());
+                                checked.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        // Evictors and prefetchers: they never look at the bytes.
+        for e in 0..2u64 {
+            let (tiers, slots) = (&tiers, slots.clone());
+            s.spawn(move || {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ (100 + e));
+                while Instant::now() < deadline {
+                    let m = slots[rng.gen_range(0..slots.len())].lock().m.clone();
+                    let result = if rng.gen_bool(0.5) {
+                        tiers.evict(&[&m]).map(drop)
+                    } else {
+                        tiers.prefetch(&[&m])
+                    };
+                    match result {
+                        Ok(()) | Err(vramkit::Error::OutOfMemory(_)) => {}
+                        Err(vramkit::Error::InvalidArgument { .. }) => {} // pinned
+                        Err(e) => panic!("evict/prefetch: {e}"),
+                    }
+                }
+            });
+        }
+        // The defragmenter: bounded passes, now and then a whole one.
+        {
+            let tiers = &tiers;
+            s.spawn(move || {
+                let mut passes = 0u64;
+                while Instant::now() < deadline {
+                    let limits = if passes % 4 == 3 {
+                        DefragLimits::default()
+                    } else {
+                        DefragLimits {
+                            max_bytes: MIB,
+                            max_moves: 8,
+                        }
+                    };
+                    tiers.defragment(limits).unwrap();
+                    passes += 1;
+                }
+            });
+        }
+        // Pressure from plain allocations.
+        {
+            let rt = &rt;
+            s.spawn(move || {
+                while Instant::now() < deadline {
+                    drop(rt.arena().alloc(3 * MIB, "pressure"));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+        }
+    });
+    for slot in slots.iter() {
+        let a = slot.lock();
+        let got = read_retrying(&rt, &tiers, &a.m).expect("a final read");
+        assert!(got == a.shadow, "at the end: {} lost bytes", a.m.label());
+    }
+    drop(slots);
+    let s = tiers.stats();
+    assert_eq!((s.movables, s.pinned), (0, 0), "{}", tiers.summary());
+    eprintln!(
+        "{} checks, {} evictions, {} restores, {} defragmenting moves",
+        checked.load(Ordering::Relaxed),
+        s.evictions,
+        s.restores,
+        s.defrag_moves
+    );
+}
+
+/// Adds `k` to every element of `m` on the GPU; false (nothing changed) when there was no
+/// room for it under the budget.
+fn touch(rt: &Runtime, tiers: &Tiers, m: &Movable, k: f32) -> bool {
+    let r = match tiers.make_resident(&[m]) {
+        Ok(r) => r,
+        Err(vramkit::Error::OutOfMemory(_)) => return false,
+        Err(e) => panic!("make_resident: {e}"),
+    };
+    let x = r.elements::<f32>(m).unwrap();
+    let mut batch = rt.batch();
+    if let Err(e) = batch.scale(1.0, k, x, x) {
+        panic!("scale: {e}");
+    }
+    match batch.submit() {
+        Ok(_) => true,
+        Err(vramkit::Error::OutOfMemory(_)) => false,
+        Err(e) => panic!("touch: {e}"),
+    }
+}
+
+/// Copies the first elements of `from` into `to` (as many as both hold) with both pinned;
+/// false when there was no room.
+fn copy_prefix(rt: &Runtime, tiers: &Tiers, from: &Movable, to: &Movable) -> bool {
+    let r = match tiers.make_resident(&[from, to]) {
+        Ok(r) => r,
+        Err(vramkit::Error::OutOfMemory(_)) => return false,
+        Err(e) => panic!("make_resident: {e}"),
+    };
+    let (x, y) = (
+        r.elements::<f32>(from).unwrap(),
+        r.elements::<f32>(to).unwrap(),
+    );
+    let n = x.len().min(y.len());
+    let mut batch = rt.batch();
+    if let Err(e) = batch.copy(x.first(n).unwrap(), y.first(n).unwrap()) {
+        panic!("copy: {e}");
+    }
+    match batch.submit() {
+        Ok(_) => true,
+        Err(vramkit::Error::OutOfMemory(_)) => false,
+        Err(e) => panic!("copy: {e}"),
+    }
+}
+
+/// Reads `m`, or `None` when the budget had no room for it at the moment.
+fn read_retrying(rt: &Runtime, tiers: &Tiers, m: &Movable) -> Option<Vec<f32>> {
+    for _ in 0..100 {
+        match tiers.make_resident(&[m]) {
+            Ok(r) => match rt.download(r.elements::<f32>(m).unwrap()) {
+                Ok(got) => return Some(got),
+                Err(vramkit::Error::OutOfMemory(_)) => {}
+                Err(e) => panic!("download: {e}"),
+            },
+            Err(vramkit::Error::OutOfMemory(_)) => {}
+            Err(e) => panic!("make_resident: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// Writes `data` into `m`, waiting for room under the budget.
+fn write_retrying(rt: &Runtime, tiers: &Tiers, m: &Movable, data: &[f32]) {
+    for _ in 0..1000 {
+        match tiers.make_resident(&[m]) {
+            Ok(r) => match rt.upload(r.elements::<f32>(m).unwrap(), data) {
+                Ok(()) => return,
+                Err(vramkit::Error::OutOfMemory(_)) => {}
+                Err(e) => panic!("upload: {e}"),
+            },
+            Err(vramkit::Error::OutOfMemory(_)) => {}
+            Err(e) => panic!("make_resident: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no room to write {} in a second", m.label());
 }

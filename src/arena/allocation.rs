@@ -440,6 +440,17 @@ impl<'a, T: bytemuck::Pod> Elements<'a, T> {
         self.len
     }
 
+    /// The first `n` of these elements (as [`Typed::first`]); `None` when `n` is 0 or
+    /// more than [`len`](Self::len). For a kernel on part of a movable:
+    /// `resident.elements::<f32>(&m)?.first(16)`.
+    pub fn first(&self, n: usize) -> Option<Elements<'a, T>> {
+        (n > 0 && n <= self.len).then_some(Elements {
+            allocation: self.allocation,
+            len: n,
+            _element: PhantomData,
+        })
+    }
+
     /// Never true: a view has at least one element.
     pub fn is_empty(&self) -> bool {
         self.len == 0
