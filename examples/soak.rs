@@ -2,7 +2,10 @@
 //! 16 B to 4 MiB), uploads, kernels (f16 matmuls on the matrix units where the device
 //! has them, and u32 prefix sums, checked exactly), verified downloads, frees, trims and budget changes
 //! against one runtime for a given time, and one more runs a planned loop
-//! (`vramkit::plan::PlannedLoop`) among them, every iteration checked, some deviating. Every allocation has a CPU shadow copy; every
+//! (`vramkit::plan::PlannedLoop`) among them, every iteration checked, some deviating.
+//! Tiered memory shares the arena: one thread pins, writes, evicts, prefetches, drops and
+//! remakes movable allocations (each checked against a shadow), and one more defragments
+//! in bounded passes, while the budget changes under them. Every allocation has a CPU shadow copy; every
 //! download is compared with it. At the end it prints `name: value` lines and exits
 //! non-zero on any mismatch, any unexpected error, or memory that crept up.
 //!
@@ -24,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
 use vramkit::kernels::{scan::ScanType, ScanKind};
 use vramkit::plan::{LoopConfig, PlannedLoop};
+use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
 use vramkit::{Error, Runtime, RuntimeConfig};
 
 /// What every thread counts.
@@ -42,6 +46,10 @@ struct Counts {
     matmuls: AtomicU64,
     /// u32 prefix sums checked.
     scans: AtomicU64,
+    /// Movable allocations read back and checked.
+    tier_checks: AtomicU64,
+    /// Defragmentation passes, and the movables they moved.
+    defrag_passes: AtomicU64,
 }
 
 /// A live allocation and what its bytes must be.
@@ -95,6 +103,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     let counts = Arc::new(Counts::default());
+    let tiers = Tiers::new(
+        rt.arena(),
+        TierConfig {
+            host_budget: Some(256 << 20),
+        },
+    )?;
     let threads = knob("SOAK_THREADS").map_or_else(
         || std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
         |t| t.max(1) as usize,
@@ -110,8 +124,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 let (rt, counts) = (rt.clone(), counts.clone());
                 s.spawn(move || worker(&rt, aux, &counts, until, seed * 1000 + t as u64));
             }
-            let (rt, counts) = (rt.clone(), counts.clone());
-            s.spawn(move || planned_worker(&rt, &counts, until, seed * 1000 + 999));
+            let (r, c) = (rt.clone(), counts.clone());
+            s.spawn(move || planned_worker(&r, &c, until, seed * 1000 + 999));
+            let (r, t, c) = (rt.clone(), tiers.clone(), counts.clone());
+            s.spawn(move || tier_worker(&r, &t, &c, until, seed * 1000 + 998));
+            let (t, c) = (tiers.clone(), counts.clone());
+            s.spawn(move || defrag_worker(&t, &c, until));
         });
     };
     run_phase(warm_until, 1);
@@ -137,6 +155,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         rt.gpu().has_matrix_units()
     );
     println!("scans: {}", c.scans.load(Ordering::Relaxed));
+    println!("tier_checks: {}", c.tier_checks.load(Ordering::Relaxed));
+    println!("defrag_passes: {}", c.defrag_passes.load(Ordering::Relaxed));
+    let ts = tiers.stats();
+    println!("tier_evictions: {}", ts.evictions);
+    println!("tier_restores: {}", ts.restores);
+    println!("defrag_moves: {}", ts.defrag_moves);
     println!(
         "errors_unexpected: {}",
         c.unexpected.load(Ordering::Relaxed)
@@ -161,6 +185,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         c.planned_unplanned.load(Ordering::Relaxed)
     );
     let failed = replayed == 0
+        || c.tier_checks.load(Ordering::Relaxed) == 0
+        || ts.movables > 0
         || c.mismatches.load(Ordering::Relaxed) > 0
         || c.unexpected.load(Ordering::Relaxed) > 0
         || reserved_end > reserved_warm
@@ -529,4 +555,113 @@ fn check_axpy(rt: &Runtime, y: &mut Live, x: &[f32], alpha: f32, counts: &Counts
     );
     counts.mismatches.fetch_add(1, Ordering::Relaxed);
     y.shadow = got;
+}
+
+/// A movable allocation of the tier thread and what its bytes must be.
+struct Held {
+    m: Movable,
+    shadow: Vec<f32>,
+}
+
+/// Counts `result`: an out-of-memory error is expected under the soak's budgets, anything
+/// else is not. Returns the value when there is one.
+fn counted<T>(counts: &Counts, what: &str, result: vramkit::Result<T>) -> Option<T> {
+    counts.operations.fetch_add(1, Ordering::Relaxed);
+    match result {
+        Ok(v) => Some(v),
+        Err(Error::OutOfMemory(_)) => {
+            counts.out_of_memory.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Err(e) => {
+            eprintln!("unexpected error in the tier thread ({what}): {e}");
+            counts.unexpected.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// Tiered memory among the other threads: movables pinned and written on the GPU (small
+/// integers, so every sum is exact), evicted, prefetched, read back and checked, dropped
+/// and made anew in other sizes.
+fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, seed: u64) {
+    let mut r = SmallRng::seed_from_u64(seed);
+    let mut held: Vec<Held> = Vec::new();
+    while Instant::now() < until {
+        let op = r.gen_range(0..10);
+        if held.len() < 4 || (op == 0 && held.len() < 16) {
+            let n = r.gen_range(1usize..=64) << 10;
+            let shadow: Vec<f32> = (0..n).map(|_| r.gen_range(-64i32..64) as f32).collect();
+            let Some(m) = counted(counts, "alloc", tiers.alloc(4 * n as u64, "soak movable"))
+            else {
+                continue;
+            };
+            let written = tiers.make_resident(&[&m]).and_then(|res| {
+                let x = res.elements::<f32>(&m)?;
+                rt.upload(x, &shadow)
+            });
+            if counted(counts, "first write", written).is_some() {
+                held.push(Held { m, shadow });
+            }
+            continue;
+        }
+        let i = r.gen_range(0..held.len());
+        match op {
+            1 => {
+                held.swap_remove(i);
+            }
+            2 => {
+                counted(counts, "evict", tiers.evict(&[&held[i].m]));
+            }
+            3 => {
+                counted(counts, "prefetch", tiers.prefetch(&[&held[i].m]));
+            }
+            4..=7 => {
+                let k = r.gen_range(-3i32..=3) as f32;
+                let h = &mut held[i];
+                let done = tiers.make_resident(&[&h.m]).and_then(|res| {
+                    let x = res.elements::<f32>(&h.m)?;
+                    let mut batch = rt.batch();
+                    batch.scale(1.0, k, x, x)?;
+                    batch.submit().map(drop)
+                });
+                if counted(counts, "touch", done).is_some() {
+                    h.shadow.iter_mut().for_each(|v| *v += k);
+                }
+            }
+            _ => {
+                let h = &held[i];
+                let got = tiers
+                    .make_resident(&[&h.m])
+                    .and_then(|res| rt.download(res.elements::<f32>(&h.m)?));
+                if let Some(got) = counted(counts, "read", got) {
+                    counts.tier_checks.fetch_add(1, Ordering::Relaxed);
+                    if got != h.shadow {
+                        eprintln!("mismatch in a movable of {} floats", h.shadow.len());
+                        counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Defragments in bounded passes (a whole one now and then) while the others work.
+fn defrag_worker(tiers: &Tiers, counts: &Counts, until: Instant) {
+    let mut passes = 0u64;
+    while Instant::now() < until {
+        let limits = if passes % 8 == 7 {
+            DefragLimits::default()
+        } else {
+            DefragLimits {
+                max_bytes: 4 << 20,
+                max_moves: 16,
+            }
+        };
+        if counted(counts, "defragment", tiers.defragment(limits)).is_some() {
+            counts.defrag_passes.fetch_add(1, Ordering::Relaxed);
+        }
+        passes += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
