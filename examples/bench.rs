@@ -10,6 +10,8 @@
 mod alloc_bench;
 #[path = "support/bench_gpu.rs"]
 mod bench_gpu;
+#[path = "support/bench_labels.rs"]
+mod bench_labels;
 #[path = "support/bench_plan.rs"]
 mod bench_plan;
 #[path = "support/bench_tier.rs"]
@@ -127,7 +129,7 @@ fn main() {
     if want("alloc") {
         suite_alloc(&mut figures);
     }
-    let gpu_suites = ["arena", "kernels", "stream", "vt", "tier", "plan"];
+    let gpu_suites = ["arena", "kernels", "stream", "vt", "tier", "plan", "labels"];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
             Ok(gpu) => {
@@ -150,6 +152,9 @@ fn main() {
                 }
                 if want("plan") {
                     bench_plan::suite_plan(&gpu, &mut figures);
+                }
+                if want("labels") {
+                    bench_labels::suite_labels(&gpu, &mut figures);
                 }
             }
             Err(e) => {

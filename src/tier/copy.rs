@@ -27,6 +27,26 @@ pub(super) struct Copy<'a> {
     pub bytes: u64,
 }
 
+/// Records `copies` as one copy command each and submits them in one submission, inside
+/// an error scope (`during` names it in the error): how evictions and restores move
+/// their few large allocations between the tiers. Nothing was copied when it fails.
+pub(super) fn submit_commands(
+    gpu: &Gpu,
+    during: &str,
+    name: &'static str,
+    copies: &[Copy<'_>],
+) -> Result<()> {
+    gpu.scoped(during, || {
+        let mut encoder = gpu
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
+        for c in copies {
+            encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.bytes);
+        }
+        gpu.submit_timed(name, [encoder.finish()]);
+    })
+}
+
 /// Records `copies` into `encoder`; see the module docs.
 pub(super) fn record(
     gpu: &Gpu,

@@ -553,24 +553,24 @@ impl TierShared {
             drop(st);
             return Err(e);
         }
-        let copied = self.gpu.scoped("restoring movables to the device", || {
-            let mut encoder =
-                self.gpu
-                    .device()
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("vramkit restore"),
-                    });
-            for ((.., size, _, range), a) in restores.iter().zip(&allocated) {
-                encoder.copy_buffer_to_buffer(
-                    range.block.buffer(),
-                    range.offset(),
-                    a.buffer(),
-                    a.offset(),
-                    *size,
-                );
-            }
-            self.gpu.submit_timed("restore", [encoder.finish()]);
-        });
+        let copies: Vec<copy::Copy<'_>> = restores
+            .iter()
+            .zip(&allocated)
+            .map(|((.., size, _, range), a)| copy::Copy {
+                src: range.block.buffer(),
+                src_offset: range.offset(),
+                dst: a.buffer(),
+                dst_offset: a.offset(),
+                bytes: *size,
+            })
+            .collect();
+        let copied = copy::submit_commands(
+            &self.gpu,
+            "restoring movables to the device",
+            "restore",
+            &copies,
+        );
+        drop(copies);
         if let Err(e) = copied {
             // Nothing was copied: the bytes are still on the host, where the entries go
             // back; the new ranges were never used by the GPU.
@@ -662,24 +662,23 @@ impl TierShared {
         if planned.is_empty() {
             return Ok(0);
         }
-        let copied = self.gpu.scoped("evicting movables to host memory", || {
-            let mut encoder =
-                self.gpu
-                    .device()
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("vramkit evict"),
-                    });
-            for p in &planned {
-                encoder.copy_buffer_to_buffer(
-                    p.from.buffer(),
-                    p.from.offset(),
-                    p.to.block.buffer(),
-                    p.to.offset(),
-                    p.from.size(),
-                );
-            }
-            self.gpu.submit_timed("evict", [encoder.finish()]);
-        });
+        let copies: Vec<copy::Copy<'_>> = planned
+            .iter()
+            .map(|p| copy::Copy {
+                src: p.from.buffer(),
+                src_offset: p.from.offset(),
+                dst: p.to.block.buffer(),
+                dst_offset: p.to.offset(),
+                bytes: p.from.size(),
+            })
+            .collect();
+        let copied = copy::submit_commands(
+            &self.gpu,
+            "evicting movables to host memory",
+            "evict",
+            &copies,
+        );
+        drop(copies);
         let mut st = self.state.lock();
         if let Err(e) = copied {
             for p in planned {
