@@ -50,7 +50,10 @@ pub fn suite_labels(gpu: &Gpu, figures: &mut Figures) {
     // The peer: the same loop, the same label text work, one label.
     let same = arena("one-label");
     pairs(&same, n / 10, |_| "request".to_string());
-    let one_ns = pairs(&same, n, |i| format!("request {}", i % 1));
+    // The label is formatted from an integer as the distinct ones are, to the same text.
+    let one_ns = pairs(&same, n, |_| {
+        format!("request {}", std::hint::black_box(0u64))
+    });
     let distinct = arena("distinct-labels");
     pairs(&distinct, 10_000, |i| format!("warm {i}"));
     let before = resident_bytes();
