@@ -39,9 +39,38 @@ pub(crate) enum HostPlacement {
     DeviceLocal,
 }
 
+/// The Vulkan buffer and memory behind a [`HostBuffer`], destroyed and freed when the last
+/// of its two owners lets go: the `HostBuffer` (vramkit's code may touch the mapped bytes
+/// while it lives) and wgpu-hal's buffer object (the GPU may use the buffer until wgpu
+/// drops it, after the work that uses it). wgpu destroys every buffer of a lost device at
+/// once (`release_gpu_resources`); memory it owned would be unmapped under a thread that
+/// is copying into it, so wgpu owns none of it.
+struct Backing {
+    device: ash::Device,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        // SAFETY: both handles were made on `device` by `HostBuffer::new` and are used by
+        // nobody now: wgpu-hal has dropped its buffer object (its drop callback held the
+        // other reference) and the `HostBuffer` is gone. The device outlives both owners:
+        // the `HostBuffer` drops this before its wgpu buffer, which holds the device, and
+        // wgpu-hal drops its buffer objects before the device.
+        unsafe {
+            self.device.destroy_buffer(self.buffer, None);
+            self.device.free_memory(self.memory, None);
+        }
+    }
+}
+
 /// A buffer in host-visible, host-coherent memory, mapped for its whole life. See the
 /// module docs for the access rule.
 pub(crate) struct HostBuffer {
+    /// Declared before `buffer`: dropped first, while the wgpu buffer still holds the
+    /// device.
+    _backing: std::sync::Arc<Backing>,
     buffer: wgpu::Buffer,
     ptr: NonNull<u8>,
     len: usize,
@@ -50,8 +79,9 @@ pub(crate) struct HostBuffer {
     cached: bool,
 }
 
-// SAFETY: the mapping is plain memory owned by this value (wgpu-hal frees it only when the
-// wgpu buffer held here is destroyed, after the GPU is done with it); the access rule in the
+// SAFETY: the mapping is plain memory kept alive by this value (its `Backing` is freed only
+// once this value and wgpu's buffer object are both gone, so neither a destroy nor a lost
+// device unmaps it under a thread touching it); the access rule in the
 // module docs, which every `unsafe` accessor states, keeps CPU and GPU accesses apart, and
 // callers keep concurrent CPU accesses to disjoint bytes.
 unsafe impl Send for HostBuffer {}
@@ -85,11 +115,11 @@ impl HostBuffer {
         let vk_usage = vk_buffer_usage(usage)?;
         let len = usize::try_from(size).ok()?;
         // SAFETY: the handles are used as wgpu-hal's docs allow: a buffer and its memory
-        // are created on the device, bound, mapped, and their ownership passed to wgpu-hal
-        // (`from_raw_managed`), which destroys both when the wgpu buffer is destroyed. Every
-        // failure path destroys what was created so far. The hal guard is dropped before
-        // the buffer is handed to wgpu.
-        let (raw_buffer, memory, allocated, ptr, flags) = unsafe {
+        // are created on the device, bound and mapped, and owned by a `Backing` shared by
+        // the `HostBuffer` and wgpu-hal's buffer object (`from_raw_externally_owned`: wgpu
+        // never destroys them). Every failure path destroys what was created so far. The
+        // hal guard is dropped before the buffer is handed to wgpu.
+        let (backing, raw_buffer, ptr, flags) = unsafe {
             let hal = gpu.device().as_hal::<wgpu::hal::api::Vulkan>()?;
             let device = hal.raw_device();
             let instance = hal.shared_instance().raw_instance();
@@ -139,14 +169,23 @@ impl HostBuffer {
                     return None;
                 }
             };
-            (raw_buffer, memory, requirements.size, ptr, flags)
+            let backing = std::sync::Arc::new(Backing {
+                device: device.clone(),
+                buffer: raw_buffer,
+                memory,
+            });
+            (backing, raw_buffer, ptr, flags)
         };
-        // SAFETY: `raw_buffer` is bound to `memory` from offset 0 and `allocated` bytes are
-        // valid; both were created on this device and are not used elsewhere. wgpu-core
-        // treats a buffer from hal as initialised and never maps it (no MAP_* usage).
+        // SAFETY: `raw_buffer` is bound to memory of at least `size` bytes from offset 0,
+        // both made on this device and used nowhere else; the drop callback keeps them
+        // until wgpu-hal drops its object (it never destroys them itself). wgpu-core treats
+        // a buffer from hal as initialised and never maps it (no MAP_* usage).
         let buffer = unsafe {
-            let hal_buffer =
-                wgpu::hal::vulkan::Buffer::from_raw_managed(raw_buffer, memory, 0, allocated);
+            let held = backing.clone();
+            let hal_buffer = wgpu::hal::vulkan::Buffer::from_raw_externally_owned(
+                raw_buffer,
+                Box::new(move || drop(held)),
+            );
             gpu.device()
                 .create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
                     hal_buffer,
@@ -167,6 +206,7 @@ impl HostBuffer {
             }
         );
         Some(HostBuffer {
+            _backing: backing,
             buffer,
             ptr,
             len,
