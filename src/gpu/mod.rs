@@ -563,7 +563,7 @@ impl Gpu {
     /// Runs `f` inside a wgpu error scope and turns a captured error into [`Error::Wgpu`].
     /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
     /// uncaptured-error handler.
-    /// A loss noticed meanwhile (a submit polls: `Gpu::submit`) is an error too.
+    /// A loss noticed meanwhile (by another thread's poll or wait) is an error too.
     pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
         self.check_alive()?;
         let value =

@@ -154,11 +154,6 @@ impl Gpu {
             self.inner.queue.submit(buffers)
         };
         gate.finished.fetch_add(1, Ordering::SeqCst);
-        // After `Device::destroy` wgpu drops a submission without a word; a poll (outside
-        // the queue lock: it runs callbacks) lets it run the device-lost callback, so the
-        // caller's next check says what happened. A successful submit has just done the
-        // same bookkeeping inside wgpu, so this one finds little to do.
-        let _ = self.notice_loss();
         (mine, index)
     }
 
