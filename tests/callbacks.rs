@@ -99,7 +99,7 @@ fn check(downloader: &Downloader, made: &Mutex<Made>, expect_runs: usize) {
     }
 }
 
-/// The reproduction: a kernel in flight, frees pending, and a work-done callback
+/// A kernel in flight, frees pending, and a work-done callback
 /// that drops an allocation; `synchronize` (and `maintain`, `trim`) must return.
 #[test]
 fn synchronize_returns_when_a_work_done_callback_drops_and_allocates() {

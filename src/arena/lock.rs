@@ -50,7 +50,7 @@
 //!   there: it clears it (nothing to wait for), since a thread holding the word must not
 //!   also be able to enter through the bias (a callback's try inside its critical
 //!   section). A try that left the bias cleared would leave the owner inside with nothing
-//!   to tell the next holder (a CI run, 2026-11-25); one that failed on every lock biased
+//!   to tell the next holder; one that failed on every lock biased
 //!   to another thread would fail forever once the owner stopped taking it.
 //! - **Biasing.** Each thread that takes the lock word counts it; once `bias_after`
 //!   acquisitions (64 at first) went by since the last bias, the thread that just took it
@@ -767,8 +767,8 @@ mod tests {
 
     /// `try_lock` from another thread fails while the biased owner holds the lock and leaves
     /// the bias standing: a `lock` from a third thread after it still waits for the owner
-    /// to leave (a try that revoked and gave up once let that `lock` in beside the owner,
-    /// CI 2026-11-25). With the owner outside, a try revokes the bias and gets the lock
+    /// to leave (a try that revoked and gave up would let that `lock` in beside the
+    /// owner). With the owner outside, a try revokes the bias and gets the lock
     /// (a try that failed on every biased lock left threads trying forever once the owner
     /// went idle). The owner's own `try_lock` inside fails.
     #[test]
