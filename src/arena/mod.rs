@@ -72,6 +72,21 @@ pub(crate) use relief::{AllocMode, HostBlockDump, Relief};
 pub use state::LabelStats;
 pub use stats::{ArenaStats, BlockStats, PoolStats};
 
+/// One block of a pool as [`Arena::block_usage`] reads it, for the tiers' eviction and
+/// defragmentation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockUsage {
+    pub id: BlockId,
+    /// Bytes the block holds.
+    pub size: u64,
+    /// A block of one large allocation of its own.
+    pub dedicated: bool,
+    /// Live ranges in it (pending and cached ones included).
+    pub live: usize,
+    /// Bytes those ranges take.
+    pub used: u64,
+}
+
 use std::sync::Arc;
 
 use crate::lock_rank::{self, Mutex};
@@ -363,19 +378,21 @@ impl Arena {
         Ok(())
     }
 
-    /// Per block of `pool`: `(block, bytes, dedicated, live ranges, used bytes)`. Ranges
-    /// pending or cached count as live; call [`synchronize`](Self::synchronize) first to
-    /// see only allocations.
-    pub(crate) fn block_usage(&self, pool: PoolId) -> Vec<(BlockId, u64, bool, usize, u64)> {
+    /// Per block of `pool`, what it holds. Ranges pending or cached count as live; call
+    /// [`synchronize`](Self::synchronize) first to see only allocations.
+    pub(crate) fn block_usage(&self, pool: PoolId) -> Vec<BlockUsage> {
         let st = self.shared().state.lock();
         let Some(p) = st.pools.get(pool.index) else {
             return Vec::new();
         };
         p.set
             .blocks()
-            .map(|(id, size, dedicated, live)| {
-                let used = p.set.block(id).map_or(0, |a| a.used_bytes());
-                (id, size, dedicated, live, used)
+            .map(|(id, size, dedicated, live)| BlockUsage {
+                id,
+                size,
+                dedicated,
+                live,
+                used: p.set.block(id).map_or(0, |a| a.used_bytes()),
             })
             .collect()
     }

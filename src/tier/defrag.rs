@@ -251,13 +251,15 @@ impl Tiers {
             .arena
             .block_usage(pool)
             .into_iter()
-            .filter(|&(id, _, dedicated, live, _)| {
-                !dedicated
-                    && live > 0
-                    && !pass.drained.contains(&(pool, id))
-                    && by_block.get(&(pool, id)).is_some_and(|c| c.len() == live)
+            .filter(|b| {
+                !b.dedicated
+                    && b.live > 0
+                    && !pass.drained.contains(&(pool, b.id))
+                    && by_block
+                        .get(&(pool, b.id))
+                        .is_some_and(|c| c.len() == b.live)
             })
-            .map(|(id, size, _, _, used)| (used, size, id))
+            .map(|b| (b.used, b.size, b.id))
             .collect();
         c.sort_unstable();
         c
@@ -333,8 +335,8 @@ impl Tiers {
         let usage = arena.block_usage(pool);
         let mut free_elsewhere: u64 = usage
             .iter()
-            .filter(|u| !u.2 && !pass.drained.contains(&(pool, u.0)))
-            .map(|u| u.1 - u.4)
+            .filter(|b| !b.dedicated && !pass.drained.contains(&(pool, b.id)))
+            .map(|b| b.size - b.used)
             .sum();
         for (used, size, id) in self.candidate_blocks(pool, by_block, pass) {
             // Its own free space no longer counts once it drains.

@@ -244,6 +244,15 @@ thread_local! {
     static HOST_FULL: Cell<bool> = const { Cell::new(false) };
 }
 
+/// One planned restore: the entry (marked moving), where its bytes go and come from.
+struct Restore {
+    slot: u32,
+    pool: PoolId,
+    size: u64,
+    label: Arc<str>,
+    from: HostRange,
+}
+
 /// One planned eviction: the device allocation taken out of its entry, and its host range.
 struct Eviction {
     slot: u32,
@@ -349,7 +358,13 @@ impl Tiers {
             e.last_use = tick;
             if matches!(e.place, Place::Host(_)) {
                 if let Place::Host(range) = std::mem::replace(&mut e.place, Place::Moving) {
-                    restores.push((slot, e.pool, e.size, e.label.clone(), range));
+                    restores.push(Restore {
+                        slot,
+                        pool: e.pool,
+                        size: e.size,
+                        label: e.label.clone(),
+                        from: range,
+                    });
                 }
             }
         }
@@ -530,38 +545,26 @@ impl TierShared {
     /// Brings `restores` (entries already marked moving and pinned) back to the device:
     /// allocations first, then one submission of copies. On an error every entry goes back
     /// to its host range.
-    #[allow(clippy::type_complexity)]
-    fn restore(&self, restores: Vec<(u32, PoolId, u64, Arc<str>, HostRange)>) -> Result<()> {
+    fn restore(&self, restores: Vec<Restore>) -> Result<()> {
         let mut allocated = Vec::with_capacity(restores.len());
-        let mut failure = None;
-        for (_, pool, size, label, _) in &restores {
-            match self.alloc_device(*pool, *size, label) {
+        for r in &restores {
+            match self.alloc_device(r.pool, r.size, &r.label) {
                 Ok(a) => allocated.push(a),
                 Err(e) => {
-                    failure = Some(e);
-                    break;
+                    self.unrestore(restores, allocated);
+                    return Err(e);
                 }
             }
-        }
-        if let Some(e) = failure {
-            drop(allocated);
-            let mut st = self.state.lock();
-            for (slot, .., range) in restores {
-                self.commit(&mut st, slot, Place::Host(range));
-            }
-            self.moved.notify_all();
-            drop(st);
-            return Err(e);
         }
         let copies: Vec<copy::Copy<'_>> = restores
             .iter()
             .zip(&allocated)
-            .map(|((.., size, _, range), a)| copy::Copy {
-                src: range.block.buffer(),
-                src_offset: range.offset(),
+            .map(|(r, a)| copy::Copy {
+                src: r.from.block.buffer(),
+                src_offset: r.from.offset(),
                 dst: a.buffer(),
                 dst_offset: a.offset(),
-                bytes: *size,
+                bytes: r.size,
             })
             .collect();
         let copied = copy::submit_commands(
@@ -572,31 +575,35 @@ impl TierShared {
         );
         drop(copies);
         if let Err(e) = copied {
-            // Nothing was copied: the bytes are still on the host, where the entries go
-            // back; the new ranges were never used by the GPU.
-            let mut st = self.state.lock();
-            for (slot, .., range) in restores {
-                self.commit(&mut st, slot, Place::Host(range));
-            }
-            self.moved.notify_all();
-            self.unlock(st);
-            for a in allocated {
-                a.discard_unused();
-            }
+            self.unrestore(restores, allocated);
             return Err(e);
         }
-        let bytes: u64 = restores.iter().map(|r| r.2).sum();
+        let bytes: u64 = restores.iter().map(|r| r.size).sum();
         let mut st = self.state.lock();
         st.counters.restores += restores.len() as u64;
         st.counters.bytes_restored += bytes;
-        for ((slot, .., range), a) in restores.into_iter().zip(allocated) {
+        for (r, a) in restores.into_iter().zip(allocated) {
             a.note(EventKind::Restore);
-            st.host.free(range);
-            self.commit(&mut st, slot, Place::Device(Arc::new(a)));
+            st.host.free(r.from);
+            self.commit(&mut st, r.slot, Place::Device(Arc::new(a)));
         }
         self.moved.notify_all();
         self.unlock(st);
         Ok(())
+    }
+
+    /// A restore that failed before any copy ran: the bytes are still on the host, where
+    /// the entries go back; the device ranges made for them were never used by the GPU.
+    fn unrestore(&self, restores: Vec<Restore>, allocated: Vec<Allocation>) {
+        let mut st = self.state.lock();
+        for r in restores {
+            self.commit(&mut st, r.slot, Place::Host(r.from));
+        }
+        self.moved.notify_all();
+        self.unlock(st);
+        for a in allocated {
+            a.discard_unused();
+        }
     }
 
     /// Puts `place` into the entry of `slot` after a move (a new generation: the entry is
@@ -790,8 +797,8 @@ impl TierShared {
         // (pool, block) -> (block bytes, live ranges): read without our lock held.
         let mut blocks = std::collections::HashMap::new();
         for pool in pools {
-            for (id, size, _, live, _) in self.arena.block_usage(pool) {
-                blocks.insert((pool.index(), id), (size, live));
+            for b in self.arena.block_usage(pool) {
+                blocks.insert((pool.index(), b.id), (b.size, b.live));
             }
         }
         let mut st = self.state.lock();
