@@ -154,6 +154,7 @@ fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
     );
 }
 
+#[cfg(feature = "timeline")]
 #[test]
 fn the_timeline_is_well_formed_svg_with_a_legend() {
     let arena = Arena::new(common::gpu(), Default::default()).unwrap();

@@ -10,8 +10,8 @@
 //! uploads, downloads; `gpu/profile.rs`).
 //! [`Arena::history`] copies the ring out as a [`MemoryHistory`], which exports a Chrome
 //! trace / Perfetto JSON ([`MemoryHistory::to_chrome_trace`]) and a timeline picture
-//! ([`MemoryHistory::to_timeline_svg`]): bytes over time stacked by label under the
-//! reserved line, like PyTorch's memory viz.
+//! (`MemoryHistory::to_timeline_svg`, feature `timeline`, on by default): bytes over time
+//! stacked by label under the reserved line, like PyTorch's memory viz.
 //!
 //! # Promises
 //! - **Bounded.** The ring holds at most `capacity` events (GPU spans live in the GPU's
@@ -28,6 +28,7 @@
 
 mod chrome;
 mod clock;
+#[cfg(feature = "timeline")]
 mod timeline;
 
 use std::sync::Arc;
@@ -290,7 +291,9 @@ impl MemoryHistory {
         write(path.as_ref(), self.to_chrome_trace(), "the memory trace")
     }
 
-    /// Writes [`to_timeline_svg`](Self::to_timeline_svg) to `path`.
+    /// Writes [`to_timeline_svg`](Self::to_timeline_svg) to `path` (feature `timeline`,
+    /// on by default).
+    #[cfg(feature = "timeline")]
     pub fn write_timeline_svg(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
         let svg = self.to_timeline_svg(1200, 600)?;
         write(path.as_ref(), svg, "the memory timeline")
@@ -361,8 +364,11 @@ impl MemoryHistory {
 pub(crate) struct State<'a> {
     /// The event that led to it (`None`: the baseline).
     pub event: Option<&'a MemoryEvent>,
+    /// (Read by the timeline only.)
+    #[cfg_attr(not(feature = "timeline"), allow(dead_code))]
     pub t_ns: u64,
-    /// Live bytes per label index.
+    /// Live bytes per label index (read by the timeline only).
+    #[cfg_attr(not(feature = "timeline"), allow(dead_code))]
     pub labels: &'a [u64],
     /// Their sum.
     pub allocated: u64,
