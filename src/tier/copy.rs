@@ -27,6 +27,19 @@ pub(super) struct Copy<'a> {
     pub bytes: u64,
 }
 
+impl Copy<'_> {
+    /// Records this copy as one copy command.
+    pub fn command(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.copy_buffer_to_buffer(
+            self.src,
+            self.src_offset,
+            self.dst,
+            self.dst_offset,
+            self.bytes,
+        );
+    }
+}
+
 /// Records `copies` as one copy command each and submits them in one submission, inside
 /// an error scope (`during` names it in the error): how evictions and restores move
 /// their few large allocations between the tiers. Nothing was copied when it fails.
@@ -40,9 +53,7 @@ pub(super) fn submit_commands(
         let mut encoder = gpu
             .device()
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
-        for c in copies {
-            encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.bytes);
-        }
+        copies.iter().for_each(|c| c.command(&mut encoder));
         gpu.submit_timed(name, [encoder.finish()]);
     })
 }
@@ -66,9 +77,7 @@ pub(super) fn record(
             b.usage().contains(wgpu::BufferUsages::STORAGE) && b.size() <= max_binding
         };
         if list.len() < MIN_RANGES_FOR_KERNEL || !bindable(src) || !bindable(dst) || src == dst {
-            for c in list {
-                encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.bytes);
-            }
+            list.iter().for_each(|c| c.command(encoder));
             continue;
         }
         dispatch(gpu, encoder, src, dst, &list)?;

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Entry, Place, Tiers};
+use super::{Place, Tiers};
 use crate::alloc::BlockId;
 use crate::arena::{AllocMode, Allocation, EventKind, PoolId};
 use crate::Result;
@@ -212,19 +212,10 @@ impl Tiers {
         let st = self.shared.state.lock();
         let done = self.shared.done.load(std::sync::atomic::Ordering::Acquire);
         for (slot, e) in st.entries.iter().enumerate() {
-            let Some(e) = e else { continue };
-            let Entry {
-                place: Place::Device(a),
-                pins: 0,
-                dropped: false,
-                ..
-            } = e
-            else {
+            let Some(e) = e.as_ref().filter(|e| e.movable_now(done)) else {
                 continue;
             };
-            if e.busy_until > done {
-                continue;
-            }
+            let Place::Device(a) = &e.place else { continue };
             let (block, _) = a.place();
             by_block
                 .entry((e.pool, block))
@@ -394,14 +385,7 @@ impl Tiers {
             let mut st = shared.state.lock();
             let done = shared.done.load(std::sync::atomic::Ordering::Acquire);
             let taken = match st.entry_of(c.slot, c.generation) {
-                Some(e)
-                    if e.pins == 0
-                        && !e.dropped
-                        && e.busy_until <= done
-                        && matches!(e.place, Place::Device(_)) =>
-                {
-                    std::mem::replace(&mut e.place, Place::Moving)
-                }
+                Some(e) if e.movable_now(done) => std::mem::replace(&mut e.place, Place::Moving),
                 _ => Place::Moving,
             };
             let Place::Device(from) = taken else {
@@ -470,15 +454,7 @@ impl Tiers {
                 // The kernel could not be set up: copy commands move the same bytes.
                 log::warn!("defragmentation falls back to copy commands: {e}");
                 recorded = encoder();
-                for c in &copies {
-                    recorded.copy_buffer_to_buffer(
-                        c.src,
-                        c.src_offset,
-                        c.dst,
-                        c.dst_offset,
-                        c.bytes,
-                    );
-                }
+                copies.iter().for_each(|c| c.command(&mut recorded));
             }
             shared.gpu.submit_timed("defragment", [recorded.finish()]);
         });

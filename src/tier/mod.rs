@@ -184,6 +184,17 @@ pub(crate) struct TierState {
     pub counters: Counters,
 }
 
+impl Entry {
+    /// On the device, unpinned, its handle alive and no GPU work in flight on it once the
+    /// GPU has completed epoch `done`: the tiers may move it now.
+    pub(crate) fn movable_now(&self, done: u64) -> bool {
+        matches!(self.place, Place::Device(_))
+            && self.pins == 0
+            && !self.dropped
+            && self.busy_until <= done
+    }
+}
+
 impl TierState {
     /// A generation no entry had before.
     fn new_generation(&mut self) -> u64 {
