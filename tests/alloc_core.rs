@@ -557,7 +557,8 @@ fn set_op() -> impl Strategy<Value = SetOp> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
-    /// The block set against a model: live allocations never overlap within a block,
+    /// The block set against a model, its invariants checked after every operation
+    /// (`BlockSet::check_invariants`): live allocations never overlap within a block,
     /// `allocated` is the sum of live sizes, `reserved` the sum of the blocks reserved
     /// minus those released, and no block holding a live allocation is ever released.
     #[test]
@@ -630,6 +631,9 @@ proptest! {
                         blocks.remove(&id);
                     }
                 }
+            }
+            if let Err(broken) = set.check_invariants() {
+                prop_assert!(false, "block set invariant {}", broken);
             }
             let s = set.stats();
             prop_assert_eq!(s.allocated, live.iter().map(|l| l.size).sum::<u64>());

@@ -165,6 +165,9 @@ fn run(rt: &Runtime, aux: PoolId, ops: &[Op]) -> Result<(), String> {
             }
             _ => {}
         }
+        rt.arena()
+            .check_invariants()
+            .map_err(|broken| format!("after {op:?}: arena invariant {broken}"))?;
     }
     // Everything still live reads back as its shadow.
     for l in &live {

@@ -139,6 +139,9 @@ proptest! {
                 }
                 Op::Prefetch(i) => tiers.prefetch(&[&handles[i]]).unwrap(),
             }
+            if let Err(broken) = tiers.check_invariants() {
+                prop_assert!(false, "after {:?}: invariant {}", op, broken);
+            }
         }
         for (i, m) in handles.iter().enumerate() {
             let got = read(&rt, &tiers, m);

@@ -19,6 +19,16 @@
 //!
 //! Empty blocks stay cached for reuse until the owner trims them, or until reserving a new
 //! block would push the total past its peak: then just enough of them are given back.
+//!
+//! # Invariants (checked by [`BlockSet::check_invariants`])
+//! 1. `stats.blocks` is the number of live blocks, `stats.reserved` the sum of their sizes,
+//!    and `shared_reserved` the sum of the sizes of those not dedicated.
+//! 2. `stats.blocks_created - stats.blocks_released == stats.blocks`.
+//! 3. Each live block's count of live ranges equals its sub-allocator's, and its
+//!    sub-allocator keeps its own invariants (the range allocator's are in `tlsf.rs`).
+//! 4. `stats.allocated` is zero when no block holds a live range, and never more than
+//!    what the sub-allocators hold (each range is at least its request).
+//! 5. The peaks are at least the current values.
 
 use super::{AllocError, RangeAllocator, RangeHandle};
 
@@ -41,6 +51,14 @@ pub trait SubAllocator {
     /// Frees an allocation; false when the handle is not live here (already freed, or
     /// from another allocator), in which case nothing changed.
     fn free(&mut self, handle: Self::Handle) -> bool;
+    /// Live allocations and the bytes they hold, where the allocator counts them.
+    fn usage(&self) -> Option<(usize, u64)> {
+        None
+    }
+    /// Checks the allocator's own invariants; a description of the first broken one.
+    fn check_invariants(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl SubAllocator for RangeAllocator {
@@ -56,6 +74,12 @@ impl SubAllocator for RangeAllocator {
     fn free(&mut self, handle: RangeHandle) -> bool {
         // Stamped handles: a stale or foreign one is rejected, not misread.
         RangeAllocator::free(self, handle).is_ok()
+    }
+    fn usage(&self) -> Option<(usize, u64)> {
+        Some((self.allocation_count(), self.used_bytes()))
+    }
+    fn check_invariants(&self) -> Result<(), String> {
+        RangeAllocator::check_invariants(self)
     }
 }
 
@@ -627,6 +651,73 @@ impl<A: SubAllocator> BlockSet<A> {
         Some(b.size)
     }
 
+    /// Checks every invariant in the module docs; returns a description of the first one
+    /// broken. Cost: linear in the blocks and their ranges (a test and `heavy-checks` tool).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let live: Vec<(usize, &Block<A>)> = self
+            .blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| Some((i, b.as_ref()?)))
+            .collect();
+        let reserved: u64 = live.iter().map(|(_, b)| b.size).sum();
+        let shared: u64 = live
+            .iter()
+            .filter(|(_, b)| !b.dedicated)
+            .map(|(_, b)| b.size)
+            .sum();
+        let s = &self.stats;
+        if s.blocks != live.len() || s.reserved != reserved || self.shared_reserved != shared {
+            return Err(format!(
+                "1: counted {} blocks, {} reserved, {} shared; the blocks say {}, {}, {}",
+                s.blocks,
+                s.reserved,
+                self.shared_reserved,
+                live.len(),
+                reserved,
+                shared
+            ));
+        }
+        if s.blocks_created.checked_sub(s.blocks_released) != Some(s.blocks as u64) {
+            return Err(format!(
+                "2: {} blocks created, {} released, {} live",
+                s.blocks_created, s.blocks_released, s.blocks
+            ));
+        }
+        let mut held = Some(0u64);
+        for (i, b) in &live {
+            b.allocator
+                .check_invariants()
+                .map_err(|e| format!("3: block {i}: {e}"))?;
+            match b.allocator.usage() {
+                Some((count, bytes)) => {
+                    if count != b.live {
+                        return Err(format!(
+                            "3: block {i} counts {} live ranges, its allocator {count}",
+                            b.live
+                        ));
+                    }
+                    held = held.map(|h| h + bytes);
+                }
+                None => held = None,
+            }
+        }
+        let any_live = live.iter().any(|(_, b)| b.live > 0);
+        if (!any_live && s.allocated != 0) || held.is_some_and(|h| s.allocated > h) {
+            return Err(format!(
+                "4: {} bytes allocated; ranges live: {any_live}, held by allocators: {held:?}",
+                s.allocated
+            ));
+        }
+        if s.peak_allocated < s.allocated || s.peak_reserved < s.reserved {
+            return Err(format!(
+                "5: peaks {} / {} below current {} / {}",
+                s.peak_allocated, s.peak_reserved, s.allocated, s.reserved
+            ));
+        }
+        Ok(())
+    }
+
     /// Gives back empty blocks while more than `keep` bytes of empty blocks are cached,
     /// largest first. Returns the bytes released.
     pub fn release_empty(&mut self, keep: u64, mut release: impl FnMut(BlockId)) -> u64 {
@@ -642,5 +733,47 @@ impl<A: SubAllocator> BlockSet<A> {
             released += self.drop_block(i, &mut release);
         }
         released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each counter the checker reads, broken on purpose, fails it under its number.
+    #[test]
+    fn a_broken_counter_fails_the_check() {
+        let fresh = || {
+            let mut set: BlockSet = BlockSet::new(BlockPolicy::default());
+            let a = set
+                .allocate::<AllocError>(4096, 256, |_, _| Ok(()), |_| {})
+                .expect("an allocation in an empty set");
+            assert_eq!(set.check_invariants(), Ok(()));
+            (set, a)
+        };
+        type Edit = fn(&mut BlockSet);
+        let breaks: [(&str, Edit); 5] = [
+            ("1:", |s| s.stats.reserved += 256),
+            ("1:", |s| s.shared_reserved += 256),
+            ("2:", |s| s.stats.blocks_created += 1),
+            ("3:", |s| s.blocks[0].as_mut().expect("block 0").live += 1),
+            ("5:", |s| s.stats.peak_allocated = 0),
+        ];
+        for (number, break_it) in breaks {
+            let (mut set, _a) = fresh();
+            break_it(&mut set);
+            let broken = set.check_invariants().expect_err("a broken counter passed");
+            assert!(
+                broken.starts_with(number),
+                "{number} expected, got {broken}"
+            );
+        }
+        let (mut set, a) = fresh();
+        assert!(set.free(a));
+        set.stats.allocated = 7;
+        let broken = set
+            .check_invariants()
+            .expect_err("allocated bytes with nothing live");
+        assert!(broken.starts_with("4:"), "{broken}");
     }
 }

@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use super::allocation::Held;
 use super::block::BlockBuffer;
-use super::clock;
 use super::history::EventKind;
 use super::lock::MutexGuard;
 use super::planned::{HookMode, PlannedRange};
@@ -39,6 +38,7 @@ use super::state::{self, CachedRange, LiveRecord, Phase, Placed, State};
 use super::{guard, AllocMode, Allocation, Shared};
 use crate::alloc::{AllocError, BlockId};
 use crate::error::{Limit, OutOfMemory};
+use crate::gpu::clock;
 use crate::{Error, Result};
 
 /// Waits for in-flight frees one request may do before it fails.
@@ -126,36 +126,6 @@ struct Request<'a> {
     reused: bool,
 }
 
-thread_local! {
-    /// Set while this thread is in one of the arena's own polls (`Shared::poll_unlocked`),
-    /// where wgpu may run the armed callback.
-    static IN_OWN_POLL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `f` as one of the arena's own polls (see [`IN_OWN_POLL`]).
-fn in_own_poll<T>(f: impl FnOnce() -> T) -> T {
-    let outer = IN_OWN_POLL.replace(true);
-    let result = f();
-    IN_OWN_POLL.set(outer);
-    result
-}
-
-/// Bytes of small ranges a loop may keep circulating between the allocation path's polls
-/// on GPUs ([`Shared::poll_interval`]).
-const POLL_BYTES: u64 = 16 << 20;
-
-/// Most times the allocation path stretches `config.poll_interval` for small requests
-/// ([`Shared::poll_interval`]).
-const POLL_STRETCH: u64 = 16;
-
-/// `base` allocations between polls, stretched for requests placing `total` bytes until
-/// [`POLL_BYTES`] of them circulate, at most [`POLL_STRETCH`] times (see
-/// [`Shared::poll_interval`]).
-fn stretched_interval(base: u64, total: u64) -> u64 {
-    let stretched = (POLL_BYTES / total.max(1)).min(base.saturating_mul(POLL_STRETCH));
-    base.max(stretched)
-}
-
 /// Pending frees the allocation path lets gather before it polls and flushes instead of
 /// growing, whatever the live data (see `before_growing`).
 const PENDING_FLOOR: u64 = 64 << 20;
@@ -189,249 +159,6 @@ impl Shared {
         for block in doomed {
             block.destroy();
         }
-    }
-
-    /// Seals the open frees on the allocation path, and files a completion callback as
-    /// each adapter is best served.
-    ///
-    /// `on_submitted_work_done` first submits the writes queued by `Queue::write_buffer`,
-    /// so a callback filed between a program's writes and its own submit costs it an extra
-    /// submission. On a GPU that is cheap and brings frees back early: the open frees are
-    /// sealed and a callback filed whenever no epoch is in flight, or once
-    /// [`super::SEAL_BATCH`] frees have gathered (`loop_reuse`, one 256-byte write per
-    /// allocation and a submit every 64: 0.80-1.08x the loop on one preallocated buffer
-    /// on the H100). On a CPU adapter a submission wakes the driver's threads (48 us on
-    /// lavapipe), and the same rule made that loop 1.82-1.84x the preallocated one. There
-    /// ([`Shared::chained_callbacks`]) one callback at a time is *armed*: when it runs,
-    /// most often inside the program's next `Queue::submit` once the submission it was
-    /// attached to has finished, with no write queued, [`rearm`](Self::rearm) seals what
-    /// was freed meanwhile and files the next (1.09-1.11x, with the pending floor of
-    /// [`PENDING_FLOOR_CHAINED`] that keeps the path from polling). The chain made the
-    /// H100 loop 1.07-2.16x: frees came back a submission later. With no callback armed
-    /// (the first free, or after the arena went idle) the open frees are sealed and one is
-    /// armed at once. Either way every epoch completes through a callback filed after it was
-    /// sealed, and waits, flushes and `maintain` seal and file at once
-    /// ([`seal`](Self::seal)).
-    ///
-    /// A batch of small frees waits for more (see [`State::open_batch_full`]): each
-    /// callback costs 110-160 ns on the H100 host, a few times an alloc+free pair, and
-    /// sealing every 64 frees of 256 bytes spent 4 ns of each pair on them.
-    pub(super) fn seal_lazily(self: &Arc<Self>, st: &mut State) {
-        if !self.chained_callbacks {
-            if st.sealed.is_empty() || st.open_batch_full() {
-                self.seal(st);
-            }
-            return;
-        }
-        if self.completion.armed() {
-            if st.open.len() >= super::SEAL_BATCH {
-                st.seal();
-            }
-            return;
-        }
-        if let Some(epoch) = st.seal() {
-            self.arm(epoch);
-        }
-    }
-
-    /// Files the armed callback (under the lock): it completes `epoch` and everything
-    /// sealed before it, then rearms. Safe under the lock, as [`seal`](Self::seal) is.
-    fn arm(self: &Arc<Self>, epoch: u64) {
-        if self.config.dry_run {
-            self.completion.mark(epoch);
-            return;
-        }
-        self.completion.set_armed(true);
-        let completion = self.completion.clone();
-        let arena = Arc::downgrade(self);
-        self.gpu.queue().on_submitted_work_done(move || {
-            completion.mark(epoch);
-            if !IN_OWN_POLL.get() {
-                completion.note_returned_alone();
-            }
-            match arena.upgrade() {
-                Some(arena) => arena.rearm(),
-                None => completion.set_armed(false),
-            }
-        });
-    }
-
-    /// The armed callback ran: seal what was freed since and arm the next callback, unless
-    /// nothing is left to cover. Runs inside wgpu's callbacks, which may run inside
-    /// another thread's `Gpu::submit`, under the queue lock (`gpu::submit`), while this
-    /// thread holds the arena's lock and waits for that queue lock (a guard fill's
-    /// `write_buffer`): so it only *tries* the lock. When the lock is busy, nothing stays
-    /// armed and the next allocation's [`seal_lazily`](Self::seal_lazily) arms instead
-    /// (the lock's holder may be in it already, having seen the flag still set: then the
-    /// allocation after it).
-    fn rearm(self: &Arc<Self>) {
-        let Some(mut st) = self.state.try_lock() else {
-            self.completion.set_armed(false);
-            return;
-        };
-        self.completion.set_armed(false);
-        if let Some(epoch) = self.seal_or_uncovered(&mut st) {
-            self.arm(epoch);
-        }
-        self.unlock(st);
-    }
-
-    /// Seals the open frees and returns their epoch; with none open, the newest sealed
-    /// epoch the GPU has not completed (the allocation path may have sealed it without a
-    /// callback of its own). A callback filed for the epoch returned covers every free
-    /// sealed so far.
-    fn seal_or_uncovered(&self, st: &mut State) -> Option<u64> {
-        let done = self.completion.get();
-        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
-        st.seal().or(newest.filter(|&e| e > done))
-    }
-
-    /// Seals the open frees and registers the epoch's completion; with chained callbacks,
-    /// that of the newest epoch still in flight even when nothing was open (the allocation
-    /// path may have sealed some without a callback of their own). Safe under the lock:
-    /// `on_submitted_work_done` only flushes queued writes and files the callback, and the
-    /// callback only marks an atomic.
-    pub(super) fn seal(&self, st: &mut State) {
-        let epoch = if self.chained_callbacks {
-            self.seal_or_uncovered(st)
-        } else {
-            st.seal()
-        };
-        if let Some(epoch) = epoch {
-            if self.config.dry_run {
-                // A dry run records no GPU work: nothing can still be reading the range,
-                // as if the GPU finished every epoch at once.
-                self.completion.mark(epoch);
-                return;
-            }
-            let completion = self.completion.clone();
-            self.gpu
-                .queue()
-                .on_submitted_work_done(move || completion.mark(epoch));
-        }
-    }
-
-    /// Seals, polls without the lock, and returns the re-taken lock with finished frees
-    /// collected. wgpu-core 30 attaches a completion callback to the last submission still
-    /// in flight; with none in flight it defers the callback to the next *submission*, and
-    /// a non-blocking poll does not run it (frees of a program that stopped submitting
-    /// would wait forever: `maintain` returned nothing, and a loop without submits grew
-    /// to 380 MiB for 4 MiB live). wgpu's poll status cannot tell that case from work in
-    /// flight, so with `flush` (`maintain`, `trim`, and an allocation about to grow while
-    /// pending frees dominate), epochs still pending after the poll get an empty submit
-    /// that runs their callbacks (tens of microseconds). Either way a free comes back only
-    /// through its callback: the flush is about when, never whether, the GPU is done.
-    pub(super) fn poll_unlocked<'s>(
-        self: &'s Arc<Self>,
-        mut st: MutexGuard<'s, State>,
-        flush: bool,
-    ) -> MutexGuard<'s, State> {
-        if flush || !self.chained_callbacks {
-            self.seal(&mut st);
-        } else {
-            self.seal_lazily(&mut st);
-        }
-        self.unlock(st);
-        in_own_poll(|| self.gpu.poll());
-        let mut st = self.state.lock();
-        st.harvest(self.completion.get());
-        if let Some(&(newest, _)) = st.sealed.back().filter(|_| flush) {
-            self.unlock(st);
-            // The callbacks move to this submission (lavapipe runs them in the submit,
-            // the NVIDIA driver when it completes): poll for them, 5 ms at most. Rare (once
-            // per 64 MiB of frees without submits); 1 ms was too short on a loaded CI
-            // machine, where the thread can be descheduled for longer (the arena grew).
-            in_own_poll(|| {
-                self.gpu.submit([]);
-                self.gpu
-                    .poll_until(std::time::Duration::from_millis(5), || {
-                        self.completion.get() >= newest
-                    });
-            });
-            st = self.state.lock();
-            st.harvest(self.completion.get());
-        }
-        if flush {
-            st.returned_alone_at_flush = self.completion.returned_alone();
-        }
-        st
-    }
-
-    /// Seals, waits for all submitted work without the lock, and returns the re-taken
-    /// lock with every free sealed before the wait collected and the by-size cache given
-    /// back.
-    ///
-    /// The wait itself completes the epochs, not their callbacks: wgpu runs a callback on
-    /// whichever thread polls, and another thread's poll may have taken it from the device
-    /// and not yet run it when this wait returns (the H100 suite saw `synchronize` leave
-    /// 24 MiB of frees pending that way). Every epoch sealed here had its callback filed,
-    /// which submits the queued writes first, so the wait covers all work submitted before
-    /// any of its frees.
-    pub(super) fn wait_unlocked<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-    ) -> Result<MutexGuard<'s, State>> {
-        self.seal(&mut st);
-        let newest = st.sealed.back().map(|&(epoch, _)| epoch);
-        self.unlock(st);
-        self.gpu.wait_idle()?;
-        if let Some(epoch) = newest {
-            self.completion.mark(epoch);
-        }
-        Ok(self.collect_after_wait())
-    }
-
-    /// Re-takes the lock after a wait for the GPU, collects every finished free and gives
-    /// the by-size cache back.
-    fn collect_after_wait(&self) -> MutexGuard<'_, State> {
-        let mut st = self.state.lock();
-        st.counters.waits += 1;
-        st.harvest(self.completion.get());
-        st.flush_ready();
-        st
-    }
-
-    /// Seals, then waits without the lock until the oldest epoch in flight has completed
-    /// (not all submitted work: GPU work queued after that epoch keeps running, so a
-    /// request that needs the ranges of an eviction queued earlier does not drain the
-    /// kernels queued after it), and returns the re-taken lock with every finished free
-    /// collected and the by-size cache given back.
-    pub(super) fn wait_oldest_unlocked<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-    ) -> Result<MutexGuard<'s, State>> {
-        self.seal(&mut st);
-        let Some(&(oldest, _)) = st.sealed.front() else {
-            return Ok(st);
-        };
-        self.unlock(st);
-        self.gpu
-            .wait_for_callback(|| self.completion.get() >= oldest)?;
-        Ok(self.collect_after_wait())
-    }
-
-    /// Fewer than [`poll_interval`](Self::poll_interval)`(total)` allocations since the
-    /// allocation path last polled, for a request placing `total` bytes.
-    fn polled_recently(&self, st: &State, total: u64) -> bool {
-        st.counters.allocations - st.last_poll_at < self.poll_interval(total)
-    }
-
-    /// Allocations between two polls of the allocation path, for a request placing
-    /// `total` bytes: `config.poll_interval`, stretched for small requests on GPUs until
-    /// [`POLL_BYTES`] of them circulate, at most [`POLL_STRETCH`] times.
-    ///
-    /// A loop settles with about one interval of ranges in circulation (between two polls
-    /// it carves a new range whenever none is ready), so a poll and the two completion
-    /// callbacks of each interval are spread over that many pairs: on the H100 host a poll
-    /// costs 184-287 ns and a callback 108-164, 6-9 ns of each pair at 64. Small ranges
-    /// can circulate by the thousand for little memory. Not where callbacks are chained
-    /// (CPU adapters): frees come back a submission later there, and a loop without
-    /// submits would gather a stretched interval's frees before each poll.
-    fn poll_interval(&self, total: u64) -> u64 {
-        if self.chained_callbacks {
-            return self.config.poll_interval;
-        }
-        stretched_interval(self.config.poll_interval, total)
     }
 
     pub(super) fn alloc(
@@ -702,7 +429,7 @@ impl Shared {
     /// When an allocation is made, as its record keeps it: the coarse clock (`clock.rs`),
     /// and a backtrace if the arena captures them ([`super::ArenaConfig::backtraces`]).
     #[inline(always)]
-    fn birth(&self) -> (coarsetime::Instant, Option<Box<std::backtrace::Backtrace>>) {
+    fn birth(&self) -> (clock::Stamp, Option<Box<std::backtrace::Backtrace>>) {
         let backtrace = if self.config.backtraces {
             Some(capture_backtrace())
         } else {
@@ -1247,36 +974,4 @@ fn top_labels(st: &State, n: usize) -> Vec<(String, u64)> {
     labels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     labels.truncate(n);
     labels
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{stretched_interval, POLL_BYTES, POLL_STRETCH};
-    use rand::rngs::SmallRng;
-    use rand::{Rng, SeedableRng};
-
-    /// The stretched interval never polls more often than asked, stretches at most
-    /// `POLL_STRETCH` times, and keeps what one interval circulates within `POLL_BYTES` or
-    /// within what the base interval alone would, whichever is larger; 0 (poll every time)
-    /// stays 0 at any size.
-    #[test]
-    fn stretched_interval_stays_within_its_bounds() {
-        let mut rng = SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
-        let mut next = move || rng.gen::<u64>();
-        for _ in 0..100_000 {
-            let base = next() % 300;
-            let total = 4 * (1 + next() % (1 << (next() % 30)));
-            let n = stretched_interval(base, total);
-            assert!(n >= base, "{base} {total}: {n}");
-            assert!(n <= base * POLL_STRETCH, "{base} {total}: {n}");
-            assert!(
-                n * total <= POLL_BYTES.max(base * total),
-                "{base} {total}: {n} intervals of {total} bytes"
-            );
-        }
-        assert_eq!(stretched_interval(64, 256), 1024);
-        assert_eq!(stretched_interval(64, 64 << 10), 256);
-        assert_eq!(stretched_interval(64, 1 << 20), 64);
-        assert_eq!(stretched_interval(0, 256), 0);
-    }
 }

@@ -4,8 +4,10 @@
 //! # How it works
 //! Each pool owns a [`crate::alloc::BlockSet`] whose blocks are `wgpu::Buffer`s.
 //! An [`Allocation`] is a range of one block. Dropping it does not free the range at once:
-//! the range joins an *epoch* that completes when all GPU work submitted before it has
-//! finished (`Queue::on_submitted_work_done`). Completed epochs are collected on the next
+//! the range joins a batch that waits for an epoch of the device's work-done tracker
+//! (`gpu/work_done.rs`): one that completes when all GPU work submitted before the free
+//! has finished (`completion.rs` decides when to seal a batch). Completed batches are
+//! collected on the next
 //! allocation, so the hot path never waits; only a request that would exceed the budget
 //! waits for in-flight frees before it gives up.
 //!
@@ -46,7 +48,7 @@
 mod acquire;
 mod allocation;
 mod block;
-mod clock;
+mod completion;
 mod config;
 mod guard;
 pub mod history;
@@ -93,7 +95,8 @@ use crate::lock_rank::{self, Mutex};
 
 use crate::alloc::{BlockId, BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};
-use state::{Completion, Pool, State, MAX_SPARES};
+use completion::Completion;
+use state::{Pool, State, MAX_SPARES};
 
 /// Frees gathered before they are sealed into an epoch even while another is in flight.
 const SEAL_BATCH: usize = 64;
@@ -144,7 +147,7 @@ pub(crate) struct Shared {
     id: u64,
     config: ArenaConfig,
     default_policy: BlockPolicy,
-    state: lock::Mutex<State>,
+    state: state::StateLock,
     completion: Arc<Completion>,
     /// Blocks go to host-visible memory ([`BlockMemory`], resolved for this device).
     host_visible_blocks: bool,
@@ -177,8 +180,8 @@ impl Arena {
             gpu: gpu.clone(),
             id: NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             default_policy,
-            state: lock::Mutex::new(State::new(budget)),
-            completion: Arc::new(Completion::default()),
+            state: state::StateLock::new(State::new(budget)),
+            completion: Arc::new(Completion::new(gpu.work_done().clone())),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             chained_callbacks: chained_callbacks(gpu),
             relief: Mutex::new(lock_rank::LEAF, None),

@@ -25,11 +25,13 @@
 //!   work was submitted (the arena's rule), later work on the same bytes is submitted
 //!   after it on the one queue, and wgpu orders the two with a barrier on the block.
 //! - **Across iterations, a loop block is used again only after the GPU finished the
-//!   iteration that used it last** (its fence, set by `on_submitted_work_done` when the
-//!   iteration ends), and only when none of its planned allocations is still alive; with
+//!   iteration that used it last** (its fence: the work-done epoch handed out when the
+//!   iteration ends, `gpu/work_done.rs`), and only when none of its planned allocations is still alive; with
 //!   two blocks (the default) the CPU runs one iteration ahead of the GPU.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::gpu::Epoch;
 use std::sync::Arc;
 
 use super::block::BlockBuffer;
@@ -115,8 +117,8 @@ pub(crate) struct LoopBlock {
     /// The range that spans it.
     pub span: Placed,
     pub live: u32,
-    /// Set when the GPU finished the last iteration that used it.
-    pub fence: Arc<AtomicBool>,
+    /// The work-done epoch of the last iteration that used it (0: none yet).
+    pub fence: Epoch,
     /// Its loop was dropped while planned allocations in it lived: give it back when the
     /// last of them is dropped.
     pub orphaned: bool,
@@ -245,11 +247,6 @@ pub(crate) fn thread_id() -> u64 {
     ID.with(|id| *id)
 }
 
-/// Marks a fence done (the `on_submitted_work_done` callback of an iteration's end).
-pub(crate) fn signal(fence: &AtomicBool) {
-    fence.store(true, Ordering::Release);
-}
-
 /// What an iteration's end hands back to its planned loop.
 pub(crate) struct LoopOutcome {
     /// The recording, when the iteration recorded.
@@ -335,23 +332,19 @@ impl super::Arena {
                 served: 0,
             }),
             HookMode::Replay(replay) => {
-                let fences: Vec<Arc<AtomicBool>> = replay
-                    .blocks
-                    .iter()
-                    .filter_map(|&(b, _)| st.loop_block(pool, b).map(|lb| lb.fence.clone()))
-                    .collect();
-                drop(st);
-                for fence in &fences {
-                    fence.store(false, Ordering::Release);
-                }
-                if shared.config.dry_run {
-                    fences.iter().for_each(|f| signal(f));
+                // A dry run records no GPU work: epoch 0 is done from the start. Handing
+                // out an epoch only files a callback (see `Shared::seal`).
+                let fence = if shared.config.dry_run {
+                    0
                 } else {
-                    // Only files the callback (see `Shared::seal`).
-                    shared.gpu.queue().on_submitted_work_done(move || {
-                        fences.iter().for_each(|f| signal(f));
-                    });
+                    shared.gpu.work_epoch()
+                };
+                for &(b, _) in &replay.blocks {
+                    if let Some(lb) = st.loop_block(pool, b) {
+                        lb.fence = fence;
+                    }
                 }
+                drop(st);
                 Some(LoopOutcome {
                     recording: None,
                     completed,
@@ -383,7 +376,7 @@ impl super::Arena {
             block,
             span,
             live: 0,
-            fence: Arc::new(AtomicBool::new(true)),
+            fence: 0,
             orphaned: false,
         });
         drop(st);
@@ -401,18 +394,15 @@ impl super::Arena {
         let (live, fence) = {
             let mut st = self.shared().state.lock();
             match st.loop_block(pool.index(), block) {
-                Some(lb) => (lb.live, lb.fence.clone()),
+                Some(lb) => (lb.live, lb.fence),
                 None => return Ok(false),
             }
         };
         if live > 0 {
             return Ok(false);
         }
-        // An iteration that ended with nothing in flight filed its fence for the next
-        // submission: the wait submits an empty one first.
-        self.gpu()
-            .wait_for_callback(|| fence.load(Ordering::Acquire))?;
-        Ok(fence.load(Ordering::Acquire))
+        self.gpu().wait_epoch(fence)?;
+        Ok(self.gpu().work_done().is_done(fence))
     }
 
     /// Gives loop block `block` back, now or, while planned allocations in it live, when

@@ -63,6 +63,11 @@ impl ReadyCache {
         Some(at as usize)
     }
 
+    /// Every list (for the state's invariant checker).
+    pub fn lists(&self) -> &[ReadyList] {
+        &self.lists
+    }
+
     /// Takes the slot freed last from `key`'s list, marking the list used at `now`.
     #[inline(always)]
     pub fn take(&mut self, key: ReadyKey, now: u64) -> Option<u32> {

@@ -30,7 +30,7 @@ pub(super) fn leak_report(st: &State, arena: &str) -> Option<String> {
             st.pools[r.pool].name,
             r.block().0,
             r.offset,
-            r.created.elapsed().as_f64()
+            r.created.elapsed().as_secs_f64()
         );
         if let Some(bt) = &r.backtrace {
             let _ = writeln!(out, "    allocated at:\n{bt}");

@@ -131,6 +131,25 @@ impl Arena {
             .collect()
     }
 
+    /// Checks the arena's invariants, as VMA's `Validate()` does: the counters against
+    /// the allocation records, the records against the blocks and the ready cache, each
+    /// block's range allocator against its own (numbered in `src/arena/state.rs`,
+    /// `src/alloc/block_set.rs` and `src/alloc/tlsf.rs`). Returns the first one broken,
+    /// by number. Linear in the records and blocks: for tests and debugging (the
+    /// `heavy-checks` feature runs it on every acquisition of the arena's lock).
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// let a = arena.alloc(1 << 20, "a")?;
+    /// drop(a);
+    /// assert_eq!(arena.check_invariants(), Ok(()));
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.shared().state.lock().check_invariants()
+    }
+
     /// A snapshot of all statistics.
     pub fn stats(&self) -> ArenaStats {
         let shared = self.shared();
@@ -364,5 +383,60 @@ impl Arena {
         }
         let _ = writeln!(out, "{line}");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Arena, Gpu};
+
+    /// Counters broken on purpose fail the arena's checker under their numbers.
+    #[test]
+    fn a_broken_counter_fails_the_arena_check() {
+        let gpu = Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
+        let arena = Arena::new(&gpu, Default::default()).unwrap_or_else(|e| panic!("{e}"));
+        let _live: Vec<_> = (0..8)
+            .map(|i| arena.alloc(1024 << i, "live"))
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(arena.alloc(4096, "freed"));
+        assert_eq!(arena.check_invariants(), Ok(()));
+        type Edit = fn(&mut super::super::state::State);
+        let breaks: [(&str, Edit, Edit); 4] = [
+            (
+                "3:",
+                |s| s.counters.allocated += 4,
+                |s| s.counters.allocated -= 4,
+            ),
+            (
+                "3:",
+                |s| s.counters.pending += 4,
+                |s| s.counters.pending -= 4,
+            ),
+            (
+                "7:",
+                |s| s.label_stats[0].1.count += 1,
+                |s| s.label_stats[0].1.count -= 1,
+            ),
+            (
+                "4:",
+                |s| s.open.push(u32::MAX),
+                |s| {
+                    s.open.pop();
+                },
+            ),
+        ];
+        for (number, break_it, mend) in breaks {
+            let mut st = arena.shared().state.lock();
+            break_it(&mut st);
+            let broken = st.check_invariants().expect_err("a broken counter passed");
+            mend(&mut st);
+            drop(st);
+            assert!(
+                broken.starts_with(number),
+                "{number} expected, got {broken}"
+            );
+            assert_eq!(arena.check_invariants(), Ok(()));
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! holds. It records the limits and features the device really has, so the arena can size
 //! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
 
+pub(crate) mod clock;
 mod host_buffer;
 mod lifecycle;
 mod lost;
@@ -11,12 +12,14 @@ pub(crate) mod profile;
 mod select;
 mod submit;
 mod timer;
+mod work_done;
 
 pub use lifecycle::LifecycleGuard;
 pub use select::{parse_backends, GpuOptions};
 pub use timer::{Timing, TimingSource};
 
 pub(crate) use host_buffer::{HostBuffer, HostPlacement};
+pub(crate) use work_done::{Epoch, WorkDone};
 
 use std::sync::Arc;
 
@@ -98,6 +101,8 @@ struct GpuInner {
     profiler: profile::Profiler,
     device_memory: Option<u64>,
     submits: submit::SubmitGate,
+    /// When submitted work is done (`work_done.rs`).
+    work_done: WorkDone,
     /// Whether and why the device was lost (`lost.rs`).
     lost: Arc<lost::LostState>,
     /// Unique per context built (clones share it): wgpu compares devices and buffers by
@@ -256,11 +261,13 @@ impl Gpu {
         let features = device.features();
         let limits = device.limits();
         let device_memory = device_local_memory(&device);
+        let work_done = WorkDone::new(queue.clone());
         Gpu {
             inner: std::mem::ManuallyDrop::new(Arc::new(GpuInner {
                 _instance: instance,
                 device,
                 queue,
+                work_done,
                 info,
                 features,
                 matrix_units: matrix_units && matrix_kernel_fits(&limits),
@@ -391,58 +398,9 @@ impl Gpu {
         )
     }
 
-    /// Blocks until all submitted work has finished.
-    pub fn wait_idle(&self) -> Result<()> {
-        self.poll_wait(None, "waiting for the GPU")
-    }
-
     /// Blocks until the submission `index` has finished.
     pub fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<()> {
         self.poll_wait(Some(index), "waiting for a submission")
-    }
-
-    /// Polls (running the callbacks that are due) until `done` holds, the queue is empty or
-    /// `timeout` has passed; gives up silently: the caller only wants what is ready by then.
-    /// Not a `PollType::Wait` with a timeout: in wgpu-core 30 a timed-out wait racing
-    /// another thread's poll trips an assertion in `Device::maintain` (gfx-rs/wgpu#9958).
-    pub(crate) fn poll_until(&self, timeout: std::time::Duration, done: impl Fn() -> bool) {
-        let start = std::time::Instant::now();
-        loop {
-            let status = self.inner.device.poll(wgpu::PollType::Poll);
-            if done() || !matches!(status, Ok(wgpu::PollStatus::Poll)) || start.elapsed() >= timeout
-            {
-                return;
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    /// Waits until `done` holds, where what sets it is a callback filed with
-    /// `Queue::on_submitted_work_done` (an epoch of frees, a planned loop's fence). First
-    /// an empty submission: wgpu-core 30 files a callback made while nothing is in flight
-    /// for the next submission, which may never come. Then polls, not a wait: wgpu waits
-    /// for a submission index, and which one completes the callback is not known here.
-    /// Yields for the first 200 us (often that close to done), then sleeps between polls
-    /// so a long wait costs no CPU; after 200 ms it waits for all submitted work.
-    pub(crate) fn wait_for_callback(&self, done: impl Fn() -> bool) -> Result<()> {
-        if done() {
-            return Ok(());
-        }
-        self.submit([]);
-        let start = std::time::Instant::now();
-        while !done() {
-            self.poll();
-            let waited = start.elapsed();
-            if waited > std::time::Duration::from_millis(200) {
-                return self.wait_idle();
-            }
-            if waited < std::time::Duration::from_micros(200) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
-            }
-        }
-        Ok(())
     }
 
     fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {

@@ -22,12 +22,17 @@ pub(crate) struct Poller {
     thread: Option<JoinHandle<()>>,
 }
 
-/// One pending transfer. [`Pending::done`] must run when its callback fires (it is called
-/// from inside the poll), so the thread sleeps again once nothing is left.
+/// One pending transfer. [`Pending::done`] runs when its callback fires (from inside the
+/// poll), or the handle drops with a callback wgpu dropped unrun (a lost device), so the
+/// thread sleeps again once nothing is left.
 pub(crate) struct Pending(Arc<Shared>);
 
 impl Pending {
-    pub(crate) fn done(self) {
+    pub(crate) fn done(self) {}
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
         let mut p = self.0.pending.lock();
         *p = p.saturating_sub(1);
     }

@@ -104,7 +104,9 @@ impl Staging {
         done: impl FnOnce(bool) + Send + 'static,
     ) {
         match self {
-            Staging::Host(_) => gpu.queue().on_submitted_work_done(move || done(true)),
+            Staging::Host(_) => {
+                gpu.work_epoch_then(move || done(true));
+            }
             Staging::Mapped(b) => b.map_async(mode, ..len.max(4), move |r| done(r.is_ok())),
         }
     }

@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::sync::mpsc;
 
-use futures::channel::oneshot;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -334,19 +333,13 @@ impl Uploader {
     ) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
         let poller = self.poller.get(&self.gpu)?;
         self.upload(dst, offset, data)?;
-        let (tx, rx) = oneshot::channel();
         let pending = poller.begin();
-        self.gpu.queue().on_submitted_work_done(move || {
-            let _ = tx.send(());
-            pending.done();
-        });
+        let epoch = self.gpu.work_epoch_then(move || pending.done());
+        let landed = self.gpu.epoch_done(epoch);
         Ok(async move {
             // Keeps the polling thread alive until this upload has landed.
             let _poller = poller;
-            rx.await.map_err(|_| Error::Device {
-                during: "waiting for an upload to finish".into(),
-                message: "the device was lost before the copy finished".into(),
-            })
+            landed.await
         })
     }
 

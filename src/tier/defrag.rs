@@ -210,7 +210,7 @@ impl Tiers {
     fn movable_blocks(&self) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
         let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
         let st = self.shared.state.lock();
-        let done = self.shared.done.load(std::sync::atomic::Ordering::Acquire);
+        let done = self.shared.gpu.work_done().done();
         for (slot, e) in st.entries.iter().enumerate() {
             let Some(e) = e.as_ref().filter(|e| e.movable_now(done)) else {
                 continue;
@@ -383,7 +383,7 @@ impl Tiers {
             // Decided on a snapshot: act only if the slot still holds the same movable in
             // the same place, unpinned and with no GPU work in flight on it.
             let mut st = shared.state.lock();
-            let done = shared.done.load(std::sync::atomic::Ordering::Acquire);
+            let done = shared.gpu.work_done().done();
             let taken = match st.entry_of(c.slot, c.generation) {
                 Some(e) if e.movable_now(done) => std::mem::replace(&mut e.place, Place::Moving),
                 _ => Place::Moving,

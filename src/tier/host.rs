@@ -91,6 +91,34 @@ impl HostTier {
         }
     }
 
+    /// Checks the host block set's invariants, and that every block it holds has its
+    /// memory (`state.rs`).
+    pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.set.check_invariants()?;
+        for (id, ..) in self.set.blocks() {
+            if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
+                return Err(format!("host block {} has no memory", id.0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `range` lies in a live host block and holds that block's memory.
+    pub(crate) fn holds(&self, range: &HostRange) -> bool {
+        let id = range.placed.block;
+        self.set.block(id).is_some()
+            && self
+                .blocks
+                .get(id.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|b| Arc::ptr_eq(b, &range.block))
+    }
+
+    /// `(block, live ranges)` of every host block.
+    pub(crate) fn live_ranges(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.set.blocks().map(|(id, _, _, live)| (id.0, live))
+    }
+
     /// Bytes held in host blocks.
     pub(crate) fn reserved(&self) -> u64 {
         self.set.stats().reserved

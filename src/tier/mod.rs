@@ -33,8 +33,8 @@
 //! (an arena allocation, then one GPU copy each, all in one submission), and returns a
 //! [`Resident`] guard that *pins* them and hands out their current bindings. When the
 //! guard drops, the pins turn into an *in-flight* mark that clears once the GPU has
-//! finished the work submitted before the drop (`Queue::on_submitted_work_done`, the same
-//! completion tracking the arena uses for its frees).
+//! finished the work submitted before the drop (an epoch of the device's work-done tracker,
+//! `gpu/work_done.rs`, which the arena's frees wait for too).
 //!
 //! Eviction copies an allocation to a host range and drops the device allocation; the
 //! arena hands its range out again only after the copy has finished, so nothing else can
@@ -82,28 +82,30 @@
 
 mod copy;
 mod defrag;
+mod evict;
 mod host;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod movable;
+mod state;
 mod stats;
 
 pub use defrag::{DefragLimits, DefragReport};
 pub use movable::{Movable, Resident, Tier};
 pub use stats::TierStats;
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Condvar;
 
-use crate::lock_rank::{self, Mutex, MutexGuard};
+use crate::lock_rank::MutexGuard;
 
-use crate::arena::{Allocation, EventKind, PoolId, Relief};
+use crate::arena::{Allocation, EventKind, PoolId};
 use crate::{Arena, Error, Gpu, Result};
+use evict::HOST_FULL;
 use host::{HostRange, HostTier};
+pub(crate) use state::{Counters, Entry, Place, TierState};
 
 /// How the tiers are configured.
 #[derive(Clone, Debug, Default)]
@@ -123,117 +125,9 @@ pub struct Tiers {
 pub(crate) struct TierShared {
     arena: Arena,
     gpu: Gpu,
-    state: Mutex<TierState>,
+    state: state::TierLock,
     /// Signalled whenever a move finishes (see [`Place::Moving`]).
     moved: Condvar,
-    /// The newest in-flight epoch the GPU has completed.
-    done: Arc<AtomicU64>,
-    next_epoch: AtomicU64,
-}
-
-/// Where a movable's bytes are.
-pub(crate) enum Place {
-    Device(Arc<Allocation>),
-    Host(HostRange),
-    /// Being copied by a thread that holds no lock meanwhile; wait on `moved`.
-    Moving,
-}
-
-pub(crate) struct Entry {
-    pub size: u64,
-    pub label: Arc<str>,
-    pub pool: PoolId,
-    pub priority: u8,
-    pub place: Place,
-    /// Live [`Resident`] guards holding it.
-    pub pins: u32,
-    /// In flight until `done` reaches this epoch.
-    pub busy_until: u64,
-    /// `TierState::tick` when last made resident or created.
-    pub last_use: u64,
-    /// The handle was dropped while a move was under way; the mover frees it.
-    pub dropped: bool,
-    /// Identity of this entry *and* its place: new whenever a slot gets a new entry or an
-    /// entry a new place. Whoever decides on a snapshot (a defragmentation's plan) and
-    /// acts after a wait checks it is unchanged first: a slot is reused by the next
-    /// movable, and a movable evicted and restored meanwhile is somewhere else.
-    pub generation: u64,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Counters {
-    pub evictions: u64,
-    pub restores: u64,
-    pub bytes_evicted: u64,
-    pub bytes_restored: u64,
-    pub defrag_moves: u64,
-    pub bytes_defrag_moved: u64,
-    pub stall: Duration,
-    pub host_full: u64,
-    /// Evictions asked for by the arena's allocation path (the rest: by hand).
-    pub pressure_evictions: u64,
-}
-
-pub(crate) struct TierState {
-    pub entries: Vec<Option<Entry>>,
-    free_slots: Vec<u32>,
-    /// The next [`Entry::generation`].
-    next_generation: u64,
-    pub host: HostTier,
-    pub tick: u64,
-    pub counters: Counters,
-}
-
-impl Entry {
-    /// On the device, unpinned, its handle alive and no GPU work in flight on it once the
-    /// GPU has completed epoch `done`: the tiers may move it now.
-    pub(crate) fn movable_now(&self, done: u64) -> bool {
-        matches!(self.place, Place::Device(_))
-            && self.pins == 0
-            && !self.dropped
-            && self.busy_until <= done
-    }
-}
-
-impl TierState {
-    /// A generation no entry had before.
-    fn new_generation(&mut self) -> u64 {
-        self.next_generation += 1;
-        self.next_generation
-    }
-
-    fn insert(&mut self, mut entry: Entry) -> u32 {
-        entry.generation = self.new_generation();
-        match self.free_slots.pop() {
-            Some(i) => {
-                self.entries[i as usize] = Some(entry);
-                i
-            }
-            None => {
-                self.entries.push(Some(entry));
-                (self.entries.len() - 1) as u32
-            }
-        }
-    }
-
-    fn remove(&mut self, slot: u32) -> Option<Entry> {
-        let e = self.entries.get_mut(slot as usize)?.take()?;
-        self.free_slots.push(slot);
-        Some(e)
-    }
-
-    pub(crate) fn entry(&mut self, slot: u32) -> Option<&mut Entry> {
-        self.entries.get_mut(slot as usize)?.as_mut()
-    }
-
-    pub(crate) fn get(&self, slot: u32) -> Option<&Entry> {
-        self.entries.get(slot as usize)?.as_ref()
-    }
-
-    /// The entry of `slot` if it is still of `generation` (same movable, same place).
-    pub(crate) fn entry_of(&mut self, slot: u32, generation: u64) -> Option<&mut Entry> {
-        self.entry(slot).filter(|e| e.generation == generation)
-    }
 }
 
 /// The distinct pools of `pools`, by index.
@@ -244,17 +138,6 @@ pub(crate) fn distinct_pools(pools: impl Iterator<Item = PoolId>) -> Vec<PoolId>
     pools
 }
 
-/// Under pressure, at least this fraction (1/N) of the budget is evicted at once...
-const PRESSURE_BATCH_DIVISOR: u64 = 32;
-/// ...but at most this many bytes beyond the request.
-const PRESSURE_BATCH_MAX: u64 = 64 << 20;
-
-thread_local! {
-    /// Set when this thread's eviction found the host tier full, so the out-of-memory error
-    /// the arena then returns can say both tiers are full.
-    static HOST_FULL: Cell<bool> = const { Cell::new(false) };
-}
-
 /// One planned restore: the entry (marked moving), where its bytes go and come from.
 struct Restore {
     slot: u32,
@@ -262,13 +145,6 @@ struct Restore {
     size: u64,
     label: Arc<str>,
     from: HostRange,
-}
-
-/// One planned eviction: the device allocation taken out of its entry, and its host range.
-struct Eviction {
-    slot: u32,
-    from: Arc<Allocation>,
-    to: HostRange,
 }
 
 impl Tiers {
@@ -284,21 +160,16 @@ impl Tiers {
         let gpu = arena.gpu().clone();
         let shared = Arc::new(TierShared {
             arena: arena.clone(),
-            state: Mutex::new(
-                lock_rank::TIER,
-                TierState {
-                    entries: Vec::new(),
-                    free_slots: Vec::new(),
-                    next_generation: 0,
-                    host: HostTier::new(&gpu, config.host_budget),
-                    tick: 0,
-                    counters: Counters::default(),
-                },
-            ),
+            state: state::TierLock::new(TierState {
+                entries: Vec::new(),
+                free_slots: Vec::new(),
+                next_generation: 0,
+                host: HostTier::new(&gpu, config.host_budget),
+                tick: 0,
+                counters: Counters::default(),
+            }),
             gpu,
             moved: Condvar::new(),
-            done: Arc::new(AtomicU64::new(0)),
-            next_epoch: AtomicU64::new(1),
         });
         let weak: Weak<TierShared> = Arc::downgrade(&shared);
         arena.set_relief(weak)?;
@@ -445,7 +316,7 @@ impl Tiers {
                     "drop the guard (after submitting the work that uses it) before evicting",
                 ));
             }
-            let done = shared.done.load(Ordering::Acquire);
+            let done = shared.gpu.work_done().done();
             if !slots
                 .iter()
                 .any(|&s| st.get(s).is_some_and(|e| e.busy_until > done))
@@ -478,6 +349,16 @@ impl Tiers {
     /// Changes the host tier's budget; host memory already held stays until it is freed.
     pub fn set_host_budget(&self, budget: Option<u64>) {
         self.shared.state.lock().host.set_budget(budget);
+    }
+
+    /// Checks the tiers' invariants (numbered in `src/tier/state.rs`: entries, pins,
+    /// places, host ranges against host blocks) and then the arena's
+    /// ([`Arena::check_invariants`]); returns the first one broken. Linear in what they
+    /// hold: for tests and debugging (the `heavy-checks` feature runs it on every
+    /// acquisition of the tiers' lock).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.shared.state.lock().check_invariants()?;
+        self.shared.arena.check_invariants()
     }
 
     /// Gives empty host blocks back to the system; returns the bytes given back.
@@ -545,11 +426,9 @@ impl TierShared {
         }
     }
 
-    /// Makes all GPU work submitted so far complete and its in-flight marks clear (an empty
-    /// submission first: wgpu files a completion callback registered while nothing was in
-    /// flight with the *next* submission).
+    /// Makes all GPU work submitted so far complete and its in-flight marks clear (the
+    /// wait completes every epoch handed out before it, `gpu/work_done.rs`).
     fn settle(&self) -> Result<()> {
-        self.gpu.submit([]);
         self.gpu.wait_idle()
     }
 
@@ -637,229 +516,10 @@ impl TierShared {
         }
     }
 
-    /// Takes the device allocations of `slots` out of their entries (marking them moving)
-    /// with a host range each. Entries not on the device are skipped. On a full host tier
-    /// nothing is taken and the error says so.
-    fn plan_evictions(&self, st: &mut TierState, slots: &[u32]) -> Result<Vec<Eviction>> {
-        let mut planned: Vec<Eviction> = Vec::new();
-        for &slot in slots {
-            let Some(e) = st.get(slot) else {
-                continue;
-            };
-            if !matches!(e.place, Place::Device(_)) {
-                continue;
-            }
-            let (size, label) = (e.size, e.label.clone());
-            match st.host.alloc(size, &label) {
-                Ok(to) => {
-                    let Some(e) = st.entry(slot) else { continue };
-                    if let Place::Device(from) = std::mem::replace(&mut e.place, Place::Moving) {
-                        planned.push(Eviction { slot, from, to });
-                    }
-                }
-                Err(err) => {
-                    st.counters.host_full += 1;
-                    for p in planned {
-                        st.host.free(p.to);
-                        if let Some(e) = st.entry(p.slot) {
-                            e.place = Place::Device(p.from);
-                        }
-                    }
-                    return Err(err);
-                }
-            }
-        }
-        Ok(planned)
-    }
-
-    /// Records and submits the copies of `planned`, then commits: entries point at their
-    /// host ranges and the device allocations drop (the arena reuses their ranges after
-    /// the copies finish). Returns the bytes moved. When wgpu refuses the copies (a lost
-    /// device), every entry goes back to its device allocation and nothing moved.
-    fn run_evictions(&self, planned: Vec<Eviction>) -> Result<u64> {
-        if planned.is_empty() {
-            return Ok(0);
-        }
-        let copies: Vec<copy::Copy<'_>> = planned
-            .iter()
-            .map(|p| copy::Copy {
-                src: p.from.buffer(),
-                src_offset: p.from.offset(),
-                dst: p.to.block.buffer(),
-                dst_offset: p.to.offset(),
-                bytes: p.from.size(),
-            })
-            .collect();
-        let copied = copy::submit_commands(
-            &self.gpu,
-            "evicting movables to host memory",
-            "evict",
-            &copies,
-        );
-        drop(copies);
-        let mut st = self.state.lock();
-        if let Err(e) = copied {
-            for p in planned {
-                st.host.free(p.to);
-                self.commit(&mut st, p.slot, Place::Device(p.from));
-            }
-            self.moved.notify_all();
-            self.unlock(st);
-            return Err(e);
-        }
-        let bytes: u64 = planned.iter().map(|p| p.from.size()).sum();
-        st.counters.evictions += planned.len() as u64;
-        st.counters.bytes_evicted += bytes;
-        let mut olds = Vec::with_capacity(planned.len());
-        for p in planned {
-            p.from.note(EventKind::Evict);
-            olds.push(p.from);
-            self.commit(&mut st, p.slot, Place::Host(p.to));
-        }
-        self.moved.notify_all();
-        self.unlock(st);
-        drop(olds);
-        // Their ranges come back when the copies finish, not when whatever is submitted
-        // next does: the restore waiting for them must not wait for the caller's kernels.
-        self.arena.seal_frees();
-        Ok(bytes)
-    }
-
-    /// Unpinned, device-resident entries in eviction order (other pools than `prefer`
-    /// last, then lower priority first, then least recently used first), each with
-    /// whether GPU work submitted before its last use may still be running on it.
-    fn candidates(&self, st: &TierState, prefer: Option<usize>) -> Vec<(u32, bool)> {
-        let done = self.done.load(Ordering::Acquire);
-        let mut c: Vec<(bool, u8, u64, u32, bool)> = st
-            .entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| {
-                let e = e.as_ref()?;
-                if !matches!(e.place, Place::Device(_)) || e.dropped || e.pins > 0 {
-                    return None;
-                }
-                let other = prefer.is_some_and(|p| p != e.pool.index());
-                // Settling the GPU would free a busy one; a pin it would not.
-                let busy = e.busy_until > done;
-                Some((other, e.priority, e.last_use, i as u32, busy))
-            })
-            .collect();
-        c.sort_unstable();
-        c.into_iter().map(|(.., i, busy)| (i, busy)).collect()
-    }
-
-    /// Evicts in [`candidates`](Self::candidates) order until `bytes` moved. An entry
-    /// whose turn comes while GPU work may still use it makes the first attempt settle
-    /// in-flight work and choose again, so the order holds (evicting the next idle entry
-    /// instead once evicted a high-priority handle while the low-priority one it should
-    /// have spared waited for its callback); after that, busy entries are passed over.
-    fn evict_lru(&self, bytes: u64, prefer: Option<usize>) -> u64 {
-        let mut moved = 0;
-        for attempt in 0..2 {
-            let mut st = self.state.lock();
-            let order = self.candidates(&st, prefer);
-            // (Only the first attempt can settle; the second always ends the loop.)
-            let mut chosen = Vec::new();
-            let mut sum = moved;
-            let mut waiting = false;
-            for (slot, busy) in order {
-                if sum >= bytes {
-                    break;
-                }
-                if busy {
-                    if attempt == 0 {
-                        waiting = true;
-                        break;
-                    }
-                    continue;
-                }
-                sum += st.get(slot).map_or(0, |e| e.size);
-                chosen.push(slot);
-            }
-            if waiting {
-                drop(st);
-                if self.settle().is_err() {
-                    break;
-                }
-                continue;
-            }
-            let planned = self.plan_evictions(&mut st, &chosen);
-            drop(st);
-            match planned {
-                Ok(p) => moved += self.run_evictions(p).unwrap_or(0),
-                Err(_) => HOST_FULL.with(|f| f.set(true)),
-            }
-            // Every entry in order was idle or passed over: settling cannot add any.
-            break;
-        }
-        moved
-    }
-
-    /// Evicts every movable of whole blocks that hold nothing else, blocks whose members
-    /// were used longest ago first (lower priority first), until the blocks add up to
-    /// `bytes`: under a budget on reserved bytes, only an emptied block makes room for a
-    /// new one. Returns the bytes moved.
-    fn evict_blocks(&self, bytes: u64) -> u64 {
-        let pools = {
-            let st = self.state.lock();
-            distinct_pools(st.entries.iter().flatten().map(|e| e.pool))
-        };
-        // (pool, block) -> (block bytes, live ranges): read without our lock held.
-        let mut blocks = std::collections::HashMap::new();
-        for pool in pools {
-            for b in self.arena.block_usage(pool) {
-                blocks.insert((pool.index(), b.id), (b.size, b.live));
-            }
-        }
-        let mut st = self.state.lock();
-        let order = self.candidates(&st, None);
-        // Per block: its movable members, their highest priority and latest use.
-        let mut members: std::collections::HashMap<_, (Vec<u32>, u8, u64)> =
-            std::collections::HashMap::new();
-        for (slot, _) in order.into_iter().filter(|&(_, busy)| !busy) {
-            let Some(e) = st.get(slot) else {
-                continue;
-            };
-            let Place::Device(a) = &e.place else { continue };
-            let (block, pool) = a.place();
-            let m = members.entry((pool, block)).or_default();
-            m.0.push(slot);
-            m.1 = m.1.max(e.priority);
-            m.2 = m.2.max(e.last_use);
-        }
-        let mut emptiable: Vec<(u8, u64, u64, Vec<u32>)> = members
-            .into_iter()
-            .filter_map(|(key, (slots, priority, last_use))| {
-                let &(size, live) = blocks.get(&key)?;
-                (slots.len() == live).then_some((priority, last_use, size, slots))
-            })
-            .collect();
-        emptiable.sort_unstable_by_key(|e| (e.0, e.1));
-        let mut chosen = Vec::new();
-        let mut freed = 0;
-        for (.., size, slots) in emptiable {
-            if freed >= bytes {
-                break;
-            }
-            freed += size;
-            chosen.extend(slots);
-        }
-        let planned = self.plan_evictions(&mut st, &chosen);
-        drop(st);
-        match planned {
-            Ok(p) => self.run_evictions(p).unwrap_or(0),
-            Err(_) => {
-                HOST_FULL.with(|f| f.set(true));
-                0
-            }
-        }
-    }
-
     /// Marks the end of a [`Resident`] guard: its entries lose a pin and stay in flight
     /// until the GPU finishes what was submitted so far.
     pub(crate) fn unpin(&self, slots: impl Iterator<Item = u32>) {
-        let epoch = self.next_epoch.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.gpu.work_epoch();
         let mut st = self.state.lock();
         for slot in slots {
             if let Some(e) = st.entry(slot) {
@@ -868,10 +528,6 @@ impl TierShared {
             }
         }
         drop(st);
-        let done = self.done.clone();
-        self.gpu.queue().on_submitted_work_done(move || {
-            done.fetch_max(epoch, Ordering::AcqRel);
-        });
     }
 
     /// Frees the entry of a dropped handle.
@@ -893,36 +549,6 @@ impl TierShared {
         };
         self.unlock(st);
         drop(device);
-    }
-}
-
-impl Relief for TierShared {
-    fn relieve(&self, pool: usize, bytes: u64, whole_blocks: bool) -> u64 {
-        let before = self.state.lock().counters.evictions;
-        let moved = if whole_blocks {
-            self.evict_blocks(bytes)
-        } else {
-            // A batch at a time: every eviction under pressure costs the request a wait
-            // for the GPU, so a loop over small movables (1 MiB each) paid one round trip
-            // per visit. Evicting the least recently used ahead lets the next requests
-            // find room without waiting.
-            let batch = self
-                .arena
-                .budget()
-                .map_or(0, |b| (b / PRESSURE_BATCH_DIVISOR).min(PRESSURE_BATCH_MAX));
-            self.evict_lru(bytes.max(batch), Some(pool))
-        };
-        let mut st = self.state.lock();
-        st.counters.pressure_evictions += st.counters.evictions - before;
-        moved
-    }
-
-    fn host_blocks(&self) -> Vec<crate::arena::HostBlockDump> {
-        TierShared::host_blocks(self)
-    }
-
-    fn summary_lines(&self) -> Vec<String> {
-        TierShared::summary_lines(self)
     }
 }
 

@@ -990,7 +990,7 @@ impl VirtualTexture {
         let n = held.len() as u32;
         self.stats.uploads_staged += u64::from(n);
         // The staging slots go back to the loaders once the GPU has copied them.
-        self.gpu.queue().on_submitted_work_done(move || drop(held));
+        self.gpu.work_epoch_then(move || drop(held));
         Ok(n)
     }
 

@@ -27,12 +27,13 @@
 //!   (eviction and restore events) do not exist yet.
 
 mod chrome;
-mod clock;
 #[cfg(feature = "timeline")]
 mod timeline;
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use crate::gpu::clock;
 
 use super::Arena;
 
@@ -118,8 +119,12 @@ pub struct GpuSpan {
 
 /// The ring inside the arena's state.
 pub(crate) struct HistoryRing {
-    /// What events are stamped with (`clock.rs`): nanoseconds since recording started.
-    clock: clock::EventClock,
+    /// Keeps vramkit's clock ticking finely while this history records (`gpu/clock.rs`).
+    _fine: clock::Fine,
+    /// When recording started, on that clock: events carry nanoseconds since.
+    started: clock::Stamp,
+    /// The same instant, to place GPU spans.
+    started_at: Instant,
     config: HistoryConfig,
     /// A ring of `capacity` slots, allocated and written once when recording starts: a
     /// growing queue paid its reallocations and first-touch page faults on the hot path.
@@ -147,8 +152,11 @@ impl HistoryRing {
             offset: 0,
             backtrace: None,
         };
+        let fine = clock::Fine::new();
         HistoryRing {
-            clock: clock::EventClock::new(),
+            _fine: fine,
+            started: clock::fine_now(),
+            started_at: Instant::now(),
             config: HistoryConfig { capacity, ..config },
             slots: vec![blank; capacity],
             head: 0,
@@ -161,7 +169,7 @@ impl HistoryRing {
 
     /// The instant recording started (GPU spans are placed relative to it).
     pub fn start(&self) -> Instant {
-        self.clock.start()
+        self.started_at
     }
 
     /// Appends an event stamped now, folding the oldest into the baseline when full.
@@ -181,7 +189,9 @@ impl HistoryRing {
             && matches!(kind, EventKind::Alloc | EventKind::Reuse))
         .then(|| Arc::new(std::backtrace::Backtrace::force_capture()));
         let event = MemoryEvent {
-            t_ns: self.clock.now(),
+            t_ns: clock::fine_now()
+                .nanos()
+                .saturating_sub(self.started.nanos()),
             kind,
             id,
             size,
