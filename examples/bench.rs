@@ -8,6 +8,8 @@
 
 #[path = "support/alloc_bench.rs"]
 mod alloc_bench;
+#[path = "support/bench_defrag.rs"]
+mod bench_defrag;
 #[path = "support/bench_gpu.rs"]
 mod bench_gpu;
 #[path = "support/bench_labels.rs"]
@@ -129,7 +131,9 @@ fn main() {
     if want("alloc") {
         suite_alloc(&mut figures);
     }
-    let gpu_suites = ["arena", "kernels", "stream", "vt", "tier", "plan", "labels"];
+    let gpu_suites = [
+        "arena", "kernels", "stream", "vt", "tier", "plan", "labels", "defrag",
+    ];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
             Ok(gpu) => {
@@ -155,6 +159,9 @@ fn main() {
                 }
                 if want("labels") {
                     bench_labels::suite_labels(&gpu, &mut figures);
+                }
+                if want("defrag") {
+                    bench_defrag::suite_defrag(&gpu, &mut figures);
                 }
             }
             Err(e) => {

@@ -377,6 +377,121 @@ fn defragment_after_freeing_half_gives_blocks_back() {
     assert_eq!(bounded.moves, 0);
 }
 
+/// Defragmentation in bounded passes, one per frame, with each frame's own GPU work on
+/// the movables between them: the passes converge (every fragmented block drained and
+/// given back over several frames, none of them waiting for the whole device), the frame
+/// work lands on the right bytes wherever its movable is, and every byte is intact. The
+/// frame's Resident guards are taken before its pass: a pinned movable stays put.
+#[test]
+fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
+    use vramkit::tier::DefragOptions;
+    let mut rng = common::rng();
+    let (rt, tiers) = runtime(512 * MIB, None);
+    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..384)
+        .map(|i| {
+            let n = (rng.gen_range(1usize..17) << 12) + (i % 2) * rng.gen_range(1..4);
+            let m = tiers
+                .alloc(4 * n as u64, &format!("frame{}", i % 5))
+                .unwrap();
+            let d = integers(&mut rng, n);
+            write(&rt, &tiers, &m, &d);
+            Some((m, d))
+        })
+        .collect();
+    for h in handles.iter_mut() {
+        if rng.gen_bool(0.5) {
+            *h = None;
+        }
+    }
+    let before = rt.arena().stats();
+    let per_pass = DefragLimits {
+        max_bytes: 2 * MIB,
+        max_moves: 16,
+    };
+    let mut defrag = tiers
+        .begin_defragmentation(DefragOptions {
+            pool: Some(rt.arena().default_pool()),
+            per_pass,
+        })
+        .unwrap();
+    let (mut frames, mut moved_passes) = (0, 0);
+    while !defrag.is_done() {
+        frames += 1;
+        assert!(
+            frames < 500,
+            "the passes did not converge: {:?}",
+            defrag.report()
+        );
+        // This frame's work: add k to a few movables, guards taken before the pass.
+        let live: Vec<usize> = (0..handles.len())
+            .filter(|&i| handles[i].is_some())
+            .collect();
+        let mut picked: Vec<usize> = (0..3).map(|_| live[rng.gen_range(0..live.len())]).collect();
+        picked.sort_unstable();
+        picked.dedup();
+        let k = rng.gen_range(1..5) as f32;
+        {
+            let ms: Vec<&Movable> = picked
+                .iter()
+                .map(|&i| &handles[i].as_ref().unwrap().0)
+                .collect();
+            let guard = tiers.make_resident(&ms).unwrap();
+            let mut batch = rt.batch();
+            for m in &ms {
+                let x = guard.elements::<f32>(m).unwrap();
+                batch.scale(1.0, k, x, x).unwrap();
+            }
+            let mut encoder = rt
+                .gpu()
+                .device()
+                .create_command_encoder(&Default::default());
+            let pass = defrag.pass(&mut encoder).unwrap();
+            // Within the limits, or one block past them (a block goes whole).
+            assert!(
+                pass.blocks_drained <= 1
+                    || (pass.moves <= per_pass.max_moves && pass.bytes_moved <= per_pass.max_bytes),
+                "{pass:?}"
+            );
+            if pass.moves > 0 {
+                moved_passes += 1;
+            }
+            batch.submit().unwrap();
+            rt.gpu().submit([encoder.finish()]);
+            defrag.end_pass();
+            drop(guard);
+        }
+        for &i in &picked {
+            handles[i]
+                .as_mut()
+                .unwrap()
+                .1
+                .iter_mut()
+                .for_each(|v| *v += k);
+        }
+        // Now and then read one back mid-run, wherever it is.
+        if frames % 7 == 0 {
+            let i = live[rng.gen_range(0..live.len())];
+            let (m, d) = handles[i].as_ref().unwrap();
+            assert_eq!(&read(&rt, &tiers, m), d, "frame {frames}: {}", m.label());
+        }
+    }
+    let report = defrag.end().unwrap();
+    eprintln!("{frames} frames, {moved_passes} passes that moved: {report:?}");
+    assert!(moved_passes > 1, "one pass did it all: {report:?}");
+    assert!(report.moves > 0 && report.blocks_freed > 0, "{report:?}");
+    let after = rt.arena().stats();
+    assert!(
+        after.reserved < before.reserved,
+        "reserved {} -> {}",
+        before.reserved,
+        after.reserved
+    );
+    tiers.check_invariants().unwrap();
+    for (m, d) in handles.iter().flatten() {
+        assert_eq!(&read(&rt, &tiers, m), d, "{}", m.label());
+    }
+}
+
 #[test]
 fn misuse_is_reported() {
     let (_rt, tiers) = runtime(64 * MIB, None);

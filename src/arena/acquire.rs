@@ -30,14 +30,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::allocation::Held;
-use super::block::BlockBuffer;
 use super::history::EventKind;
 use super::lock::MutexGuard;
 use super::planned::{HookMode, PlannedRange};
-use super::state::{self, CachedRange, LiveRecord, Phase, Placed, State};
+use super::state::{self, CachedRange, LiveRecord, Phase, State};
 use super::{guard, AllocMode, Allocation, Shared};
-use crate::alloc::{AllocError, BlockId};
-use crate::error::{Limit, OutOfMemory};
+use crate::alloc::AllocError;
+use crate::error::Limit;
 use crate::gpu::clock;
 use crate::{Error, Result};
 
@@ -47,7 +46,7 @@ const MAX_WAITS: u32 = 8;
 const MAX_RELIEFS: u32 = 4;
 
 /// What the allocation loop does next.
-enum Step {
+pub(super) enum Step {
     /// A range is placed or taken from the ready cache: done.
     Placed(Got),
     /// Decide again under the lock (something was given back to the blocks).
@@ -67,7 +66,7 @@ enum Step {
 }
 
 /// Why a block could not be reserved.
-enum Reserve {
+pub(super) enum Reserve {
     Alloc(AllocError),
     /// Growth not allowed yet: try collecting finished frees first.
     NeedBlock,
@@ -88,7 +87,7 @@ impl From<AllocError> for Reserve {
 }
 
 /// Where a request's range comes from.
-enum Got {
+pub(super) enum Got {
     /// The ready cache: the slot of a record whose range the GPU is done with.
     Ready(u32),
     /// Placed now.
@@ -96,34 +95,34 @@ enum Got {
 }
 
 /// One request and what the loop has tried for it so far.
-struct Request<'a> {
-    pool: usize,
+pub(super) struct Request<'a> {
+    pub(super) pool: usize,
     /// The user's bytes (a multiple of 4).
-    size: u64,
+    pub(super) size: u64,
     /// The bytes placed: `size` plus both guards.
-    total: u64,
-    align: u64,
-    label: &'a str,
+    pub(super) total: u64,
+    pub(super) align: u64,
+    pub(super) label: &'a str,
     /// Ranges of this size may come from the by-size cache.
-    reuse: bool,
+    pub(super) reuse: bool,
     /// What this request may do ([`AllocMode`]).
-    mode: AllocMode,
+    pub(super) mode: AllocMode,
     /// Times the pressure hook was asked.
-    relieved: u32,
+    pub(super) relieved: u32,
     /// Times the loop waited for the GPU.
-    waits: u32,
+    pub(super) waits: u32,
     /// Growth is allowed (after a reclaim, or when there was nothing to reclaim).
-    allow_new: bool,
+    pub(super) allow_new: bool,
     /// The loop has polled to reclaim before growing.
-    reclaimed: bool,
+    pub(super) reclaimed: bool,
     /// The loop has polled for a cached range of this size.
-    polled_for_cache: bool,
+    pub(super) polled_for_cache: bool,
     /// `alloc` looked in the cache just before the loop (the first step skips it).
-    ready_checked: bool,
+    pub(super) ready_checked: bool,
     /// Times a limit was hit.
-    retries: u32,
+    pub(super) retries: u32,
     /// A cached range of this size served it (recorded in the history).
-    reused: bool,
+    pub(super) reused: bool,
 }
 
 /// Pending frees the allocation path lets gather before it polls and flushes instead of
@@ -723,228 +722,6 @@ impl Shared {
         }
         Step::Fail(oom)
     }
-
-    /// One placement attempt; creates a block buffer if `req.allow_new` and limits allow.
-    fn try_place(&self, st: &mut State, req: &Request<'_>) -> Result<Placed, Reserve> {
-        let reserved_total = st.reserved();
-        let p = &mut st.pools[req.pool];
-        let pool_reserved = p.set.stats().reserved;
-        let quota = p.config.quota;
-        // What the budget and the quota leave: new blocks are sized to fit it, and the
-        // tighter of the two is the one a refusal names.
-        let budget = st.budget;
-        let budget_room = budget.map_or(u64::MAX, |b| b.saturating_sub(reserved_total));
-        let quota_room = quota.map_or(u64::MAX, |q| q.saturating_sub(pool_reserved));
-        let usage = p.config.usage;
-        let max_buffer = self.gpu.limits().max_buffer_size;
-        let mut created: Option<BlockBuffer> = None;
-        let mut released = Vec::new();
-        let name = &self.config.name;
-        // Borrowed, not cloned: this runs on every allocation.
-        let pool_name: &str = &p.name;
-        let allow_new = req.allow_new;
-        let label = req.label;
-        let result = p.set.allocate_within(
-            req.total,
-            req.align,
-            budget_room.min(quota_room).min(max_buffer),
-            |id, block_size| {
-                if !allow_new {
-                    return Err(Reserve::NeedBlock);
-                }
-                if block_size > max_buffer {
-                    return Err(Reserve::Over(
-                        Limit::MaxBufferSize,
-                        Some(max_buffer),
-                        block_size,
-                    ));
-                }
-                let over_quota = block_size > quota_room;
-                let over_budget = block_size > budget_room;
-                if over_quota && (quota_room <= budget_room || !over_budget) {
-                    return Err(Reserve::Over(
-                        Limit::PoolQuota(pool_name.to_string()),
-                        quota,
-                        block_size,
-                    ));
-                }
-                if over_budget {
-                    return Err(Reserve::Over(Limit::Budget, budget, block_size));
-                }
-                let buffer = BlockBuffer::create(
-                    &self.gpu,
-                    block_size,
-                    usage,
-                    self.host_visible_blocks,
-                    self.config.dry_run,
-                    &format!("{name}/{pool_name}/block{} ({label})", id.0),
-                )
-                .map_err(|e| match e {
-                    Error::DeviceLost { .. } => Reserve::Failed(e),
-                    e => Reserve::Device(e.to_string()),
-                })?;
-                if let Some(old) = created.replace(buffer) {
-                    // The BlockSet asked again with a larger size. Nobody else has seen
-                    // this buffer, so no callback of anyone's can be pending on it.
-                    old.destroy();
-                }
-                Ok(())
-            },
-            |id| released.push(id),
-        );
-        let gave_back = !released.is_empty();
-        for id in released {
-            st.retire_block(req.pool, id);
-        }
-        let placed = match result {
-            Ok(placed) => placed,
-            Err(e) => {
-                if let Some(b) = created {
-                    b.destroy();
-                }
-                // The room passed to the block set predates the blocks it just gave back
-                // (`release_empty_before_grow`): a limit it reported may no longer hold.
-                if gave_back && matches!(e, Reserve::Over(..)) {
-                    return Err(Reserve::Released);
-                }
-                return Err(e);
-            }
-        };
-        if let Some(buffer) = created {
-            st.install_block(req.pool, placed.block, buffer);
-        }
-        Ok(placed)
-    }
-
-    /// Reserves an empty block of exactly `bytes` in `pool` within the budget and quota
-    /// (see [`crate::alloc::BlockSet::reserve_block`]).
-    /// With `hold`, the block is also filled with one range spanning it, under the same
-    /// lock: a block left empty between two locks could take another thread's allocation.
-    pub(super) fn reserve_block(
-        &self,
-        pool: usize,
-        bytes: u64,
-        label: &str,
-        hold: bool,
-    ) -> Result<(BlockId, Option<Placed>)> {
-        self.gpu.check_alive()?;
-        let mut st = self.state.lock();
-        let reserved_total = st.reserved();
-        let budget = st.budget;
-        let Some(p) = st.pools.get_mut(pool) else {
-            return Err(Error::invalid(
-                format!("pool {pool} does not exist"),
-                "use a PoolId from this arena",
-            ));
-        };
-        let bytes = bytes.next_multiple_of(p.alignment.max(wgpu::COPY_BUFFER_ALIGNMENT));
-        let over_budget = budget.is_some_and(|b| reserved_total + bytes > b);
-        let over_quota = p
-            .config
-            .quota
-            .is_some_and(|q| p.set.stats().reserved + bytes > q);
-        if over_budget || over_quota || bytes > self.gpu.limits().max_buffer_size {
-            st.counters.ooms += 1;
-            let limit = if over_budget {
-                Limit::Budget
-            } else if over_quota {
-                Limit::PoolQuota(st.pools[pool].name.clone())
-            } else {
-                Limit::MaxBufferSize
-            };
-            let e = self.oom(&st, pool, bytes, label, limit, budget, 0);
-            self.unlock(st);
-            return Err(e);
-        }
-        let usage = p.config.usage;
-        let name = format!("{}/{}/block ({label})", self.config.name, p.name);
-        let mut created = None;
-        let id = p.set.reserve_block(bytes, |_, size| {
-            created = Some(BlockBuffer::create(
-                &self.gpu,
-                size,
-                usage,
-                self.host_visible_blocks,
-                self.config.dry_run,
-                &name,
-            )?);
-            Ok::<(), Error>(())
-        });
-        let id = match (id, created) {
-            (Ok(id), Some(buffer)) => {
-                st.install_block(pool, id, buffer);
-                Ok(id)
-            }
-            (Err(e), _) => Err(e),
-            (Ok(_), None) => Err(Error::Device {
-                during: "reserving a block".into(),
-                message: "no buffer was created".into(),
-            }),
-        };
-        let result = match id {
-            Ok(id) if hold => {
-                let p = &mut st.pools[pool];
-                let size = p.set.block(id).map_or(0, |a| a.capacity());
-                let align = p.alignment;
-                match p.set.allocate_in(id, size, align) {
-                    Some(span) => Ok((id, Some(span))),
-                    None => {
-                        // Unreachable: a new block's whole capacity is free.
-                        if p.set.release_block(id).is_some() {
-                            st.retire_block(pool, id);
-                        }
-                        Err(Error::Device {
-                            during: "reserving a block".into(),
-                            message: "a new block could not be held by one range".into(),
-                        })
-                    }
-                }
-            }
-            Ok(id) => Ok((id, None)),
-            Err(e) => Err(e),
-        };
-        self.unlock(st);
-        result
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn oom(
-        &self,
-        st: &State,
-        pool: usize,
-        size: u64,
-        label: &str,
-        limit: Limit,
-        budget: Option<u64>,
-        retries: u32,
-    ) -> Error {
-        let p = &st.pools[pool];
-        let hint = match &limit {
-            Limit::Budget => {
-                "drop allocations you no longer need, call Arena::trim, or raise the budget"
-            }
-            Limit::PoolQuota(_) => "free allocations in this pool or raise its quota",
-            Limit::Device => "the device is full: lower the budget or free memory elsewhere",
-            Limit::MaxBufferSize => {
-                "split the data into several allocations no larger than the max buffer size"
-            }
-            Limit::HostTier => "drop movable allocations or raise the host tier's budget",
-        };
-        Error::OutOfMemory(Box::new(OutOfMemory {
-            requested: size,
-            label: label.to_string(),
-            pool: p.name.clone(),
-            limit,
-            allocated: st.counters.allocated,
-            reserved: st.reserved(),
-            budget,
-            largest_free: p.largest_free(),
-            new_block: None,
-            retries,
-            top_labels: top_labels(st, 5),
-            hint: hint.to_string(),
-        }))
-    }
 }
 
 #[cold]
@@ -961,17 +738,4 @@ fn no_record() -> Error {
         during: "allocating".into(),
         message: "an allocation's slot without its record".into(),
     }
-}
-
-/// The `n` labels holding the most live bytes, largest first.
-fn top_labels(st: &State, n: usize) -> Vec<(String, u64)> {
-    let mut labels: Vec<(String, u64)> = st
-        .label_stats
-        .iter()
-        .filter(|(_, l)| l.bytes > 0)
-        .map(|(name, l)| (name.to_string(), l.bytes))
-        .collect();
-    labels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    labels.truncate(n);
-    labels
 }

@@ -52,6 +52,7 @@ mod completion;
 mod config;
 mod guard;
 pub mod history;
+mod invariants;
 mod labels;
 mod lock;
 #[cfg(feature = "metrics")]
@@ -60,6 +61,7 @@ pub(crate) mod planned;
 mod ready;
 mod relief;
 mod report;
+mod reserve;
 mod state;
 mod stats;
 
@@ -87,6 +89,9 @@ pub(crate) struct BlockUsage {
     pub live: usize,
     /// Bytes those ranges take.
     pub used: u64,
+    /// Of `live`, the ranges freed and not yet back in the block (waiting for the GPU, or
+    /// cached for reuse): they leave on their own.
+    pub waiting: usize,
 }
 
 use std::sync::Arc;
@@ -147,7 +152,7 @@ pub(crate) struct Shared {
     id: u64,
     config: ArenaConfig,
     default_policy: BlockPolicy,
-    state: state::StateLock,
+    state: invariants::StateLock,
     completion: Arc<Completion>,
     /// Blocks go to host-visible memory ([`BlockMemory`], resolved for this device).
     host_visible_blocks: bool,
@@ -180,7 +185,7 @@ impl Arena {
             gpu: gpu.clone(),
             id: NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             default_policy,
-            state: state::StateLock::new(State::new(budget)),
+            state: invariants::StateLock::new(State::new(budget)),
             completion: Arc::new(Completion::new(gpu.work_done().clone())),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             chained_callbacks: chained_callbacks(gpu),
@@ -340,17 +345,6 @@ impl Arena {
         Ok(())
     }
 
-    /// Seals the frees gathered so far into an epoch now, so they come back as soon as the
-    /// work submitted so far completes (a lazily sealed epoch would wait for whatever was
-    /// submitted by the time it is sealed). For frees whose ranges someone is about to
-    /// wait for: evicted allocations.
-    pub(crate) fn seal_frees(&self) {
-        let shared = self.shared();
-        let mut st = shared.state.lock();
-        shared.seal(&mut st);
-        drop(st);
-    }
-
     /// Makes `pool` keep one empty block when empty blocks are given back (see
     /// `Pool::keep_one`).
     pub(crate) fn keep_one_block(&self, pool: PoolId) {
@@ -388,6 +382,12 @@ impl Arena {
         let Some(p) = st.pools.get(pool.index) else {
             return Vec::new();
         };
+        let mut waiting: std::collections::HashMap<BlockId, usize> = Default::default();
+        for (_, r) in st.live.records() {
+            if r.pool == pool.index && r.phase != state::Phase::Live && !r.is_planned() {
+                *waiting.entry(r.block()).or_default() += 1;
+            }
+        }
         p.set
             .blocks()
             .map(|(id, size, dedicated, live)| BlockUsage {
@@ -396,6 +396,7 @@ impl Arena {
                 dedicated,
                 live,
                 used: p.set.block(id).map_or(0, |a| a.used_bytes()),
+                waiting: waiting.get(&id).copied().unwrap_or(0),
             })
             .collect()
     }
@@ -448,6 +449,56 @@ impl Arena {
         let released = st.release_empty(0);
         shared.unlock(st);
         released
+    }
+
+    /// Seals the frees gathered so far into an epoch now, so they come back as soon as the
+    /// work submitted so far completes (a lazily sealed epoch would wait for whatever was
+    /// submitted by the time it is sealed), and returns the epoch after which every range
+    /// freed so far is back. For frees whose ranges someone is about to wait for: evicted
+    /// allocations, a defragmentation pass's old places.
+    pub(crate) fn seal_frees(&self) -> crate::gpu::Epoch {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        shared.seal(&mut st);
+        let newest = st.sealed.back().map_or(0, |&(epoch, _)| epoch);
+        shared.unlock(st);
+        newest
+    }
+
+    /// Seals the open frees, polls without blocking, and collects every free the GPU is
+    /// done with, returning the ranges cached for reuse to their blocks: what a
+    /// defragmentation pass does first, so blocks whose frees came back can be emptied.
+    pub(crate) fn collect_finished(&self) {
+        let shared = self.shared();
+        let st = shared.poll_unlocked(shared.state.lock(), false);
+        let mut st = st;
+        st.flush_ready();
+        shared.unlock(st);
+    }
+
+    /// Collects the frees whose epochs are done (never waiting or polling), returns the
+    /// ranges cached for reuse to their blocks, and gives back those of `blocks` (of
+    /// `pool`) that are now empty, marking them no longer draining. Returns the blocks
+    /// and bytes given back.
+    pub(crate) fn release_drained(&self, pool: PoolId, blocks: &[BlockId]) -> (usize, u64) {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        st.harvest(shared.completion.get());
+        st.flush_ready();
+        let (mut count, mut bytes) = (0, 0);
+        for &id in blocks {
+            let Some(p) = st.pools.get_mut(pool.index) else {
+                break;
+            };
+            p.set.set_draining(id, false);
+            if let Some(size) = p.set.release_block(id) {
+                st.retire_block(pool.index, id);
+                count += 1;
+                bytes += size;
+            }
+        }
+        shared.unlock(st);
+        (count, bytes)
     }
 
     /// Marks blocks of `pool` as draining or not ([`BlockSet::set_draining`]).

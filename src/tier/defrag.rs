@@ -1,11 +1,14 @@
 //! Defragmentation: movable allocations leave sparse blocks, and the emptied blocks go
-//! back to the device.
+//! back to the device. This file plans the moves of one pass; `passes.rs` runs passes
+//! (VMA's begin / pass / end) and [`Tiers::defragment`] is a loop over them.
 //!
-//! # How it works
-//! 1. All GPU work is waited for, so pending frees and cached ranges are back in their
-//!    blocks and every in-flight mark has cleared; a block's live ranges are then exactly
-//!    its allocations.
-//! 2. Per pool, a shared block is a *candidate* when every live range in it is an
+//! # How a pass plans
+//! 1. Only what is free to move now counts: movables that are unpinned and have no GPU
+//!    work in flight ([`super::Entry::movable_now`]), in blocks whose every live range is
+//!    such a movable. A block still holding frees the GPU has not finished with waits for
+//!    a later pass. ([`Tiers::defragment`] first waits for all GPU work, so every block's
+//!    live ranges are exactly its allocations.)
+//! 2. Per pool (one, or all), a shared block is a *candidate* when every live range in it is an
 //!    unpinned movable (one plain allocation or pinned movable keeps the block).
 //! 3. **Repack**: the emptiest candidates are grouped (at most the pool's largest block
 //!    of live bytes per group) and each group's movables go, largest first, into one
@@ -16,25 +19,27 @@
 //!    space of the other blocks while their bytes fit in it (never a new block).
 //! 5. A block being emptied is marked *draining* (the allocator core places nothing new in
 //!    it). If one of its movables finds no place, the block is left as it was.
-//! 6. One submission copies every moved allocation (`copy_buffer_to_buffer`), the handles
-//!    point at the new ranges, the old ranges are freed, and once the copies have finished
-//!    the emptied blocks are given back.
+//! 6. The pass records one copy per moved allocation into a command encoder (the
+//!    caller's, or its own submission), and the handles point at the new ranges at once.
+//!    The old ranges are freed when the encoder has been submitted, and once those copies
+//!    have finished the emptied blocks are given back (`passes.rs`).
 //!
 //! Dedicated blocks (one large allocation each) are never candidates: moving one would
 //! free one block by filling another of the same size.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Place, Tiers};
 use crate::alloc::BlockId;
 use crate::arena::{AllocMode, Allocation, EventKind, PoolId};
 use crate::Result;
 
-/// Bounds on one [`Tiers::defragment`] call, for incremental passes (like VMA's); a block
-/// is emptied completely or not at all, so a pass stops before the block that would
-/// cross a bound. The default is unbounded. Under a budget a pass also holds no more
+/// Bounds on one defragmentation pass (like VMA's); a block is emptied completely or not
+/// at all, so a pass stops before the block that would cross a bound, except that its
+/// first block always goes (bounds smaller than one block still converge, a pass then
+/// moving that one block). Zero stops everything. The default is unbounded. Under a budget a pass also holds no more
 /// destinations at once than leave a sixteenth of the budget free: until its copies
 /// finish, a move holds both places.
 #[derive(Clone, Copy, Debug)]
@@ -113,18 +118,35 @@ struct Pass {
     /// holds both places, and under a budget that room is what other threads' requests
     /// need. The pass leaves a sixteenth of the budget free.
     spare: u64,
+    /// A block of movables was passed over only because some of its ranges are freed and
+    /// not back yet: a later pass may empty it.
+    waiting: bool,
 }
 
 impl Pass {
     /// Whether moving `bytes` more in `moves` more allocations stays within the limits;
     /// records that the pass stopped short when not.
     fn fits(&mut self, bytes: u64, moves: usize) -> bool {
-        let ok = self.report.bytes_moved + bytes <= self.limits.max_bytes.min(self.spare)
-            && self.report.moves + moves <= self.limits.max_moves;
+        let within = self.within(bytes, moves);
+        // The first block of a pass goes even past the limits (not past the budget's
+        // room), so that limits smaller than a block still converge over passes; a
+        // zero limit stops everything.
+        let first = self.report.moves == 0
+            && self.limits.max_bytes > 0
+            && self.limits.max_moves > 0
+            && bytes <= self.spare;
+        let ok = within || first;
         if !ok {
             self.report.complete = false;
         }
         ok
+    }
+
+    /// Whether `bytes` more in `moves` more allocations stay within the limits (no side
+    /// effects).
+    fn within(&self, bytes: u64, moves: usize) -> bool {
+        self.report.bytes_moved + bytes <= self.limits.max_bytes.min(self.spare)
+            && self.report.moves + moves <= self.limits.max_moves
     }
 
     fn take(&mut self, planned: Vec<Move>) {
@@ -135,84 +157,54 @@ impl Pass {
 }
 
 /// One planned move: the old allocation taken out of the entry and its new place.
-struct Move {
+pub(super) struct Move {
     slot: u32,
     from: Arc<Allocation>,
     to: Allocation,
 }
 
 impl Tiers {
-    /// Moves movable allocations into fewer blocks and gives the emptied ones back; see
-    /// the module docs of `tier::defrag`. Waits for all GPU work first.
-    ///
-    /// ```no_run
-    /// # fn main() -> vramkit::Result<()> {
-    /// # let rt = vramkit::Runtime::headless()?;
-    /// # let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default())?;
-    /// let report = tiers.defragment(Default::default())?;
-    /// println!("{:.2} -> {:.2} reserved/allocated", report.ratio_before(), report.ratio_after());
-    /// # Ok(()) }
-    /// ```
-    pub fn defragment(&self, limits: DefragLimits) -> Result<DefragReport> {
-        let start = Instant::now();
-        let shared = &self.shared;
-        let arena = &shared.arena;
-        arena.synchronize()?;
-        shared.settle()?;
-        let before = arena.stats();
+    /// Plans one pass within `limits` over `pool` (or every pool): the moves, with their
+    /// entries marked moving, and the blocks they drain. See the module docs.
+    pub(super) fn plan_pass(&self, pool: Option<PoolId>, limits: DefragLimits) -> Planned {
+        let arena = &self.shared.arena;
+        let now = arena.stats();
         let mut pass = Pass {
             report: DefragReport {
-                allocated_before: before.allocated,
-                reserved_before: before.reserved,
                 complete: true,
                 ..Default::default()
             },
             limits,
             moves: Vec::new(),
             drained: Vec::new(),
-            spare: before
+            waiting: false,
+            spare: now
                 .budget
-                .map_or(u64::MAX, |b| (b - b / 16).saturating_sub(before.allocated)),
+                .map_or(u64::MAX, |b| (b - b / 16).saturating_sub(now.allocated)),
         };
-        let by_block = self.movable_blocks();
+        let by_block = self.movable_blocks(pool);
         for pool in super::distinct_pools(by_block.keys().map(|(p, _)| *p)) {
             self.repack(pool, &by_block, &mut pass);
             self.fill_holes(pool, &by_block, &mut pass);
         }
-        let Pass {
-            mut report,
-            moves,
-            drained,
-            ..
-        } = pass;
-        // The old ranges come back once the copies finish; then the drained blocks are
-        // empty and go back to the device (with any repack block left unused). On an
-        // error the blocks stop draining all the same.
-        let released = self.run_moves(moves).and_then(|()| {
-            arena.synchronize()?;
-            let blocks_before = arena.stats().blocks;
-            report.bytes_freed = arena.release_all_empty();
-            report.blocks_freed = blocks_before.saturating_sub(arena.stats().blocks);
-            Ok(())
-        });
-        for (pool, id) in drained {
-            arena.set_draining(pool, &[id], false);
+        Planned {
+            moves: pass.moves,
+            drained: pass.drained,
+            bytes: pass.report.bytes_moved,
+            complete: pass.report.complete && !pass.waiting,
         }
-        released?;
-        let after = arena.stats();
-        report.allocated_after = after.allocated;
-        report.reserved_after = after.reserved;
-        report.elapsed = start.elapsed();
-        Ok(report)
     }
 
-    /// Movables free to move, by pool and block.
-    fn movable_blocks(&self) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
+    /// Movables free to move, by pool and block (of `pool` only, when given).
+    fn movable_blocks(&self, pool: Option<PoolId>) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
         let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
         let st = self.shared.state.lock();
         let done = self.shared.gpu.work_done().done();
         for (slot, e) in st.entries.iter().enumerate() {
-            let Some(e) = e.as_ref().filter(|e| e.movable_now(done)) else {
+            let Some(e) = e
+                .as_ref()
+                .filter(|e| e.movable_now(done) && pool.is_none_or(|p| p == e.pool))
+            else {
                 continue;
             };
             let Place::Device(a) = &e.place else { continue };
@@ -230,28 +222,26 @@ impl Tiers {
         by_block
     }
 
-    /// Candidate blocks of `pool` not drained yet, emptiest first: `(used, size, id)`.
+    /// Candidate blocks of `pool` not drained yet, emptiest first: `(used, size, id)`; notes
+    /// in `pass` a block that only waits for its frees to come back.
     fn candidate_blocks(
         &self,
         pool: PoolId,
         by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
-        pass: &Pass,
+        pass: &mut Pass,
     ) -> Vec<(u64, u64, BlockId)> {
-        let mut c: Vec<(u64, u64, BlockId)> = self
-            .shared
-            .arena
-            .block_usage(pool)
-            .into_iter()
-            .filter(|b| {
-                !b.dedicated
-                    && b.live > 0
-                    && !pass.drained.contains(&(pool, b.id))
-                    && by_block
-                        .get(&(pool, b.id))
-                        .is_some_and(|c| c.len() == b.live)
-            })
-            .map(|b| (b.used, b.size, b.id))
-            .collect();
+        let mut c: Vec<(u64, u64, BlockId)> = Vec::new();
+        for b in self.shared.arena.block_usage(pool) {
+            if b.dedicated || b.live == 0 || pass.drained.contains(&(pool, b.id)) {
+                continue;
+            }
+            let movables = by_block.get(&(pool, b.id)).map_or(0, Vec::len);
+            if movables == b.live {
+                c.push((b.used, b.size, b.id));
+            } else if movables > 0 && b.waiting > 0 && movables + b.waiting == b.live {
+                pass.waiting = true;
+            }
+        }
         c.sort_unstable();
         c
     }
@@ -268,10 +258,16 @@ impl Tiers {
         let candidates = self.candidate_blocks(pool, by_block, pass);
         let mut i = 0;
         while i < candidates.len() {
-            let (mut used, mut size, mut j) = (0, 0, i);
+            let (mut used, mut size, mut count, mut j) = (0, 0, 0, i);
             while j < candidates.len() && used + candidates[j].0 <= max_block {
+                let members = by_block.get(&(pool, candidates[j].2)).map_or(0, Vec::len);
+                // A group grows only within the pass's limits (its first block always).
+                if j > i && !pass.within(used + candidates[j].0, count + members) {
+                    break;
+                }
                 used += candidates[j].0;
                 size += candidates[j].1;
+                count += members;
                 j += 1;
             }
             if j == i {
@@ -422,15 +418,19 @@ impl Tiers {
         }
     }
 
-    /// Copies every move in one submission and points the handles at the new ranges. When
-    /// wgpu refuses the copies (a lost device), every entry goes back to where it was and
-    /// nothing moved.
-    fn run_moves(&self, moves: Vec<Move>) -> Result<()> {
+    /// Records a copy per move into `encoder`; the entries stay moving until
+    /// [`commit_moves`](Self::commit_moves). When wgpu refuses the copies (a lost device),
+    /// every entry goes back to where it was and nothing moved.
+    pub(super) fn record_moves(
+        &self,
+        moves: &[Move],
+        encoder: &mut wgpu::CommandEncoder,
+    ) -> Result<()> {
         if moves.is_empty() {
             return Ok(());
         }
-        let shared = &self.shared;
-        let copied = shared.gpu.scoped("defragmenting", || {
+        let gpu = &self.shared.gpu;
+        gpu.scoped("defragmenting", || {
             let copies: Vec<super::copy::Copy<'_>> = moves
                 .iter()
                 .map(|m| super::copy::Copy {
@@ -441,27 +441,21 @@ impl Tiers {
                     bytes: m.from.size(),
                 })
                 .collect();
-            let encoder = || {
-                shared
-                    .gpu
-                    .device()
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("vramkit defragment"),
-                    })
-            };
-            let mut recorded = encoder();
-            if let Err(e) = super::copy::record(&shared.gpu, &mut recorded, &copies) {
+            if let Err(e) = super::copy::record(gpu, encoder, &copies) {
                 // The kernel could not be set up: copy commands move the same bytes.
                 log::warn!("defragmentation falls back to copy commands: {e}");
-                recorded = encoder();
-                copies.iter().for_each(|c| c.command(&mut recorded));
+                copies.iter().for_each(|c| c.command(encoder));
             }
-            shared.gpu.submit_timed("defragment", [recorded.finish()]);
-        });
-        if let Err(e) = copied {
-            self.unplan(moves);
-            return Err(e);
+        })
+    }
+
+    /// Points the handles of `moves`, whose copies are submitted, at their new ranges and
+    /// frees the old ones (after those copies, by the arena's rule for frees).
+    pub(super) fn commit_moves(&self, moves: Vec<Move>) {
+        if moves.is_empty() {
+            return;
         }
+        let shared = &self.shared;
         let bytes: u64 = moves.iter().map(|m| m.from.size()).sum();
         let mut st = shared.state.lock();
         st.counters.defrag_moves += moves.len() as u64;
@@ -475,6 +469,20 @@ impl Tiers {
         shared.moved.notify_all();
         drop(st);
         drop(olds);
-        Ok(())
     }
+
+    /// Puts recorded but uncommitted moves back (their copies were never submitted).
+    pub(super) fn abandon_moves(&self, moves: Vec<Move>) {
+        self.unplan(moves);
+    }
+}
+
+/// One planned pass (see [`Tiers::plan_pass`]).
+pub(super) struct Planned {
+    pub moves: Vec<Move>,
+    pub drained: Vec<(PoolId, BlockId)>,
+    pub bytes: u64,
+    /// False when a bound stopped the planning with candidates left, or a block of
+    /// movables waits for frees to come back.
+    pub complete: bool,
 }

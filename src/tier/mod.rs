@@ -87,11 +87,13 @@ mod host;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod movable;
+mod passes;
 mod state;
 mod stats;
 
 pub use defrag::{DefragLimits, DefragReport};
 pub use movable::{Movable, Resident, Tier};
+pub use passes::{DefragOptions, Defragmentation, PassReport};
 pub use stats::TierStats;
 
 use std::sync::{Arc, Weak};

@@ -1,0 +1,366 @@
+//! Defragmentation in passes, as VMA's begin / pass / end: a frame loop moves a bounded
+//! amount each frame, with its own GPU work running between passes, and never waits for
+//! the whole device.
+//!
+//! # How it works
+//! [`Tiers::begin_defragmentation`] starts a [`Defragmentation`] over one pool or all.
+//! A pass, like VMA's, has two steps around the caller's submission:
+//! 1. [`Defragmentation::pass`] gives back the blocks of earlier passes whose copies have
+//!    finished (an epoch of the device's work-done tracker, `gpu/work_done.rs`, checked
+//!    without waiting), then plans one bounded pass (`defrag.rs`, within
+//!    [`DefragLimits`]) and records one copy per moved allocation into the caller's
+//!    command encoder. The moved movables are *moving* from here on.
+//! 2. The caller submits the encoder, then calls [`Defragmentation::end_pass`]: the
+//!    handles point at the new places and the old ranges are freed into an epoch that
+//!    completes with the copies; once it has, the next `pass` gives the emptied blocks
+//!    back.
+//!
+//! [`Defragmentation::pass_submit`] does both around a submission of its own.
+//! [`Defragmentation::end`] ends the last pass, waits for the epochs of the passes still
+//! finishing (only their copies, never other work) and returns the report.
+//! [`Tiers::defragment`] is the same loop in one call, after waiting for all GPU work so
+//! that every pending free is back in its block first.
+//!
+//! # The contract
+//! - **Submit the encoder a pass recorded into, then call `end_pass`** (or the next
+//!   `pass`, or `end`, which end it first, taking it as submitted).
+//! - Between `pass` and `end_pass` the moved movables are moving: `make_resident` on one
+//!   waits for `end_pass`, so the frame thread takes its `Resident` guards before `pass`
+//!   (a pinned movable is never moved) or after `end_pass`. Other threads just wait, as
+//!   they do for an eviction.
+//! - A movable is moved only while unpinned and with no GPU work in flight on it.
+//! - Dropping a `Defragmentation` ends its pass the same way and stops its blocks
+//!   draining; blocks not yet empty stay with the arena, which gives empty ones back on
+//!   `trim`.
+
+use std::time::Instant;
+
+use super::defrag::{Move, Planned};
+use super::{DefragLimits, DefragReport, Tiers};
+use crate::alloc::BlockId;
+use crate::arena::PoolId;
+use crate::gpu::Epoch;
+use crate::Result;
+
+/// What a [`Defragmentation`] covers and how much one pass may move.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DefragOptions {
+    /// One pool only (`None`: every pool with movables).
+    pub pool: Option<PoolId>,
+    /// Bounds on each pass.
+    pub per_pass: DefragLimits,
+}
+
+/// What one pass recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// Allocations moved by this pass.
+    pub moves: usize,
+    /// Bytes they hold.
+    pub bytes_moved: u64,
+    /// Blocks this pass empties (given back once its copies finish). A pass within its
+    /// limits, or one block past them ([`DefragLimits`]).
+    pub blocks_drained: usize,
+    /// Blocks given back since the previous pass (by passes whose copies finished).
+    pub blocks_freed: usize,
+    /// Their bytes.
+    pub bytes_freed: u64,
+}
+
+/// A defragmentation under way (see the module docs of `tier::passes`).
+///
+/// ```no_run
+/// # fn main() -> vramkit::Result<()> {
+/// # let rt = vramkit::Runtime::headless()?;
+/// # let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default())?;
+/// use vramkit::tier::{DefragLimits, DefragOptions};
+/// let options = DefragOptions {
+///     per_pass: DefragLimits { max_bytes: 64 << 20, max_moves: 256 },
+///     ..Default::default()
+/// };
+/// let mut defrag = tiers.begin_defragmentation(options)?;
+/// while !defrag.is_done() {
+///     // ... this frame's work on the movables (its Resident guards taken before the pass) ...
+///     let mut encoder = rt.gpu().device().create_command_encoder(&Default::default());
+///     defrag.pass(&mut encoder)?;
+///     rt.gpu().submit([encoder.finish()]);
+///     defrag.end_pass();
+/// }
+/// let report = defrag.end()?;
+/// println!("{} moves, {} blocks given back", report.moves, report.blocks_freed);
+/// # Ok(()) }
+/// ```
+pub struct Defragmentation<'t> {
+    tiers: &'t Tiers,
+    options: DefragOptions,
+    report: DefragReport,
+    start: Instant,
+    /// The pass recorded and not yet ended: its moves (entries moving) and the blocks it
+    /// drains.
+    recorded: Option<Recorded>,
+    /// Passes whose old places are freed, waiting for the epoch of those frees.
+    finishing: Vec<Finishing>,
+    /// The last planning found nothing left to move within the limits.
+    exhausted: bool,
+    ended: bool,
+}
+
+struct Recorded {
+    moves: Vec<Move>,
+    drained: Vec<(PoolId, BlockId)>,
+}
+
+struct Finishing {
+    epoch: Epoch,
+    drained: Vec<(PoolId, BlockId)>,
+}
+
+impl Tiers {
+    /// Starts a defragmentation run in bounded passes, for a frame loop (module docs of
+    /// `tier::passes`). Nothing is waited for; the first [`Defragmentation::pass`] plans.
+    pub fn begin_defragmentation(&self, options: DefragOptions) -> Result<Defragmentation<'_>> {
+        if let Some(pool) = options.pool {
+            self.shared.arena.check_pool(pool)?;
+        }
+        let before = self.shared.arena.stats();
+        Ok(Defragmentation {
+            tiers: self,
+            options,
+            report: DefragReport {
+                allocated_before: before.allocated,
+                reserved_before: before.reserved,
+                complete: false,
+                ..Default::default()
+            },
+            start: Instant::now(),
+            recorded: None,
+            finishing: Vec::new(),
+            exhausted: false,
+            ended: false,
+        })
+    }
+
+    /// Moves movable allocations into fewer blocks and gives the emptied ones back; see
+    /// the module docs of `tier::defrag`. Waits for all GPU work first, so every pending
+    /// free is back in its block, then runs passes within `limits` as one
+    /// ([`Tiers::begin_defragmentation`]) until nothing is left to move or a bound stops
+    /// it (then [`DefragReport::complete`] is false: call again to go on).
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// # let rt = vramkit::Runtime::headless()?;
+    /// # let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default())?;
+    /// let report = tiers.defragment(Default::default())?;
+    /// println!("{:.2} -> {:.2} reserved/allocated", report.ratio_before(), report.ratio_after());
+    /// # Ok(()) }
+    /// ```
+    pub fn defragment(&self, limits: DefragLimits) -> Result<DefragReport> {
+        let start = Instant::now();
+        self.shared.arena.synchronize()?;
+        self.shared.settle()?;
+        let mut d = self.begin_defragmentation(DefragOptions {
+            pool: None,
+            per_pass: limits,
+        })?;
+        d.start = start;
+        let bounded = limits.max_bytes != u64::MAX || limits.max_moves != usize::MAX;
+        loop {
+            let pass = d.pass_submit()?;
+            // One pass is the bound; unbounded, go on while a pass moved something and
+            // stopped short (the budget's room): its old places come back first.
+            if bounded || pass.moves == 0 || d.report.complete {
+                break;
+            }
+            d.wait_finishing()?;
+        }
+        let mut report = d.end()?;
+        // A repack block whose moves were abandoned is empty too: give it back with the
+        // rest of the empty blocks, as the whole device was waited for anyway.
+        let arena = &self.shared.arena;
+        let blocks = arena.stats().blocks;
+        report.bytes_freed += arena.release_all_empty();
+        let after = arena.stats();
+        report.blocks_freed += blocks.saturating_sub(after.blocks);
+        report.allocated_after = after.allocated;
+        report.reserved_after = after.reserved;
+        report.elapsed = start.elapsed();
+        Ok(report)
+    }
+}
+
+impl Defragmentation<'_> {
+    /// Ends the previous pass if it is still open (taking its encoder as submitted), gives
+    /// back the blocks of finished passes, and records one bounded pass of copies into
+    /// `encoder` (module docs). Submit `encoder`, then call [`end_pass`](Self::end_pass).
+    pub fn pass(&mut self, encoder: &mut wgpu::CommandEncoder) -> Result<PassReport> {
+        self.end_pass();
+        self.tiers.shared.arena.collect_finished();
+        let (blocks_freed, bytes_freed) = self.finish_done();
+        let Planned {
+            moves,
+            drained,
+            bytes,
+            complete,
+        } = self
+            .tiers
+            .plan_pass(self.options.pool, self.options.per_pass);
+        if let Err(e) = self.tiers.record_moves(&moves, encoder) {
+            self.tiers.abandon_moves(moves);
+            self.undrain(&drained);
+            return Err(e);
+        }
+        let count = moves.len();
+        let blocks_drained = drained.len();
+        // Nothing to move and nothing left over: done once the finishing passes are.
+        self.exhausted = count == 0 && complete;
+        self.report.moves += count;
+        self.report.bytes_moved += bytes;
+        self.report.complete = complete;
+        if count > 0 || !drained.is_empty() {
+            self.recorded = Some(Recorded { moves, drained });
+        }
+        Ok(PassReport {
+            moves: count,
+            bytes_moved: bytes,
+            blocks_drained,
+            blocks_freed,
+            bytes_freed,
+        })
+    }
+
+    /// Ends the pass recorded last, whose encoder the caller has submitted: the moved
+    /// handles point at their new places, and the old ranges are freed into an epoch that
+    /// completes with the copies. Does nothing when no pass is open.
+    pub fn end_pass(&mut self) {
+        let Some(Recorded { moves, drained }) = self.recorded.take() else {
+            return;
+        };
+        self.tiers.commit_moves(moves);
+        let epoch = self.tiers.shared.arena.seal_frees();
+        self.finishing.push(Finishing { epoch, drained });
+    }
+
+    /// [`pass`](Self::pass) into an encoder of its own, submitted at once.
+    pub fn pass_submit(&mut self) -> Result<PassReport> {
+        let gpu = self.tiers.shared.gpu.clone();
+        let mut encoder = gpu
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("vramkit defragment"),
+            });
+        let report = self.pass(&mut encoder)?;
+        let submitted = gpu.scoped("defragmenting", || {
+            gpu.submit_timed("defragment", [encoder.finish()]);
+        });
+        if let Err(e) = submitted {
+            // Refused (a lost device): nothing was copied, every entry goes back.
+            if let Some(Recorded { moves, drained }) = self.recorded.take() {
+                self.tiers.abandon_moves(moves);
+                self.undrain(&drained);
+            }
+            return Err(e);
+        }
+        self.end_pass();
+        Ok(report)
+    }
+
+    /// Whether nothing is left to move and every pass has finished (its blocks given
+    /// back): the frame loop may stop calling [`pass`](Self::pass).
+    pub fn is_done(&self) -> bool {
+        self.exhausted && self.recorded.is_none() && self.finishing.is_empty()
+    }
+
+    /// The totals so far.
+    pub fn report(&self) -> DefragReport {
+        self.report
+    }
+
+    /// Ends the last pass (taking its encoder as submitted), waits for the copies of the
+    /// passes still finishing (not for other GPU work), gives their emptied blocks back
+    /// and returns the report.
+    pub fn end(mut self) -> Result<DefragReport> {
+        self.end_pass();
+        let waited = self.wait_finishing();
+        self.ended = true;
+        let left: Vec<Finishing> = std::mem::take(&mut self.finishing);
+        for f in &left {
+            self.undrain(&f.drained);
+        }
+        waited?;
+        let after = self.tiers.shared.arena.stats();
+        self.report.allocated_after = after.allocated;
+        self.report.reserved_after = after.reserved;
+        self.report.elapsed = self.start.elapsed();
+        Ok(self.report)
+    }
+
+    /// Gives back the emptied blocks of every finishing pass whose epoch is done; returns
+    /// the blocks and bytes given back.
+    fn finish_done(&mut self) -> (usize, u64) {
+        let work = self.tiers.shared.gpu.work_done().clone();
+        if self.finishing.iter().all(|f| !work.is_done(f.epoch)) {
+            // wgpu runs callbacks only inside polls: give the copies a chance to report.
+            self.tiers.shared.gpu.poll();
+        }
+        let (done, waiting): (Vec<Finishing>, Vec<Finishing>) = std::mem::take(&mut self.finishing)
+            .into_iter()
+            .partition(|f| work.is_done(f.epoch));
+        self.finishing = waiting;
+        let (mut blocks, mut bytes) = (0, 0);
+        for f in done {
+            let (b, n) = self.release(&f.drained);
+            blocks += b;
+            bytes += n;
+        }
+        self.report.blocks_freed += blocks;
+        self.report.bytes_freed += bytes;
+        (blocks, bytes)
+    }
+
+    /// Waits for the epochs of the finishing passes and gives their blocks back.
+    fn wait_finishing(&mut self) -> Result<()> {
+        let newest = self.finishing.iter().map(|f| f.epoch).max();
+        if let Some(epoch) = newest {
+            self.tiers.shared.gpu.wait_epoch(epoch)?;
+        }
+        self.finish_done();
+        Ok(())
+    }
+
+    /// Gives back the empty ones of `drained` (all marked no longer draining).
+    fn release(&self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
+        let arena = &self.tiers.shared.arena;
+        let (mut blocks, mut bytes) = (0, 0);
+        for pool in super::distinct_pools(drained.iter().map(|(p, _)| *p)) {
+            let ids: Vec<BlockId> = drained
+                .iter()
+                .filter(|(p, _)| *p == pool)
+                .map(|(_, id)| *id)
+                .collect();
+            let (b, n) = arena.release_drained(pool, &ids);
+            blocks += b;
+            bytes += n;
+        }
+        (blocks, bytes)
+    }
+
+    /// Marks `drained` no longer draining, giving nothing back.
+    fn undrain(&self, drained: &[(PoolId, BlockId)]) {
+        for &(pool, id) in drained {
+            self.tiers.shared.arena.set_draining(pool, &[id], false);
+        }
+    }
+}
+
+impl Drop for Defragmentation<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.end_pass();
+        self.finish_done();
+        for f in std::mem::take(&mut self.finishing) {
+            self.undrain(&f.drained);
+        }
+    }
+}
