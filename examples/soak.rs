@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
 use vramkit::kernels::{scan::ScanType, ScanKind};
 use vramkit::plan::{LoopConfig, PlannedLoop};
-use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
+use vramkit::tier::{DefragLimits, DefragOptions, Movable, TierConfig, Tiers};
 use vramkit::{Error, Runtime, RuntimeConfig};
 
 /// What every thread counts.
@@ -658,10 +658,38 @@ fn defrag_worker(tiers: &Tiers, counts: &Counts, until: Instant) {
                 max_moves: 16,
             }
         };
-        if counted(counts, "defragment", tiers.defragment(limits)).is_some() {
+        // Every other round in passes of its own, a frame's worth apart, without waiting
+        // for the whole device; the rest through the one call that stops the world.
+        let ran = if passes % 2 == 0 {
+            counted(counts, "defragment", tiers.defragment(limits)).is_some()
+        } else {
+            counted(
+                counts,
+                "defragment in passes",
+                defragment_in_passes(tiers, limits),
+            )
+            .is_some()
+        };
+        if ran {
             counts.defrag_passes.fetch_add(1, Ordering::Relaxed);
         }
         passes += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A defragmentation in up to eight bounded passes, a millisecond apart.
+fn defragment_in_passes(tiers: &Tiers, per_pass: DefragLimits) -> vramkit::Result<()> {
+    let mut d = tiers.begin_defragmentation(DefragOptions {
+        pool: None,
+        per_pass,
+    })?;
+    for _ in 0..8 {
+        if d.is_done() {
+            break;
+        }
+        d.pass_submit()?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    d.end().map(drop)
 }

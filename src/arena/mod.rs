@@ -413,31 +413,22 @@ impl Arena {
     /// for [`AllocMode::in_block`] allocations.
     pub(crate) fn reserve_block(&self, pool: PoolId, bytes: u64, label: &str) -> Result<BlockId> {
         self.check_pool(pool)?;
-        let (id, _) = self
-            .shared()
-            .reserve_block(pool.index, bytes, label, false)?;
-        Ok(id)
+        self.shared().reserve_block(pool.index, bytes, label, None)
     }
 
-    /// [`reserve_block`](Self::reserve_block), the block held at once by one range that
-    /// spans it (a planned loop's block): nothing else can land in it.
+    /// Reserves an empty block of exactly `bytes` in `pool`, holds it whole with one
+    /// spanning range, and hands block and range to `install` under the same lock (a
+    /// planned loop's block).
     pub(crate) fn reserve_held_block(
         &self,
         pool: PoolId,
         bytes: u64,
         label: &str,
-    ) -> Result<(BlockId, state::Placed)> {
+        install: &mut dyn FnMut(&mut State, BlockId, state::Placed),
+    ) -> Result<BlockId> {
         self.check_pool(pool)?;
-        match self
-            .shared()
-            .reserve_block(pool.index, bytes, label, true)?
-        {
-            (id, Some(span)) => Ok((id, span)),
-            (_, None) => Err(Error::Device {
-                during: "reserving a held block".into(),
-                message: "no spanning range".into(),
-            }),
-        }
+        self.shared()
+            .reserve_block(pool.index, bytes, label, Some(install))
     }
 
     /// Gives back every empty block now, whatever `trim_keep` says (a defragmentation

@@ -367,20 +367,20 @@ impl super::Arena {
     /// Reserves a loop block of `bytes` in `pool` (within the budget and quota) and holds
     /// it with one spanning range.
     pub(crate) fn loop_reserve(&self, pool: super::PoolId, bytes: u64) -> crate::Result<BlockId> {
-        // Reserved and held under one lock: an empty block between two locks took
-        // another thread's allocation in the soak, and could then not be held whole.
-        let (block, span) = self.reserve_held_block(pool, bytes, "planned loop")?;
-        let mut st = self.shared().state.lock();
-        st.loop_blocks.push(LoopBlock {
-            pool: pool.index(),
-            block,
-            span,
-            live: 0,
-            fence: 0,
-            orphaned: false,
-        });
-        drop(st);
-        Ok(block)
+        // Reserved, held and filed under one lock: an empty block between two locks took
+        // another thread's allocation in the soak, and a held range filed under a second
+        // lock left a range no record or loop names in between.
+        let index = pool.index();
+        self.reserve_held_block(pool, bytes, "planned loop", &mut |st, block, span| {
+            st.loop_blocks.push(LoopBlock {
+                pool: index,
+                block,
+                span,
+                live: 0,
+                fence: 0,
+                orphaned: false,
+            });
+        })
     }
 
     /// Waits until loop block `block` may serve another iteration: its last iteration's

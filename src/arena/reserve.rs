@@ -114,8 +114,8 @@ impl Shared {
         pool: usize,
         bytes: u64,
         label: &str,
-        hold: bool,
-    ) -> Result<(BlockId, Option<Placed>)> {
+        hold: Option<&mut dyn FnMut(&mut State, BlockId, Placed)>,
+    ) -> Result<BlockId> {
         self.gpu.check_alive()?;
         let mut st = self.state.lock();
         let reserved_total = st.reserved();
@@ -171,12 +171,19 @@ impl Shared {
             }),
         };
         let result = match id {
-            Ok(id) if hold => {
+            Ok(id) if hold.is_some() => {
                 let p = &mut st.pools[pool];
                 let size = p.set.block(id).map_or(0, |a| a.capacity());
                 let align = p.alignment;
                 match p.set.allocate_in(id, size, align) {
-                    Some(span) => Ok((id, Some(span))),
+                    Some(span) => {
+                        // Handed over under the same lock: a spanning range nobody holds
+                        // would break the state's invariant 6 for the next lock holder.
+                        if let Some(install) = hold {
+                            install(&mut st, id, span);
+                        }
+                        Ok(id)
+                    }
                     None => {
                         // Unreachable: a new block's whole capacity is free.
                         if p.set.release_block(id).is_some() {
@@ -189,7 +196,7 @@ impl Shared {
                     }
                 }
             }
-            Ok(id) => Ok((id, None)),
+            Ok(id) => Ok(id),
             Err(e) => Err(e),
         };
         self.unlock(st);
