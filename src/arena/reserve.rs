@@ -12,6 +12,10 @@ use crate::alloc::BlockId;
 use crate::error::{Limit, OutOfMemory};
 use crate::{Error, Result};
 
+/// What takes a new block's spanning range under the lock that reserved it
+/// ([`Shared::reserve_block`]).
+pub(super) type Install<'a> = &'a mut dyn FnMut(&mut State, BlockId, Placed);
+
 impl Shared {
     /// One placement attempt; creates a block buffer if `req.allow_new` and limits allow.
     pub(super) fn try_place(&self, st: &mut State, req: &Request<'_>) -> Result<Placed, Reserve> {
@@ -114,7 +118,7 @@ impl Shared {
         pool: usize,
         bytes: u64,
         label: &str,
-        hold: Option<&mut dyn FnMut(&mut State, BlockId, Placed)>,
+        hold: Option<Install<'_>>,
     ) -> Result<BlockId> {
         self.gpu.check_alive()?;
         let mut st = self.state.lock();
