@@ -660,7 +660,7 @@ fn defrag_worker(tiers: &Tiers, counts: &Counts, until: Instant) {
         };
         // Every other round in passes of its own, a frame's worth apart, without waiting
         // for the whole device; the rest through the one call that stops the world.
-        let ran = if passes % 2 == 0 {
+        let ran = if passes.is_multiple_of(2) {
             counted(counts, "defragment", tiers.defragment(limits)).is_some()
         } else {
             counted(
