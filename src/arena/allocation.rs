@@ -152,11 +152,6 @@ impl Allocation {
         record.map(read)
     }
 
-    /// Bytes this allocation takes in its block (guards included).
-    pub(crate) fn placed_size(&self) -> u64 {
-        self.with_record(|r| r.placed_size()).unwrap_or(0)
-    }
-
     /// The block this range lies in, and the index of its pool in its arena.
     pub(crate) fn place(&self) -> (crate::alloc::BlockId, usize) {
         self.with_record(|r| (r.block(), r.pool))

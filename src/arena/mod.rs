@@ -401,6 +401,29 @@ impl Arena {
             .collect()
     }
 
+    /// The block and placed bytes (guards included) of each of `allocs`, read under one
+    /// lock (`None` for one of another arena).
+    pub(crate) fn placements(&self, allocs: &[&Allocation]) -> Vec<Option<(BlockId, u64)>> {
+        let shared = self.shared();
+        let st = shared.state.lock();
+        allocs
+            .iter()
+            .map(|a| {
+                if !Arc::ptr_eq(&a.shared, shared) {
+                    return None;
+                }
+                st.live.get(a.slot).map(|r| (r.block(), r.placed_size()))
+            })
+            .collect()
+    }
+
+    /// The budget and the bytes allocated now (a cheap read, where [`Arena::stats`]
+    /// walks every block).
+    pub(crate) fn budget_and_allocated(&self) -> (Option<u64>, u64) {
+        let st = self.shared().state.lock();
+        (st.budget, st.counters.allocated)
+    }
+
     /// The offset alignment of `pool`'s ranges and its largest shared block.
     pub(crate) fn pool_layout(&self, pool: PoolId) -> (u64, u64) {
         let st = self.shared().state.lock();

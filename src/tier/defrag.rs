@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use super::{Place, Tiers};
 use crate::alloc::BlockId;
-use crate::arena::{AllocMode, Allocation, EventKind, PoolId};
+use crate::arena::{AllocMode, Allocation, BlockUsage, EventKind, PoolId};
 use crate::Result;
 
 /// Bounds on one defragmentation pass (like VMA's); a block is emptied completely or not
@@ -167,8 +167,7 @@ impl Tiers {
     /// Plans one pass within `limits` over `pool` (or every pool): the moves, with their
     /// entries marked moving, and the blocks they drain. See the module docs.
     pub(super) fn plan_pass(&self, pool: Option<PoolId>, limits: DefragLimits) -> Planned {
-        let arena = &self.shared.arena;
-        let now = arena.stats();
+        let (budget, allocated) = self.shared.arena.budget_and_allocated();
         let mut pass = Pass {
             report: DefragReport {
                 complete: true,
@@ -178,14 +177,15 @@ impl Tiers {
             moves: Vec::new(),
             drained: Vec::new(),
             waiting: false,
-            spare: now
-                .budget
-                .map_or(u64::MAX, |b| (b - b / 16).saturating_sub(now.allocated)),
+            spare: budget.map_or(u64::MAX, |b| (b - b / 16).saturating_sub(allocated)),
         };
         let by_block = self.movable_blocks(pool);
         for pool in super::distinct_pools(by_block.keys().map(|(p, _)| *p)) {
-            self.repack(pool, &by_block, &mut pass);
-            self.fill_holes(pool, &by_block, &mut pass);
+            // One look at the pool's blocks for the whole pass: what the repack changes
+            // (its fresh blocks, the blocks it drains) the hole filling leaves alone.
+            let usage = self.shared.arena.block_usage(pool);
+            self.repack(pool, &by_block, &usage, &mut pass);
+            self.fill_holes(pool, &by_block, &usage, &mut pass);
         }
         Planned {
             moves: pass.moves,
@@ -195,29 +195,37 @@ impl Tiers {
         }
     }
 
-    /// Movables free to move, by pool and block (of `pool` only, when given).
+    /// Movables free to move, by pool and block (of `pool` only, when given). Their
+    /// places are read from the arena under one lock for all of them.
     fn movable_blocks(&self, pool: Option<PoolId>) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
+        let mut found: Vec<(u32, u64, u64, PoolId, Arc<Allocation>)> = Vec::new();
+        {
+            let st = self.shared.state.lock();
+            let done = self.shared.gpu.work_done().done();
+            for (slot, e) in st.entries.iter().enumerate() {
+                let Some(e) = e
+                    .as_ref()
+                    .filter(|e| e.movable_now(done) && pool.is_none_or(|p| p == e.pool))
+                else {
+                    continue;
+                };
+                let Place::Device(a) = &e.place else { continue };
+                found.push((slot as u32, e.generation, e.size, e.pool, a.clone()));
+            }
+        }
+        let allocs: Vec<&Allocation> = found.iter().map(|f| &*f.4).collect();
+        let places = self.shared.arena.placements(&allocs);
         let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
-        let st = self.shared.state.lock();
-        let done = self.shared.gpu.work_done().done();
-        for (slot, e) in st.entries.iter().enumerate() {
-            let Some(e) = e
-                .as_ref()
-                .filter(|e| e.movable_now(done) && pool.is_none_or(|p| p == e.pool))
-            else {
+        for ((slot, generation, size, pool, _), place) in found.iter().zip(places) {
+            let Some((block, placed)) = place else {
                 continue;
             };
-            let Place::Device(a) = &e.place else { continue };
-            let (block, _) = a.place();
-            by_block
-                .entry((e.pool, block))
-                .or_default()
-                .push(Candidate {
-                    slot: slot as u32,
-                    generation: e.generation,
-                    size: e.size,
-                    placed: a.placed_size(),
-                });
+            by_block.entry((*pool, block)).or_default().push(Candidate {
+                slot: *slot,
+                generation: *generation,
+                size: *size,
+                placed,
+            });
         }
         by_block
     }
@@ -228,10 +236,11 @@ impl Tiers {
         &self,
         pool: PoolId,
         by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        usage: &[BlockUsage],
         pass: &mut Pass,
     ) -> Vec<(u64, u64, BlockId)> {
         let mut c: Vec<(u64, u64, BlockId)> = Vec::new();
-        for b in self.shared.arena.block_usage(pool) {
+        for b in usage {
             if b.dedicated || b.live == 0 || pass.drained.contains(&(pool, b.id)) {
                 continue;
             }
@@ -251,11 +260,12 @@ impl Tiers {
         &self,
         pool: PoolId,
         by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        usage: &[BlockUsage],
         pass: &mut Pass,
     ) {
         let arena = &self.shared.arena;
         let (align, max_block) = arena.pool_layout(pool);
-        let candidates = self.candidate_blocks(pool, by_block, pass);
+        let candidates = self.candidate_blocks(pool, by_block, usage, pass);
         let mut i = 0;
         while i < candidates.len() {
             let (mut used, mut size, mut count, mut j) = (0, 0, 0, i);
@@ -316,16 +326,16 @@ impl Tiers {
         &self,
         pool: PoolId,
         by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        usage: &[BlockUsage],
         pass: &mut Pass,
     ) {
         let arena = &self.shared.arena;
-        let usage = arena.block_usage(pool);
         let mut free_elsewhere: u64 = usage
             .iter()
             .filter(|b| !b.dedicated && !pass.drained.contains(&(pool, b.id)))
             .map(|b| b.size - b.used)
             .sum();
-        for (used, size, id) in self.candidate_blocks(pool, by_block, pass) {
+        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass) {
             // Its own free space no longer counts once it drains.
             let room = free_elsewhere.saturating_sub(size - used);
             if used > room {
