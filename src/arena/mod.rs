@@ -382,7 +382,7 @@ impl Arena {
         let Some(p) = st.pools.get(pool.index) else {
             return Vec::new();
         };
-        let mut waiting: std::collections::HashMap<BlockId, usize> = Default::default();
+        let mut waiting: rustc_hash::FxHashMap<BlockId, usize> = Default::default();
         for (_, r) in st.live.records() {
             if r.pool == pool.index && r.phase != state::Phase::Live && !r.is_planned() {
                 *waiting.entry(r.block()).or_default() += 1;

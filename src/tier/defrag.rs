@@ -27,7 +27,6 @@
 //! Dedicated blocks (one large allocation each) are never candidates: moving one would
 //! free one block by filling another of the same size.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +106,9 @@ struct Candidate {
     size: u64,
     placed: u64,
 }
+
+/// Movables free to move, by pool and block.
+type ByBlock = rustc_hash::FxHashMap<(PoolId, BlockId), Vec<Candidate>>;
 
 /// What one pass has decided so far.
 struct Pass {
@@ -196,36 +198,39 @@ impl Tiers {
     }
 
     /// Movables free to move, by pool and block (of `pool` only, when given). Their
-    /// places are read from the arena under one lock for all of them.
-    fn movable_blocks(&self, pool: Option<PoolId>) -> HashMap<(PoolId, BlockId), Vec<Candidate>> {
-        let mut found: Vec<(u32, u64, u64, PoolId, Arc<Allocation>)> = Vec::new();
-        {
-            let st = self.shared.state.lock();
-            let done = self.shared.gpu.work_done().done();
-            for (slot, e) in st.entries.iter().enumerate() {
-                let Some(e) = e
-                    .as_ref()
-                    .filter(|e| e.movable_now(done) && pool.is_none_or(|p| p == e.pool))
-                else {
-                    continue;
-                };
-                let Place::Device(a) = &e.place else { continue };
-                found.push((slot as u32, e.generation, e.size, e.pool, a.clone()));
-            }
+    /// places are read from the arena under one lock for all of them, taken inside the
+    /// tiers' (ranks rise: `src/lock_rank.rs`), so no handle is cloned.
+    fn movable_blocks(&self, pool: Option<PoolId>) -> ByBlock {
+        let st = self.shared.state.lock();
+        let done = self.shared.gpu.work_done().done();
+        let mut found: Vec<(u32, &super::Entry)> = Vec::new();
+        let mut allocs: Vec<&Allocation> = Vec::new();
+        for (slot, e) in st.entries.iter().enumerate() {
+            let Some(e) = e
+                .as_ref()
+                .filter(|e| e.movable_now(done) && pool.is_none_or(|p| p == e.pool))
+            else {
+                continue;
+            };
+            let Place::Device(a) = &e.place else { continue };
+            found.push((slot as u32, e));
+            allocs.push(a);
         }
-        let allocs: Vec<&Allocation> = found.iter().map(|f| &*f.4).collect();
         let places = self.shared.arena.placements(&allocs);
-        let mut by_block: HashMap<(PoolId, BlockId), Vec<Candidate>> = HashMap::new();
-        for ((slot, generation, size, pool, _), place) in found.iter().zip(places) {
+        let mut by_block = ByBlock::default();
+        for ((slot, e), place) in found.into_iter().zip(places) {
             let Some((block, placed)) = place else {
                 continue;
             };
-            by_block.entry((*pool, block)).or_default().push(Candidate {
-                slot: *slot,
-                generation: *generation,
-                size: *size,
-                placed,
-            });
+            by_block
+                .entry((e.pool, block))
+                .or_default()
+                .push(Candidate {
+                    slot,
+                    generation: e.generation,
+                    size: e.size,
+                    placed,
+                });
         }
         by_block
     }
@@ -235,7 +240,7 @@ impl Tiers {
     fn candidate_blocks(
         &self,
         pool: PoolId,
-        by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
+        by_block: &ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
     ) -> Vec<(u64, u64, BlockId)> {
@@ -256,13 +261,7 @@ impl Tiers {
     }
 
     /// Step 3 of the module docs.
-    fn repack(
-        &self,
-        pool: PoolId,
-        by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
-        usage: &[BlockUsage],
-        pass: &mut Pass,
-    ) {
+    fn repack(&self, pool: PoolId, by_block: &ByBlock, usage: &[BlockUsage], pass: &mut Pass) {
         let arena = &self.shared.arena;
         let (align, max_block) = arena.pool_layout(pool);
         let candidates = self.candidate_blocks(pool, by_block, usage, pass);
@@ -322,13 +321,7 @@ impl Tiers {
     }
 
     /// Step 4 of the module docs.
-    fn fill_holes(
-        &self,
-        pool: PoolId,
-        by_block: &HashMap<(PoolId, BlockId), Vec<Candidate>>,
-        usage: &[BlockUsage],
-        pass: &mut Pass,
-    ) {
+    fn fill_holes(&self, pool: PoolId, by_block: &ByBlock, usage: &[BlockUsage], pass: &mut Pass) {
         let arena = &self.shared.arena;
         let mut free_elsewhere: u64 = usage
             .iter()
