@@ -24,7 +24,7 @@
 //! | [`STAGING`] | the upload ring, download rings, view pools, virtual-texture staging slots | a callback returns staging memory |
 //! | [`TIER`] | the tiers' state (`tier/`) | a callback drops a `Resident` or a `Movable`; a move drops a device allocation under it |
 //! | [`ARENA`] | the arena's state (`arena/lock.rs`) | a callback drops an allocation |
-//! | [`WORK_DONE`] | the work-done tracker's issue lock (`gpu/work_done.rs`) | epochs are handed out under the tiers' and the arena's locks |
+//! | [`WORK_DONE`] | the work-done tracker's epoch lock (`gpu/work_done.rs`) | epochs are handed out under the tiers' and the arena's locks |
 //! | [`LEAF`] | the locks under which nothing else is taken (caches, counters, the lost reason, the profiler's spans) | |
 //!
 //! # What it promises
@@ -64,7 +64,7 @@ pub(crate) const STAGING: Rank = Rank::new(30, "staging ring");
 pub(crate) const TIER: Rank = Rank::new(40, "tier state");
 /// The arena's state.
 pub(crate) const ARENA: Rank = Rank::new(50, "arena state");
-/// The work-done tracker's issue lock: held while an epoch's callback is filed.
+/// The work-done tracker's epoch lock: held while an epoch's callback is filed.
 pub(crate) const WORK_DONE: Rank = Rank::new(60, "work-done tracker");
 /// Locks under which nothing else is taken.
 pub(crate) const LEAF: Rank = Rank::new(90, "leaf lock");

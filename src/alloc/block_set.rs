@@ -3,16 +3,14 @@
 //! A new shared block holds a sixteenth of what the shared blocks already hold (at least
 //! `min_block`, at most `max_block`): growth is geometric, so a big app reaches the cap in
 //! a few dozen blocks, but each step adds at most about 6 % to what is reserved, where
-//! doubling could leave the newest, nearly empty block as large as all the others
-//! (1.15x the peak on a 113 MB training trace; `examples/data`).
+//! doubling could leave the newest, nearly empty block as large as all the others.
 //!
 //! Requests that are large *for the program* get a block of their own: at least the
 //! policy's fixed threshold, or at least 1/`dedicated_share` of everything reserved (and
 //! 512 KiB). A tensor that large in a shared block leaves a hole that small requests
-//! split when it goes, and the next large one no longer fits: with a fixed 32 MiB
-//! threshold alone, traces scaled to 100 MiB-2 GiB peaks (whose large tensors fall under
-//! it) reserved up to 1.20x their peak; with the share, at most 1.05x on every recorded
-//! trace at every scale from 100 MiB to 60 GiB (BENCHMARKS.md, Allocator core).
+//! split when it goes, and the next large one no longer fits: a fixed threshold alone
+//! misses the large tensors of programs with small peaks (what each reserves over its
+//! peak on the recorded traces at every scale is in BENCHMARKS.md, Allocator core).
 //! Blocks dedicated by the share are exact (under a budget every byte counts); those over
 //! the fixed threshold are rounded up to 1/64 of the request's power of two, so a tensor
 //! that grows a little each step (a KV cache) finds last step's block big enough.
@@ -155,8 +153,7 @@ impl BlockPolicy {
 
     /// The size of a dedicated block for `need` bytes aligned to `align`. A request
     /// dedicated by its share alone gets exactly its size: such blocks are small, and
-    /// under a budget rounding them would cost whole requests (1.5 MiB requests held
-    /// 93.8 % of a 48 MiB budget rounded to 64 KiB, 96.9 % exact). Larger ones are rounded
+    /// under a budget rounding them would cost whole requests. Larger ones are rounded
     /// to the granularity and to 1/64 of their power of two, so a tensor that grows a
     /// little each step finds the block it left big enough.
     fn dedicated_block_size(&self, need: u64, align: u64) -> u64 {

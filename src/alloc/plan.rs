@@ -35,9 +35,8 @@
 //! (long-lived intervals packed side by side join into a few ranges), and the others one
 //! by one, sorted by offset with their lifetimes inline. An interval in several buckets
 //! is taken only from the first one the query covers, so each bucket gives two sorted
-//! runs, and the runs are merged, not sorted. Buckets are large (512 steps): on a
-//! 150 000-event trace, 64-step buckets made most queries span many buckets and cost
-//! 2.7x as much; the unions halved what was left.
+//! runs, and the runs are merged, not sorted. Buckets are large (512 steps): small ones
+//! made most queries span many buckets; the unions halved what was left.
 //!
 //! # Promises
 //! Two intervals that overlap in time never overlap in memory; every offset is a

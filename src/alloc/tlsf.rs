@@ -1,4 +1,6 @@
-//! `RangeAllocator`: an O(1) allocator of byte ranges inside one block.
+//! `RangeAllocator`: an O(1) allocator of byte ranges inside one block. One concept in
+//! one file, over 800 lines: the allocator, its two machine-code builds, its invariant
+//! checker and its unit tests belong together.
 //!
 //! # Design
 //! Free ranges are filed in segregated lists, one per size bin ([`super::bins`]); a 64-bit
@@ -11,9 +13,8 @@
 //! unaligned size (a quarter to two fifths of those in the generation and MoE traces)
 //! leaves the free range after it unaligned, and the next request splits a padding range
 //! off it: two more nodes and bin insertions, and a sliver of under 256 bytes in the bins.
-//! Rounding wastes no more: the padding was as unusable to requests of that alignment.
-//! On the dev VM the replays of those traces went from 0.94-1.01x offset-allocator's
-//! speed to 1.04-1.19x; the others moved by 4 % or less, either way (interleaved runs).
+//! Rounding wastes no more: the padding was as unusable to requests of that alignment,
+//! and it made those traces' replays faster (BENCHMARKS.md, Allocator core).
 //!
 //! # Parked frees
 //! A freed range with no free neighbour (nothing to merge it with yet) and at most 1/256
@@ -21,8 +22,8 @@
 //! hashing its exact size. The next request of exactly that size, whose range would start
 //! aligned, takes the latest range parked there, before any bin is searched. Programs free
 //! and ask again for the same sizes over and over (a generation step, a training
-//! iteration, a layer's activations): in the sixteen recorded traces 57-100 % of the
-//! parked ranges were taken again this way (one block, `examples/data`). A request that
+//! iteration, a layer's activations): in the recorded traces most parked ranges are taken
+//! again this way (one block, `examples/data`). A request that
 //! finds its slot empty or holding another size costs a hash and a compare more.
 //!
 //! Parked ranges count as free everywhere: in [`RangeAllocator::free_bytes`], and merged
@@ -34,26 +35,21 @@
 //! settle merges each parked range as `free` would have: at most 512 merges at once, the
 //! same work deferred. Parking changes only where later ranges go: exact sizes come back
 //! to their old place, much like PyTorch's caching allocator reuses a cached block of the
-//! size asked for. On the 352 scaled trace replays of BENCHMARKS.md (`replay --all
-//! --scales`), peak reserved over peak allocated moved by -0.018 to +0.005 against the
-//! build without parking, and the worst between 100 MiB and 60 GiB went from 1.045 to 1.040.
+//! size asked for; what that does to peak reserved over peak allocated on the scaled
+//! trace replays is in BENCHMARKS.md (Allocator core).
 //!
 //! Why: the generation traces hold few ranges at a time, so the filed path was already
 //! bound by instructions (see "Machine code"); a parked range skips the bin arithmetic,
-//! the bitmaps and the list links of both the free and the next allocation. On the H100
-//! host the sixteen traces of `replay --all` went from 0.86-1.24x offset-allocator's
-//! speed (geometric mean 1.09-1.12) to 1.14-1.93x (1.56-1.64), three processes each,
-//! interleaved; on the dev VM from 1.04-1.34x to 1.11-2.02x. The cap was chosen on the
-//! H100 host among 32, 128, 256 and 512 (the slowest trace 0.81x, 1.13x, 1.20x, 1.20x,
-//! two processes each; 512 ahead on most traces): with 32, ranges were settled before
-//! their size came back.
+//! the bitmaps and the list links of both the free and the next allocation (the replay
+//! speeds against offset-allocator are in BENCHMARKS.md, Allocator core). The cap of 512
+//! was the fastest of 32, 128, 256 and 512 on the recorded traces: with a small cap,
+//! ranges were settled before their size came back.
 //!
 //! # Machine code
 //! `allocate` and `free` are never inlined into their callers, and an allocation's rare
 //! paths (an exact fit or leading padding, no room, the boundary-bin scan) are functions
 //! of their own. Inlined whole, `allocate` made the trace replay's loop slower than a lab
-//! program that called it out of line; kept out of line, the one-block replays ran up to
-//! 7 % faster on the dev VM (an AMD EPYC) and alike on the H100 host (an Intel Xeon).
+//! program that called it out of line: the loop's own code stays small and in registers.
 //!
 //! On x86-64 each hot path is compiled twice, and the allocator picks one at
 //! construction: for CPUs with BMI1, BMI2 and LZCNT (every x86-64 CPU since 2013-2015,
@@ -62,13 +58,9 @@
 //! free: one instruction each with those extensions, a zero test or several micro-ops
 //! without them. The generation traces hold few ranges at a time (at most 82-396 live),
 //! so every node is in the L1 cache and their replays are bound by instructions, not
-//! misses. On the H100 host (an Intel Xeon) the geometric mean over the 16 traces of
-//! `replay --all` went from 1.06x to 1.10x offset-allocator's speed, and the generation
-//! traces from 0.71-1.02x to 0.95-1.03x (four processes each, interleaved; in another
-//! call, before the exact-fit path had both builds, 1.07x to 1.14x and 0.93-1.00x to
-//! 1.03-1.18x); 1-3 % on the dev VM. The price of both is a call per operation: a loop
-//! that frees each range before the next allocation (`bench alloc`'s lifo) went from 7.2
-//! to 7.7-8.0 ns per operation on the dev VM. Both builds run the same source, so they
+//! misses, which the extensions cut. The price of both builds is a call per operation,
+//! visible only in a loop that frees each range before the next allocation (`bench
+//! alloc`'s lifo; BENCHMARKS.md, Allocator core). Both builds run the same source, so they
 //! place every range identically (a unit test replays random requests through both and
 //! compares).
 //!
@@ -257,7 +249,7 @@ pub struct RangeAllocator {
     park_max: u64,
     /// The CPU has BMI1, BMI2 and LZCNT ([`bit_instructions`]): which build of the hot
     /// paths runs (see the module docs). Asked once, at construction: asking `std` on
-    /// every call made the replays 5-12 % slower than never asking (dev VM).
+    /// every call is a measurable share of an operation.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     bit_ops: bool,
 }
@@ -443,7 +435,7 @@ impl RangeAllocator {
         }
         // The range comes back through `node`, marked here: returned from the out-of-line
         // call, the 24-byte `Range` went through memory, and reading it back stalled on
-        // the stores that wrote it (a seventh of `allocate`'s samples on the dev VM).
+        // the stores that wrote it.
         self.take_or_split(node, size, align);
         Ok(self.mark_used(node, size))
     }
@@ -565,7 +557,7 @@ impl RangeAllocator {
             (n.offset, n.size, n.addr_prev)
         };
         // `align` is a validated power of two: a mask, not `is_multiple_of`, which
-        // compiles to a division (6-12 % of an allocation's time on a generation trace).
+        // compiles to a division, a large share of an allocation's time.
         if offset & (align - 1) != 0 || avail == size {
             return None;
         }

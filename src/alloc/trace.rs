@@ -175,8 +175,8 @@ fn dense_slots(events: &[TraceEvent]) -> (Vec<Option<usize>>, usize) {
 /// One-time setup stays out of the clock on both sides: the allocator is constructed
 /// before it starts (offset-allocator's constructor initialises its whole node table),
 /// and the trace is replayed once untimed first, everything left freed after it (a
-/// `RangeAllocator` grows its node slab on first use: on the H100 machine's host, the
-/// page faults of that growth cost up to 20 % of a cold replay). So `ns_per_op` counts
+/// `RangeAllocator` grows its node slab on first use, and the page faults of that growth
+/// are a large share of a cold replay). So `ns_per_op` counts
 /// only allocations and frees. `peak_reserved` is the capacity.
 pub fn replay_in_one_block<A: SubAllocator>(
     events: &[TraceEvent],

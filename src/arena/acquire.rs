@@ -131,12 +131,11 @@ const PENDING_FLOOR: u64 = 64 << 20;
 
 /// [`PENDING_FLOOR`] where callbacks are chained ([`Shared::seal_lazily`]): a free comes
 /// back a submission later there, so the floor covers two windows between submits. With
-/// 64 MiB, `loop_reuse` (1 MiB per iteration, a submit every 64) polled once per window on
-/// lavapipe, and the callback that ran in that poll filed the next one while the
-/// program's writes were queued, which submits them: 1 591 such polls in 100 000
-/// iterations, 1.27-1.43x the preallocated loop. With 128 MiB it polled 13 times, holding
-/// 128 MiB instead of 64: 1.09-1.11x in six runs, under the rule of `before_growing` that
-/// uses this floor only while frees come back on their own.
+/// one window, `loop_reuse` (1 MiB per iteration, a submit every 64) polled once per
+/// window on lavapipe, and the callback that ran in that poll filed the next one while
+/// the program's writes were queued, which submits them: many extra submissions. Used
+/// only while frees come back on their own (the rule of `before_growing`); the loop's
+/// figures are in BENCHMARKS.md (Arena).
 const PENDING_FLOOR_CHAINED: u64 = 2 * PENDING_FLOOR;
 
 impl Shared {
@@ -182,8 +181,8 @@ impl Shared {
         };
         // The steady state of a loop. Only small values pass between the steps: the
         // handle is written once, where it is returned (built in one function and moved
-        // out through an `Option<Result<_>>`, its copies made a 64 KiB pair 55-57 instead
-        // of 45-47 ns on the dev VM: loads that span two earlier stores wait for both).
+        // out through an `Option<Result<_>>`, its copies slowed the pair measurably: loads
+        // that span two earlier stores wait for both).
         let label_index = st.intern(label);
         if self.revive(&mut st, slot, size, label_index).is_none() {
             self.unlock(st);
@@ -197,8 +196,7 @@ impl Shared {
     /// may take one without the general path ([`alloc_placed`](Self::alloc_placed)): no
     /// guards, no planned loop running, a size the cache holds. Collects finished frees
     /// and seals open ones first, as every allocation does. The general path's checks,
-    /// request and calls cost a loop of 256-byte pairs a fifth of its time (46-47 against
-    /// 38 ns on the dev VM, with the steps of this path inlined).
+    /// request and calls cost a loop of small pairs about a fifth of its time.
     #[inline]
     fn ready_slot(self: &Arc<Self>, st: &mut State, pool: usize, size: u64) -> Option<(u32, u64)> {
         if self.config.guard_bytes != 0 || st.loop_hook.is_some() {
@@ -236,8 +234,7 @@ impl Shared {
         let align = p.alignment;
         // The fixed threshold, not the share: a request dedicated only by its share of
         // what is reserved (at most 32 MiB) is cheap to keep in the reuse cache, which a
-        // loop of 1 MiB allocations in a 64 MiB arena lives on (3.2 -> 5.2 us per
-        // iteration on lavapipe without it).
+        // loop of 1 MiB allocations in a 64 MiB arena lives on.
         let dedicated_threshold = p.set.policy().dedicated_threshold;
         // (The test spares the common case a division.)
         let guard = match self.config.guard_bytes {
@@ -615,8 +612,7 @@ impl Shared {
         // Once pending frees hold four times the live data (and a floor), growing for them
         // would hold memory for nothing: poll, and flush deferred callbacks, however
         // recently the path polled. Below that, growing is cheaper than polling each time
-        // (a loop of 1 MiB allocations with a submit every 64 ran at 3.7 instead of 2.2 us
-        // per iteration on lavapipe with a 16 MiB floor).
+        // (a small floor made a loop of 1 MiB allocations poll on every growth).
         // The chained floor only while frees come back without the arena's polls (an
         // armed callback ran in the program's submit or poll since the last flush): a
         // program that never submits gets nothing back until a flush, and must not gather

@@ -4,17 +4,15 @@
 //! # Why
 //! An alloc+free pair through the arena takes its lock twice. parking_lot's mutex, like
 //! std's, releases with a compare-and-swap, so a pair pays four atomic read-modify-writes,
-//! and on the H100 host one lock+unlock of it took 18.3 ns against 8.9 on the dev VM (a
-//! microbenchmark; BENCHMARKS.md, arena section). A lock word taken with one
-//! compare-and-swap and released with a plain store halves that, but each of the two
-//! remaining compare-and-swaps still cost 10-12 ns there, a sixth of the pair: a locked
-//! instruction waits for every store before it to drain. Most programs allocate from one
+//! and on virtualised hosts a locked instruction is slow (BENCHMARKS.md, Arena). A lock
+//! word taken with one compare-and-swap and released with a plain store halves that, but
+//! each of the two remaining compare-and-swaps is still a large share of the pair: a
+//! locked instruction waits for every store before it to drain. Most programs allocate from one
 //! thread, so the lock is *biased* to the thread that takes it, as JVMs bias their
 //! monitors: that thread enters with a store and a load and leaves with a store, and any
 //! other thread first revokes the bias with one process-wide barrier (Linux `membarrier`,
-//! about a microsecond on the H100 host). Two arenas in one process, one biased and one
-//! never biased, read 3.5-12 ns apart per alloc+free pair on the H100 host (six
-//! processes) and 5-6 ns on the dev VM (BENCHMARKS.md, arena section).
+//! about a microsecond). What the bias saves per alloc+free pair, against an arena never
+//! biased in the same process, is in BENCHMARKS.md (Arena).
 //!
 //! # How it works
 //! - **The lock word.** One byte holds `LOCKED`, and `PARKED` while a thread may sleep
@@ -106,9 +104,9 @@ pub(crate) const OWNER_SLOTS: usize = 8;
 /// Acquisitions of the lock word after which a new lock is biased to the acquiring thread.
 const FIRST_BIAS_AFTER: u32 = 64;
 
-/// The most acquisitions asked for after revocations: about 30 ms of back-to-back
-/// acquisitions on the H100 host, so revocations (about a microsecond each) cost threads
-/// that take turns at most a few hundredths of a percent.
+/// The most acquisitions asked for after revocations: tens of milliseconds of
+/// back-to-back acquisitions, so revocations (about a microsecond each) cost threads that
+/// take turns at most a few hundredths of a percent.
 pub(crate) const MAX_BIAS_AFTER: u32 = 1 << 20;
 
 /// Whether this system has a barrier to revoke a bias with (`membarrier`); elsewhere the

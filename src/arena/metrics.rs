@@ -74,10 +74,8 @@ use super::Arena;
 impl Arena {
     /// Keeps one sampled allocation's latency for the next [`publish_metrics`]
     /// (`Self::publish_metrics`). Handing each to the recorder as it came cost the
-    /// recorder's lookup of the metric per sample: 0.3 us on the dev VM with the
-    /// Prometheus recorder and about 3.5 us on the H100 host, which made a 256-byte
-    /// alloc+free 1.08-1.10x (dev VM) and 1.46-1.73x (H100 host) the pair without the
-    /// feature once the pair itself took 55-110 ns.
+    /// recorder's lookup of the metric per sample, microseconds on a virtualised host: far
+    /// more than the feature may add to a pair (BENCHMARKS.md, Observability).
     pub(super) fn note_latency(&self, took: Duration) {
         let mut held = self.shared().latency_samples.lock();
         held.push(took.as_secs_f64());

@@ -24,7 +24,7 @@
 //! lists, and the handle points into the record's buffer instead of counting references
 //! to it. The handle keeps only what GPU work reads (buffer, offset, size) and the slot:
 //! every `?` or `unwrap` moves it, so its id and label are read from the record, under the
-//! lock (88 bytes down to 40 made a 256-byte pair 10-15 % faster on the dev VM). Handles
+//! lock (a smaller handle is fewer stores for the next lock operation to wait for). Handles
 //! also hand their arena reference back to the arena, which gives it to the next
 //! allocation. A steady loop therefore does no reference counting and takes the arena's
 //! lock twice per alloc+free pair. The lock (`lock.rs`) takes with one compare-and-swap

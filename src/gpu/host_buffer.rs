@@ -8,8 +8,8 @@
 //!
 //! Why not a wgpu `MAP_WRITE` buffer: wgpu-hal asks gpu-allocator for `CpuToGpu` memory,
 //! which prefers `DEVICE_LOCAL | HOST_VISIBLE` (the PCIe BAR on a discrete GPU with
-//! resizable BAR). Filling such a buffer means the CPU writes every byte across PCIe, which
-//! reached ~25 GB/s on the H100 machine where the link carries 54. In host memory the fill
+//! resizable BAR). Filling such a buffer means the CPU writes every byte across PCIe, at
+//! about half the link's rate (BENCHMARKS.md, Streaming). In host memory the fill
 //! is a host `memcpy` and the GPU's copy engine pulls the bytes at link speed. wgpu has no
 //! way to ask for that memory, so on Vulkan we allocate it through wgpu-hal and hand the
 //! buffer to wgpu; elsewhere (and where the Vulkan calls fail) staging falls back to wgpu

@@ -46,7 +46,7 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
 ///
 /// The two sides are balanced, so the grid overshoots by fewer than `y` workgroups: a
 /// full-width first row (65535 x 2 for 65536 workgroups) launched almost twice the work,
-/// and on the H100 those empty workgroups cost 8 % of a 256 MiB axpy.
+/// and empty workgroups still cost a large axpy measurably.
 pub fn grid(units: u64, per_group: u64, gpu: &Gpu) -> (u32, u32) {
     let max = gpu.limits().max_compute_workgroups_per_dimension.max(1) as u64;
     grid_within(units.div_ceil(per_group.max(1)).max(1), max)

@@ -41,7 +41,7 @@
 //! - A callback given to [`Gpu::work_epoch_then`] runs once, after its epoch is marked
 //!   done, inside whatever polls the device; on a lost device it may never run (wgpu
 //!   drops pending callbacks), and waits report the loss instead.
-//! - No lock of the tracker's is held while wgpu runs a callback: the issue lock is held
+//! - No lock of the tracker's is held while wgpu runs a callback: the epoch lock is held
 //!   only around filing (`on_submitted_work_done` flushes queued writes and files the
 //!   closure; it runs none), the wakers' lock only to take or wake wakers.
 

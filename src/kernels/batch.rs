@@ -380,8 +380,7 @@ impl<'a> Batch<'a> {
         })?;
         // After `Device::destroy` wgpu drops a submission without a word: a poll (no lock
         // held; it runs callbacks) lets it run the device-lost callback, so a batch on a
-        // destroyed device says so. About a microsecond on the H100 host, beside the
-        // batch's own submit; plain `Gpu::submit` (uploads, copies) does not pay it, and a
+        // destroyed device says so. Cheap beside the batch's own submit; plain `Gpu::submit` (uploads, copies) does not pay it, and a
         // loss shows there at the next wait.
         gpu.notice_loss()?;
         #[cfg(feature = "metrics")]

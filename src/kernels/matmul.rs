@@ -3,8 +3,8 @@
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA).
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
-//!   (four-element loads and stores, prefetched steps of 16 along k: 1.45x `matmul.wgsl`
-//!   at 4096^3 f32 on the H100); the rest run `shaders/matmul.wgsl`.
+//!   (four-element loads and stores, prefetched steps of 16 along k: faster than
+//!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
 
 use super::{check_no_overlap, shape, Access, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;

@@ -76,9 +76,8 @@ type Params = [u32; 8];
 /// The kernels' layouts, one per [`Access`], and bind groups. Every storage binding is
 /// writable in the shared layout (arena ranges share buffers, see
 /// `shaders/elementwise.wgsl`); the others bind inputs read-only, for kernels whose inputs
-/// are in buffers of their own (the compiler may then cache and reorder their loads). On
-/// the H100: the f32 matmul 33.2 TFLOP/s with writable inputs and 36.7 read-only, the f16
-/// one 30.9 and 36.3; the softmax of rows of 197 floats 2257-2273 GB/s and 2753-2785.
+/// are in buffers of their own (the compiler may then cache and reorder their loads; what
+/// that gains the matmuls and the softmax is in BENCHMARKS.md, Kernels).
 struct Shared {
     /// By `Access as usize`: the bind group layout and its pipeline layout.
     layouts: [(wgpu::BindGroupLayout, wgpu::PipelineLayout); 3],

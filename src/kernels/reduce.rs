@@ -54,11 +54,9 @@ struct ReducePass {
 const REDUCE_SEGMENT_VEC4: u64 = 256 * 8;
 
 /// The most segments (partials) of a whole-array reduction: past
-/// `REDUCE_SEGMENT_VEC4 * MAX_PARTIALS` vec4s the segments grow instead. On the H100 a
-/// 64 Mi-float sum in one dispatch read 2286-2311 GB/s with 2048 segments, 2556-2646 with
-/// 1024, 2505-2586 with 745 (at most 768), 2637-2789 with 512 and 2706-2757 with 256, each
-/// in the same processes as the others (2048 and 1024 leave a second wave of workgroups
-/// on 132 SMs). With two dispatches, 1024 had been the best (2400-2431, 256: 1862).
+/// `REDUCE_SEGMENT_VEC4 * MAX_PARTIALS` vec4s the segments grow instead. Why 512: more
+/// segments leave a second wave of workgroups on a large GPU, fewer leave SMs idle; 512
+/// read fastest of 256 to 2048 in one dispatch (BENCHMARKS.md, Kernels).
 const MAX_PARTIALS: u64 = 512;
 
 /// Bytes of the whole-array reduction's state: the done counter and two words for each of
@@ -87,8 +85,7 @@ impl<'a> Batch<'a> {
             ("reduce_rows", 0)
         };
         // The vec4 pass reads x through a read-only binding when x lies in another buffer
-        // than its output. H100, sum of 64 Mi floats: 2399-2440 GB/s against 2312-2405
-        // read_write, paired.
+        // than its output: the compiler may then cache its loads (BENCHMARKS.md, Kernels).
         if pass.vec4 {
             io = io.reading_x_only();
         }

@@ -12,13 +12,12 @@ const TILE: u64 = 8192;
 /// (`WG * PER` in shaders/scan_subgroup.wgsl, PER 8 in `shaders::SCAN_*_SUBGROUP`).
 const TILE_SUBGROUP: u64 = 2048;
 /// Elements of one tile with subgroup operations, four elements per invocation and row
-/// (`WG * PER * LANE`, PER 4 in `shaders::SCAN_*_VEC4`). On the H100 (three processes of
-/// `bench kernels`, u32): 2475-2505 GB/s, against 1815-1826 for one element per row, which
-/// issues four times the loads and subgroup scans; PER 2 read 2174, PER 3 2238-2257, and
-/// PER 8, whose two tiles in registers spill, 889-892.
+/// (`WG * PER * LANE`, PER 4 in `shaders::SCAN_*_VEC4`). Why 4: one element per row issues
+/// four times the loads and subgroup scans, and PER 8 holds two tiles in registers, which
+/// spill; 4 read fastest of 1, 2, 3, 4 and 8 (BENCHMARKS.md, Kernels).
 const TILE_VEC4: u64 = 4096;
-/// Tiles one workgroup scans in turn with subgroup operations (`CLAIMS` there). With
-/// tiles of 4096, 4 and 16 read 2314-2475 and 2 read 2351-2375.
+/// Tiles one workgroup scans in turn with subgroup operations (`CLAIMS` there): 8 read
+/// fastest of 2, 4, 8 and 16.
 const CLAIMS_SUBGROUP: u64 = 8;
 
 /// Words of the scan state before the tiles' slots: the claim and done counters

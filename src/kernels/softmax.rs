@@ -50,8 +50,8 @@ impl<'a> Batch<'a> {
         let mut io = Bindings::two(Bound::of(x), Bound::of(y));
         let mut shader = kernel.shader;
         if let Some(read_only) = kernel.read_only_x {
-            // x in a buffer of its own is bound read-only. At rows of 197 on the H100:
-            // 2753-2785 GB/s against 2257-2273 with x read_write.
+            // x in a buffer of its own is bound read-only: its loads may then be cached
+            // and reordered (BENCHMARKS.md, Kernels).
             io = io.reading_x_only();
             if io.access == Access::ReadOnlyX {
                 shader = read_only;

@@ -36,12 +36,8 @@ pub struct DownloaderConfig {
 
 impl Default for DownloaderConfig {
     fn default() -> Self {
-        // Measured on the H100 machine, 1 GiB into host memory, once warm (three processes,
-        // the sizes interleaved, depth 4): 16 MiB chunks read 48.7 GB/s in each, 12 MiB
-        // 47.8-48.2, 24 MiB 48.2-49.2, 32 MiB 43.5-48.0; 8 MiB and less lose to the cost
-        // per chunk (44-46 and 12-34 GB/s). Cutting the first two and last two chunks to a
-        // quarter and a half, so less of the transfer waits at its ends, measured the same
-        // (48.9-49.1 against 48.9-49.0, four processes each, alternating).
+        // 16 MiB chunks: smaller ones lose to the cost per chunk, larger ones gain nothing,
+        // and shorter first and last chunks measured the same (BENCHMARKS.md, Streaming).
         DownloaderConfig {
             chunk_size: 16 << 20,
             depth: 4,

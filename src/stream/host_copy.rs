@@ -6,20 +6,17 @@
 //!
 //! - **Threads.** A copy of at least [`PARALLEL_COPY_MIN`] bytes is cut into 256 KiB
 //!   pieces that as many rayon jobs as threads asked for take in turn. With equal shares,
-//!   one per thread, every copy waited for the slowest thread: on the H100 host, uploads
-//!   read 37-45 GB/s with them and 42-45 with 256 KiB pieces, in the same processes.
+//!   one per thread, every copy waited for the slowest thread.
 //! - **Streaming stores out of staging** (x86-64, [`copy_out_parallel`]). A plain store
 //!   first reads the destination's cache line (the read-for-ownership), so a copy moves
 //!   three bytes over the memory bus per byte copied; non-temporal stores write whole
 //!   lines without reading them and bypass the caches: two bytes per byte. A download of
-//!   at least [`STREAMING_MIN`] bytes into the program's memory uses them: on the H100
-//!   host `download_into` went from 34-38 to 48-50 GB/s (BENCHMARKS.md). Smaller copies
+//!   at least [`STREAMING_MIN`] bytes into the program's memory uses them
+//!   (`download_into`'s rate is in BENCHMARKS.md, Streaming). Smaller copies
 //!   keep plain stores, whose result the program may still find in cache.
 //! - **Plain stores into staging** ([`copy_parallel`], [`fill_parallel`]). Uploads fill
-//!   memory the GPU reads next, and there streaming stores measured slower on the H100
-//!   host, although a copy alone ran 35 % faster with them (62 against 46 GB/s): 4-13 %
-//!   in paired runs with 32 MiB chunks, and with 16 MiB chunks 39.9-41.6 against
-//!   46.4-46.7 GB/s (three processes, alternating ten times). Likely, though not measured
+//!   memory the GPU reads next, and there streaming stores measured slower in paired
+//!   runs, although a copy alone runs faster with them. Likely, though not measured
 //!   directly, the GPU's reads find plainly stored staging still in the host's cache.
 //!
 //! Every piece written with streaming stores ends with a store fence on the thread that

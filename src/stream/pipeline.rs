@@ -32,9 +32,9 @@ impl Source<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
     /// Input bytes per chunk (a multiple of 4). The device window is `slots` chunks. Best
-    /// equal to the uploader's `chunk_size` (16 MiB by default): on the H100, 32 MiB
-    /// pipeline chunks through 32 MiB staging chunks streamed at 0.96x the plain upload
-    /// rate, 64 MiB ones at 0.34x.
+    /// equal to the uploader's `chunk_size` (16 MiB by default): chunks much larger than
+    /// the staging chunks stream far below the plain upload rate (BENCHMARKS.md,
+    /// Streaming).
     pub chunk_bytes: u64,
     /// Chunks in flight: 3 lets chunk k+1 upload while chunk k computes and chunk k-1's
     /// result comes back.

@@ -24,7 +24,8 @@ pub(super) const MIN_STAGING: u64 = 1 << 20;
 
 /// Word-aligned uploads up to this size go through `Queue::write_buffer`: wgpu gathers
 /// them into the next submission, which costs a few microseconds where a staging chunk
-/// of our own costs a command buffer and a submit each (59-78 us for 256 B on lavapipe).
+/// of our own costs a command buffer and a submit each (tens of microseconds on a CPU
+/// adapter).
 pub const SMALL_UPLOAD: u64 = 64 << 10;
 
 /// Settings of an [`Uploader`].
@@ -53,12 +54,9 @@ pub struct UploaderConfig {
 
 impl Default for UploaderConfig {
     fn default() -> Self {
-        // Measured on the H100 machine, 1 GiB from host memory, once warm (three processes,
-        // the sizes interleaved): 12 MiB chunks upload at 43.1-43.2 GB/s, 16 MiB at
-        // 40.9-44.4, 24 MiB at 40.5-42.0, 32 MiB at 39.8-40.0; 8 MiB and less lose to the
-        // cost per chunk (36-40 and 20-27 GB/s). Not because less of the transfer waits at
-        // its ends: cutting the first two and last two chunks to a quarter and a half
-        // measured no faster (44.9-45.6 against 45.1-46.1, four processes each, alternating).
+        // 16 MiB chunks: smaller ones lose to the cost per chunk, larger ones upload more
+        // slowly, and shorter first and last chunks measured no faster (BENCHMARKS.md,
+        // Streaming).
         // Staging is created only as far as it is used.
         UploaderConfig {
             chunk_size: 16 << 20,

@@ -1,8 +1,8 @@
 //! Many buffer-to-buffer copies in few dispatches: how defragmentation moves allocations.
 //!
 //! One `copy_buffer_to_buffer` per moved allocation is one copy command behind its own
-//! barrier; a pass moving 2000 allocations of 16-252 KiB ran at 1 % of one large copy's
-//! bandwidth on lavapipe. Here the copies are grouped by (source block, destination
+//! barrier, so a pass moving thousands of small allocations ran at a tiny fraction of one
+//! large copy's bandwidth. Here the copies are grouped by (source block, destination
 //! block) and each group is one dispatch of `shaders/copy_ranges.wgsl`, its ranges cut
 //! into chunks of [`CHUNK_WORDS`] words, one per workgroup. A group falls back to copy
 //! commands when a block cannot be bound as storage (a pool without `STORAGE` usage, or

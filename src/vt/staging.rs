@@ -20,8 +20,7 @@
 //! - An empty free list is back-pressure, not an error: a loader waits in
 //!   [`TileStaging::take_waiting`] until the GPU has copied a slot out or a waiting tile is
 //!   dropped. (Falling back to ordinary memory there put the copy back on the frame
-//!   thread exactly when it was busiest: CPU per frame p99 3.8-4.9 ms in the 1080p demo
-//!   on the H100 against under 1 ms with slots to spare.)
+//!   thread exactly when it was busiest; BENCHMARKS.md, Virtual textures.)
 //! - Where the device cannot give host memory (not Vulkan, or a Vulkan call fails) or a
 //!   tile row is not a multiple of the 256-byte copy pitch (R8 and RG8 tiles),
 //!   [`TileStaging::new`] returns `None` and every tile takes the uploader's path.
