@@ -1,6 +1,7 @@
 //! The catalogue: every shader vramkit ships, as [`Shader`] values built from the WGSL
 //! files in `shaders/` and the prefixes that make their variants. A shader compiled
-//! without wgpu's injected checks says why on its own entry ("Trusted: ...").
+//! without wgpu's injected checks says why on its own entry ("Trusted: ..."). One concept
+//! over 800 lines: the list of shaders, each with its prefixes and justification.
 
 use super::Shader;
 

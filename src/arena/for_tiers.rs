@@ -1,0 +1,180 @@
+//! What the tiers ask of the arena to evict and defragment: how the blocks of a pool are
+//! used, where movables lie, blocks reserved whole or marked draining, frees sealed and
+//! collected on demand, and emptied blocks given back. Crate-internal: nothing here is a
+//! user's call.
+
+use std::sync::Arc;
+
+use super::{state, Allocation, Arena, PoolId, State};
+use crate::alloc::BlockId;
+use crate::Result;
+
+/// One block of a pool as [`Arena::block_usage`] reads it, for the tiers' eviction and
+/// defragmentation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockUsage {
+    pub id: BlockId,
+    /// Bytes the block holds.
+    pub size: u64,
+    /// A block of one large allocation of its own.
+    pub dedicated: bool,
+    /// Live ranges in it (pending and cached ones included).
+    pub live: usize,
+    /// Bytes those ranges take.
+    pub used: u64,
+    /// Of `live`, the ranges freed and not yet back in the block (waiting for the GPU, or
+    /// cached for reuse): they leave on their own.
+    pub waiting: usize,
+}
+
+impl Arena {
+    /// Per block of `pool`, what it holds. Ranges pending or cached count as live; call
+    /// [`synchronize`](Self::synchronize) first to see only allocations.
+    pub(crate) fn block_usage(&self, pool: PoolId) -> Vec<BlockUsage> {
+        let st = self.shared().state.lock();
+        let Some(p) = st.pools.get(pool.index) else {
+            return Vec::new();
+        };
+        let mut waiting: rustc_hash::FxHashMap<BlockId, usize> = Default::default();
+        for (_, r) in st.live.records() {
+            if r.pool == pool.index && r.phase != state::Phase::Live && !r.is_planned() {
+                *waiting.entry(r.block()).or_default() += 1;
+            }
+        }
+        p.set
+            .blocks()
+            .map(|(id, size, dedicated, live)| BlockUsage {
+                id,
+                size,
+                dedicated,
+                live,
+                used: p.set.block(id).map_or(0, |a| a.used_bytes()),
+                waiting: waiting.get(&id).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
+    /// The block and placed bytes (guards included) of each of `allocs`, read under one
+    /// lock (`None` for one of another arena).
+    pub(crate) fn placements(&self, allocs: &[&Allocation]) -> Vec<Option<(BlockId, u64)>> {
+        let shared = self.shared();
+        let st = shared.state.lock();
+        allocs
+            .iter()
+            .map(|a| {
+                if !Arc::ptr_eq(&a.shared, shared) {
+                    return None;
+                }
+                st.live.get(a.slot).map(|r| (r.block(), r.placed_size()))
+            })
+            .collect()
+    }
+
+    /// The budget and the bytes allocated now (a cheap read, where [`Arena::stats`]
+    /// walks every block).
+    pub(crate) fn budget_and_allocated(&self) -> (Option<u64>, u64) {
+        let st = self.shared().state.lock();
+        (st.budget, st.counters.allocated)
+    }
+
+    /// The offset alignment of `pool`'s ranges and its largest shared block.
+    pub(crate) fn pool_layout(&self, pool: PoolId) -> (u64, u64) {
+        let st = self.shared().state.lock();
+        st.pools.get(pool.index).map_or((256, 256 << 20), |p| {
+            (p.alignment, p.set.policy().max_block)
+        })
+    }
+
+    /// Reserves an empty block of exactly `bytes` in `pool`, within the budget and quota,
+    /// for [`AllocMode::in_block`] allocations.
+    pub(crate) fn reserve_block(&self, pool: PoolId, bytes: u64, label: &str) -> Result<BlockId> {
+        self.check_pool(pool)?;
+        self.shared().reserve_block(pool.index, bytes, label, None)
+    }
+
+    /// Reserves an empty block of exactly `bytes` in `pool`, holds it whole with one
+    /// spanning range, and hands block and range to `install` under the same lock (a
+    /// planned loop's block).
+    pub(crate) fn reserve_held_block(
+        &self,
+        pool: PoolId,
+        bytes: u64,
+        label: &str,
+        install: &mut dyn FnMut(&mut State, BlockId, state::Placed),
+    ) -> Result<BlockId> {
+        self.check_pool(pool)?;
+        self.shared()
+            .reserve_block(pool.index, bytes, label, Some(install))
+    }
+
+    /// Gives back every empty block now, whatever `trim_keep` says (a defragmentation
+    /// emptied them on purpose). Returns the bytes given back.
+    pub(crate) fn release_all_empty(&self) -> u64 {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        st.flush_ready();
+        let released = st.release_empty(0);
+        shared.unlock(st);
+        released
+    }
+
+    /// Seals the frees gathered so far into an epoch now, so they come back as soon as the
+    /// work submitted so far completes (a lazily sealed epoch would wait for whatever was
+    /// submitted by the time it is sealed), and returns the epoch after which every range
+    /// freed so far is back. For frees whose ranges someone is about to wait for: evicted
+    /// allocations, a defragmentation pass's old places.
+    pub(crate) fn seal_frees(&self) -> crate::gpu::Epoch {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        shared.seal(&mut st);
+        let newest = st.sealed.back().map_or(0, |&(epoch, _)| epoch);
+        shared.unlock(st);
+        newest
+    }
+
+    /// Seals the open frees, polls without blocking, and collects every free the GPU is
+    /// done with, returning the ranges cached for reuse to their blocks: what a
+    /// defragmentation pass does first, so blocks whose frees came back can be emptied.
+    pub(crate) fn collect_finished(&self) {
+        let shared = self.shared();
+        let st = shared.poll_unlocked(shared.state.lock(), false);
+        let mut st = st;
+        st.flush_ready();
+        shared.unlock(st);
+    }
+
+    /// Collects the frees whose epochs are done (never waiting or polling), returns the
+    /// ranges cached for reuse to their blocks, and gives back those of `blocks` (of
+    /// `pool`) that are now empty, marking them no longer draining. Returns the blocks
+    /// and bytes given back.
+    pub(crate) fn release_drained(&self, pool: PoolId, blocks: &[BlockId]) -> (usize, u64) {
+        let shared = self.shared();
+        let mut st = shared.state.lock();
+        st.harvest(shared.completion.get());
+        st.flush_ready();
+        let (mut count, mut bytes) = (0, 0);
+        for &id in blocks {
+            let Some(p) = st.pools.get_mut(pool.index) else {
+                break;
+            };
+            p.set.set_draining(id, false);
+            if let Some(size) = p.set.release_block(id) {
+                st.retire_block(pool.index, id);
+                count += 1;
+                bytes += size;
+            }
+        }
+        shared.unlock(st);
+        (count, bytes)
+    }
+
+    /// Marks blocks of `pool` as draining or not ([`BlockSet::set_draining`]).
+    pub(crate) fn set_draining(&self, pool: PoolId, blocks: &[BlockId], on: bool) {
+        let mut st = self.shared().state.lock();
+        if let Some(p) = st.pools.get_mut(pool.index) {
+            for &id in blocks {
+                p.set.set_draining(id, on);
+            }
+        }
+    }
+}
