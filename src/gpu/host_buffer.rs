@@ -22,6 +22,9 @@
 //! to the CPU from the queue's "work done" callback of its last submission; arena blocks
 //! are touched only while the queue is idle).
 
+// Without a Vulkan backend (`build.rs`) only the fallback of `HostBuffer::new` is reached.
+#![cfg_attr(not(vulkan_hal), allow(dead_code, unused_imports))]
+
 use std::ops::Range;
 use std::ptr::NonNull;
 
@@ -103,6 +106,25 @@ impl HostBuffer {
     /// itself), or a Vulkan call fails (out of host memory, say): callers then create an
     /// ordinary wgpu buffer. The reason is logged at debug level.
     pub(crate) fn new(
+        gpu: &Gpu,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        placement: HostPlacement,
+        label: &str,
+    ) -> Option<HostBuffer> {
+        #[cfg(vulkan_hal)]
+        return Self::new_vulkan(gpu, size, usage, placement, label);
+        // No Vulkan backend in this build (Metal, WebGPU): callers take wgpu's buffers.
+        #[cfg(not(vulkan_hal))]
+        {
+            let _ = (gpu, size, usage, placement, label);
+            None
+        }
+    }
+
+    /// [`new`](Self::new) through wgpu-hal's Vulkan backend.
+    #[cfg(vulkan_hal)]
+    fn new_vulkan(
         gpu: &Gpu,
         size: u64,
         usage: wgpu::BufferUsages,

@@ -552,7 +552,15 @@ fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
         && limits.max_compute_workgroup_storage_size >= crate::kernels::matmul::COOP_WORKGROUP_BYTES
 }
 
+/// The largest device-local Vulkan heap, read through wgpu-hal; unknown without the
+/// Vulkan backend (`build.rs`: Metal and WebGPU report no memory size).
+#[cfg(not(vulkan_hal))]
+fn device_local_memory(_device: &wgpu::Device) -> Option<u64> {
+    None
+}
+
 /// The largest device-local Vulkan heap, read through wgpu-hal.
+#[cfg(vulkan_hal)]
 fn device_local_memory(device: &wgpu::Device) -> Option<u64> {
     // SAFETY: we only read physical-device properties; nothing is created or destroyed
     // through the raw handles, as `as_hal` requires.

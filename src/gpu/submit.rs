@@ -211,6 +211,18 @@ impl Gpu {
         if self.inner.info.backend != wgpu::Backend::Vulkan || barrier_disabled() {
             return None;
         }
+        self.record_host_read_barrier()
+    }
+
+    /// The barrier of [`host_read_barrier`](Self::host_read_barrier), recorded through
+    /// wgpu-hal; `None` in builds without the Vulkan backend (`build.rs`).
+    #[cfg(not(vulkan_hal))]
+    fn record_host_read_barrier(&self) -> Option<wgpu::CommandBuffer> {
+        None
+    }
+
+    #[cfg(vulkan_hal)]
+    fn record_host_read_barrier(&self) -> Option<wgpu::CommandBuffer> {
         let mut encoder =
             self.inner
                 .device

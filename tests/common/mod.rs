@@ -1,7 +1,18 @@
 //! Shared test harness: one GPU per test binary, or a failure that says how to get one.
 #![allow(dead_code)]
 
+#[cfg(target_os = "linux")]
 pub mod hang;
+
+/// Thread dumps read `/proc` and signal threads with `tgkill`: Linux only; elsewhere the
+/// watchdog does nothing and a dump says why.
+#[cfg(not(target_os = "linux"))]
+pub mod hang {
+    pub fn start_watchdog() {}
+    pub fn dump_all_threads() -> String {
+        "thread dumps need Linux (/proc and tgkill)".into()
+    }
+}
 
 use std::sync::OnceLock;
 
