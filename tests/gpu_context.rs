@@ -229,3 +229,120 @@ fn selection_by_name_fails_clearly_when_nothing_matches() {
     );
     assert!(!e.contains("mesa-vulkan-drivers"), "no install advice: {e}");
 }
+
+/// A device that gives a workgroup only WebGPU's default 16 KiB (as a browser does; OpenGL
+/// gives 32 KiB) gets every kernel family in variants that fit: the portable scan in
+/// tiles of 2048 (the tiles of 8192 need 37 892 bytes), checked against the CPU at sizes
+/// that end inside a tile and span several look-back windows.
+#[test]
+fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
+    use rand::Rng;
+    use vramkit::kernels::{KernelOptions, ScanKind, ScanType};
+    let name = gpu().info().name.clone();
+    let lock = Gpu::lifecycle_lock();
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapter = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+        .into_iter()
+        .find(|a| a.get_info().name == name)
+        .expect("the test GPU's adapter");
+    let limits = wgpu::Limits {
+        max_compute_workgroup_storage_size: 16 << 10,
+        ..adapter.limits()
+    };
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        required_limits: limits,
+        ..Default::default()
+    }))
+    .expect("a device with 16 KiB of workgroup memory");
+    drop(lock);
+    let host = Gpu::from_wgpu(device, queue);
+    assert_eq!(host.limits().max_compute_workgroup_storage_size, 16 << 10);
+    let arena = Arena::new(&host, Default::default()).unwrap();
+    let kernels = Kernels::with_options(&arena, KernelOptions::portable()).unwrap();
+    let mut rng = common::rng();
+    for n in [1usize, 2047, 2049, 8193, (1 << 20) + 5] {
+        let x: Vec<u32> = (0..n).map(|_| rng.gen()).collect();
+        let a = arena.alloc(4 * n as u64, "x").unwrap();
+        let y = arena.alloc(4 * n as u64, "y").unwrap();
+        host.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&x));
+        for kind in [ScanKind::Inclusive, ScanKind::Exclusive] {
+            let mut batch = kernels.batch();
+            batch.scan(ScanType::U32, kind, n as u64, &a, &y).unwrap();
+            batch.submit().unwrap();
+            let got = vramkit::readback::read_as::<u32>(&host, y.buffer(), y.offset(), n).unwrap();
+            let mut acc = 0u32;
+            let want: Vec<u32> = x
+                .iter()
+                .map(|&v| {
+                    let before = acc;
+                    acc = acc.wrapping_add(v);
+                    if kind == ScanKind::Inclusive {
+                        acc
+                    } else {
+                        before
+                    }
+                })
+                .collect();
+            assert_eq!(got, want, "{kind:?} n={n}");
+        }
+    }
+    // The other families fit too: a sum of ones, a softmax of zeros, a product of ones,
+    // a transpose of 0, 1, 2, ... (exact in f32 at these sizes).
+    use vramkit::kernels::{MatmulInput, Reduce};
+    let f32s = |v: &[f32], label: &str| {
+        let a = arena.alloc(4 * v.len() as u64, label).unwrap();
+        host.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(v));
+        a
+    };
+    let read = |a: &vramkit::arena::Allocation, n: usize| {
+        vramkit::readback::read_as::<f32>(&host, a.buffer(), a.offset(), n).unwrap()
+    };
+    let (rows, cols) = (67usize, 300usize);
+    let ones = f32s(&vec![1.0; rows * cols], "ones");
+    let zeros = f32s(&vec![0.0; rows * cols], "zeros");
+    let iota: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+    let iota = f32s(&iota, "iota");
+    let (sum, soft, prod, tr) = (
+        f32s(&[0.0], "sum"),
+        f32s(&vec![0.0; rows * cols], "softmax"),
+        f32s(&vec![0.0; rows * rows], "matmul"),
+        f32s(&vec![0.0; rows * cols], "transpose"),
+    );
+    let mut batch = kernels.batch();
+    batch
+        .reduce(Reduce::Sum, (rows * cols) as u64, &ones, &sum)
+        .unwrap();
+    batch
+        .softmax_rows(rows as u64, cols as u64, &zeros, &soft)
+        .unwrap();
+    batch
+        .matmul(
+            MatmulInput::F32,
+            rows as u64,
+            rows as u64,
+            cols as u64,
+            &ones,
+            &ones,
+            &prod,
+        )
+        .unwrap();
+    batch
+        .transpose(rows as u64, cols as u64, &iota, &tr)
+        .unwrap();
+    batch.submit().unwrap();
+    assert_eq!(read(&sum, 1), vec![(rows * cols) as f32]);
+    assert!(read(&soft, rows * cols)
+        .iter()
+        .all(|&v| (v - 1.0 / cols as f32).abs() < 1e-6));
+    assert!(read(&prod, rows * rows).iter().all(|&v| v == cols as f32));
+    let t = read(&tr, rows * cols);
+    for r in 0..rows {
+        for c in 0..cols {
+            assert_eq!(
+                t[c * rows + r],
+                (r * cols + c) as f32,
+                "transpose ({r}, {c})"
+            );
+        }
+    }
+}

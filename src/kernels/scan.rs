@@ -8,6 +8,12 @@ use crate::{shaders, Error, Gpu, Result};
 
 /// Elements one workgroup scans (`WG * PER` in shaders/scan_workgroup.wgsl).
 const TILE: u64 = 8192;
+/// Elements of one tile of the compact portable scan (`shaders::SCAN_*_COMPACT`, PER 8).
+const TILE_COMPACT: u64 = 2048;
+/// Workgroup memory of the portable scan with tiles of [`TILE`]: the tile and its padding,
+/// the invocation sums, the look-back's three arrays and the tile id (`scan_workgroup.wgsl`,
+/// `scan.wgsl`). Devices that give less run the compact variant.
+const PORTABLE_WORKGROUP_BYTES: u32 = ((TILE + TILE / 32 + 4 * 256) * 4 + 4) as u32;
 /// Elements of one tile with subgroup operations, one element per invocation and row
 /// (`WG * PER` in shaders/scan_subgroup.wgsl, PER 8 in `shaders::SCAN_*_SUBGROUP`).
 const TILE_SUBGROUP: u64 = 2048;
@@ -161,11 +167,15 @@ impl<'a> Batch<'a> {
         let words = (subgroups && allow_words)
             .then(|| Bound::of(x).widened(n).zip(Bound::of(y).widened(n)))
             .flatten();
+        let compact = !subgroups
+            && self.gpu().limits().max_compute_workgroup_storage_size < PORTABLE_WORKGROUP_BYTES;
         // Elements per tile, tiles per workgroup.
         let (tile, claims) = if words.is_some() {
             (TILE_VEC4, CLAIMS_SUBGROUP)
         } else if subgroups {
             (TILE_SUBGROUP, CLAIMS_SUBGROUP)
+        } else if compact {
+            (TILE_COMPACT, 1)
         } else {
             (TILE, 1)
         };
@@ -188,6 +198,8 @@ impl<'a> Batch<'a> {
         let shader = match (ty, subgroups) {
             (ScanType::U32, _) if words.is_some() => &shaders::SCAN_U32_VEC4,
             (ScanType::F32, _) if words.is_some() => &shaders::SCAN_F32_VEC4,
+            (ScanType::U32, false) if compact => &shaders::SCAN_U32_COMPACT,
+            (ScanType::F32, false) if compact => &shaders::SCAN_F32_COMPACT,
             (ScanType::U32, false) => &shaders::SCAN_U32,
             (ScanType::F32, false) => &shaders::SCAN_F32,
             (ScanType::U32, true) => &shaders::SCAN_U32_SUBGROUP,

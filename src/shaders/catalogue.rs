@@ -163,7 +163,7 @@ shader!(
     ///
     /// Single-pass inclusive/exclusive prefix sum of u32 (wrapping).
     SCAN_U32 = "scan.wgsl (u32)",
-    [scan_u32!(),
+    [scan_u32!(), "const PER: u32 = 32u;\n",
      file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
@@ -172,7 +172,27 @@ shader!(
     ///
     /// Trusted: as [`SCAN_U32`].
     SCAN_F32 = "scan.wgsl (f32)",
-    [scan_f32!(),
+    [scan_f32!(), "const PER: u32 = 32u;\n",
+     file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    NONE, true
+);
+shader!(
+    /// [`SCAN_U32`] with tiles of 2048 (8 elements per invocation): 12 548 bytes of
+    /// workgroup memory, for devices that give a workgroup less than the 37 892 bytes of
+    /// tiles of 8192 (WebGPU's default 16 KiB, OpenGL's 32 KiB).
+    ///
+    /// Trusted: as [`SCAN_U32`].
+    SCAN_U32_COMPACT = "scan.wgsl (u32, compact)",
+    [scan_u32!(), "const PER: u32 = 8u;\n",
+     file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
+    NONE, true
+);
+shader!(
+    /// [`SCAN_F32`] with tiles of 2048, as [`SCAN_U32_COMPACT`].
+    ///
+    /// Trusted: as [`SCAN_U32`].
+    SCAN_F32_COMPACT = "scan.wgsl (f32, compact)",
+    [scan_f32!(), "const PER: u32 = 8u;\n",
      file!("scan_workgroup.wgsl"), file!("scan_io.wgsl"), file!("split_word.wgsl"), file!("scan.wgsl")],
     NONE, true
 );
@@ -738,6 +758,8 @@ pub const ALL: &[Shader] = &[
     REDUCE_VEC4_SUBGROUP_READ_ONLY,
     SCAN_U32,
     SCAN_F32,
+    SCAN_U32_COMPACT,
+    SCAN_F32_COMPACT,
     SCAN_U32_SUBGROUP,
     SCAN_F32_SUBGROUP,
     SCAN_U32_VEC4,
