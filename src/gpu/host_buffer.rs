@@ -22,12 +22,14 @@
 //! to the CPU from the queue's "work done" callback of its last submission; arena blocks
 //! are touched only while the queue is idle).
 
-// Without a Vulkan backend (`build.rs`) only the fallback of `HostBuffer::new` is reached.
-#![cfg_attr(not(vulkan_hal), allow(dead_code, unused_imports))]
+// Without a Vulkan backend (`build.rs`) only the fallback of `HostBuffer::new` is reached:
+// nothing constructs a `HostBuffer`.
+#![cfg_attr(not(vulkan_hal), allow(dead_code))]
 
 use std::ops::Range;
 use std::ptr::NonNull;
 
+#[cfg(vulkan_hal)]
 use ash::vk;
 
 use crate::Gpu;
@@ -48,12 +50,14 @@ pub(crate) enum HostPlacement {
 /// drops it, after the work that uses it). wgpu destroys every buffer of a lost device at
 /// once (`release_gpu_resources`); memory it owned would be unmapped under a thread that
 /// is copying into it, so wgpu owns none of it.
+#[cfg(vulkan_hal)]
 struct Backing {
     device: ash::Device,
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
 }
 
+#[cfg(vulkan_hal)]
 impl Drop for Backing {
     fn drop(&mut self) {
         // SAFETY: both handles were made on `device` by `HostBuffer::new` and are used by
@@ -73,6 +77,7 @@ impl Drop for Backing {
 pub(crate) struct HostBuffer {
     /// Declared before `buffer`: dropped first, while the wgpu buffer still holds the
     /// device.
+    #[cfg(vulkan_hal)]
     _backing: std::sync::Arc<Backing>,
     buffer: wgpu::Buffer,
     ptr: NonNull<u8>,
@@ -275,6 +280,7 @@ impl HostBuffer {
 
 /// The Vulkan usage for wgpu `usage`, as wgpu-hal would set it; `None` for flags a buffer
 /// made outside wgpu cannot carry (mapping, ray tracing, query resolve).
+#[cfg(vulkan_hal)]
 fn vk_buffer_usage(usage: wgpu::BufferUsages) -> Option<vk::BufferUsageFlags> {
     use wgpu::BufferUsages as U;
     let served =
@@ -305,6 +311,7 @@ fn vk_buffer_usage(usage: wgpu::BufferUsages) -> Option<vk::BufferUsageFlags> {
 /// reads at link speed, rather than the BAR the CPU writes across PCIe) and for
 /// [`HostPlacement::DeviceLocal`] preferably device-local, then host-cached (fast CPU reads).
 /// Returns the index and the type's flags.
+#[cfg(vulkan_hal)]
 fn pick_memory_type(
     props: &vk::PhysicalDeviceMemoryProperties,
     allowed: u32,
