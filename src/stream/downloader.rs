@@ -137,7 +137,7 @@ impl Downloader {
         // `Staging::owned_after_wait`).
         self.gpu.wait_for(index)?;
         if !plan.staging.owned_after_wait() {
-            return Err(view_unmapped());
+            return Err(self.gpu.explain(view_unmapped()));
         }
         plan.into_view(len, self.views.clone(), self.config.depth)
     }
@@ -221,11 +221,12 @@ impl Downloader {
                 pending.done();
             },
         )?;
+        let gpu = self.gpu.clone();
         Ok(futures::future::Either::Right(async move {
             // Keeps the polling thread alive until this download has resolved.
             let _poller = poller;
             if !rx.await.unwrap_or(false) {
-                return Err(view_unmapped());
+                return Err(gpu.explain(view_unmapped()));
             }
             plan.into_view(len, pool, keep)
         }))
@@ -476,10 +477,11 @@ impl Downloader {
                 }
             }
             if resolved[done] != Some(true) {
-                return Err(Error::Device {
+                // A mapping fails on a lost device: say so, not just that it failed.
+                return Err(self.gpu.explain(Error::Device {
                     during: "mapping a download chunk".into(),
                     message: "the staging buffer could not be mapped".into(),
-                });
+                }));
             }
             let staging = &ring[done % self.config.depth];
             // Bytes of this chunk that belong to [offset, end).
