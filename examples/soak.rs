@@ -25,6 +25,7 @@ use half::f16;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
+use vramkit::kernels::MatmulShape;
 use vramkit::kernels::{scan::ScanType, ScanKind};
 use vramkit::plan::{LoopConfig, PlannedLoop};
 use vramkit::tier::{DefragLimits, DefragOptions, Movable, TierConfig, Tiers};
@@ -332,7 +333,16 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
                     let ba = rt.alloc_from(&b, "soak matmul b")?;
                     let c = rt.alloc::<f32>(m * n, "soak matmul c")?;
                     let mut batch = rt.batch();
-                    batch.matmul(m as u64, k as u64, n as u64, &aa, &ba, &c)?;
+                    batch.matmul(
+                        MatmulShape {
+                            m: m as u64,
+                            k: k as u64,
+                            n: n as u64,
+                        },
+                        &aa,
+                        &ba,
+                        &c,
+                    )?;
                     batch.submit()?;
                     rt.download(&c)
                 };

@@ -83,9 +83,32 @@ impl Runtime {
     }
 
     /// A runtime on a device and queue a host application owns ([`Gpu::from_wgpu`]);
-    /// vramkit uses exactly the limits and features the host enabled.
+    /// vramkit uses exactly the limits and features the host enabled. `wgpu::Device` and
+    /// `wgpu::Queue` are reference-counted handles: pass clones and keep using your own.
     pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Result<Runtime> {
         Runtime::new(&Gpu::from_wgpu(device, queue), RuntimeConfig::default())
+    }
+
+    /// [`from_wgpu`](Self::from_wgpu) with the adapter the device came from
+    /// ([`Gpu::from_wgpu_with_adapter`]), so that the f16 matmul may run on the matrix
+    /// units where the host enabled them.
+    ///
+    /// ```no_run
+    /// # fn host() -> (wgpu::Adapter, wgpu::Device, wgpu::Queue) { unimplemented!() }
+    /// let (adapter, device, queue) = host();
+    /// let rt = vramkit::Runtime::from_wgpu_with_adapter(&adapter, device.clone(), queue.clone())?;
+    /// println!("matrix units: {}", rt.gpu().has_matrix_units());
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn from_wgpu_with_adapter(
+        adapter: &wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Result<Runtime> {
+        Runtime::new(
+            &Gpu::from_wgpu_with_adapter(adapter, device, queue),
+            RuntimeConfig::default(),
+        )
     }
 
     /// The GPU context.

@@ -5,6 +5,7 @@ mod common;
 
 use common::{assert_close, gpu, random_f32, rng};
 use vramkit::kernels::Kernels;
+use vramkit::kernels::MatmulShape;
 use vramkit::{readback, Arena, Gpu};
 
 #[test]
@@ -127,8 +128,11 @@ fn a_host_device_with_its_adapter_lends_the_matrix_units() {
         !Gpu::from_wgpu_with_adapter(&adapter, alone.0, alone.1).has_matrix_units(),
         "off when the host enabled it without f16 and subgroups, which the kernel needs"
     );
-    let host = Gpu::from_wgpu_with_adapter(&adapter, with.0, with.1);
+    let host = Gpu::from_wgpu_with_adapter(&adapter, with.0.clone(), with.1.clone());
     assert_eq!(host.has_matrix_units(), gpu().has_matrix_units());
+    // The runtime built the same way (clones of the host's handles) lends them too.
+    let rt = vramkit::Runtime::from_wgpu_with_adapter(&adapter, with.0, with.1).unwrap();
+    assert_eq!(rt.gpu().has_matrix_units(), host.has_matrix_units());
     let arena = Arena::new(&host, Default::default()).unwrap();
     let kernels = Kernels::new(&arena).unwrap();
     assert_eq!(kernels.options().matrix_units, host.has_matrix_units());
@@ -153,9 +157,11 @@ fn a_host_device_with_its_adapter_lends_the_matrix_units() {
     batch
         .matmul(
             vramkit::kernels::MatmulInput::F16,
-            m as u64,
-            n as u64,
-            k as u64,
+            MatmulShape {
+                m: m as u64,
+                k: k as u64,
+                n: n as u64,
+            },
             &aa,
             &ba,
             &c,
@@ -318,9 +324,11 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
     batch
         .matmul(
             MatmulInput::F32,
-            rows as u64,
-            rows as u64,
-            cols as u64,
+            MatmulShape {
+                m: rows as u64,
+                k: cols as u64,
+                n: rows as u64,
+            },
             &ones,
             &ones,
             &prod,

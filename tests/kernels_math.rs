@@ -6,6 +6,7 @@ mod common;
 
 use common::{assert_close, gpu, random_f32, rng};
 use rand::Rng;
+use vramkit::kernels::MatmulShape;
 use vramkit::kernels::{Binary, KernelOptions, Kernels, MatmulInput, ScanKind, ScanType, Unary};
 use vramkit::{readback, Arena};
 
@@ -522,9 +523,11 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             batch
                 .matmul(
                     MatmulInput::F32,
-                    m as u64,
-                    n as u64,
-                    k as u64,
+                    MatmulShape {
+                        m: m as u64,
+                        k: k as u64,
+                        n: n as u64,
+                    },
                     &aa,
                     &ba,
                     &c32,
@@ -533,9 +536,11 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             batch
                 .matmul(
                     MatmulInput::F16,
-                    m as u64,
-                    n as u64,
-                    k as u64,
+                    MatmulShape {
+                        m: m as u64,
+                        k: k as u64,
+                        n: n as u64,
+                    },
                     &aha,
                     &bha,
                     &c16,
@@ -588,18 +593,48 @@ fn matmul_rejects_bad_shapes_and_overlap() {
     let c = arena.alloc(4 * 4, "c").unwrap();
     let mut batch = kernels.batch();
     let err = batch
-        .matmul(MatmulInput::F32, 2, 2, 4, &a, &b, &c)
+        .matmul(
+            MatmulInput::F32,
+            MatmulShape { m: 2, k: 4, n: 2 },
+            &a,
+            &b,
+            &c,
+        )
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("'a'"), "{err}");
-    assert!(batch.matmul(MatmulInput::F32, 0, 2, 3, &a, &b, &c).is_err());
+    assert!(batch
+        .matmul(
+            MatmulInput::F32,
+            MatmulShape { m: 0, k: 3, n: 2 },
+            &a,
+            &b,
+            &c
+        )
+        .is_err());
     assert!(
-        batch.matmul(MatmulInput::F32, 2, 2, 3, &a, &b, &a).is_err(),
+        batch
+            .matmul(
+                MatmulInput::F32,
+                MatmulShape { m: 2, k: 3, n: 2 },
+                &a,
+                &b,
+                &a
+            )
+            .is_err(),
         "c overlaps a"
     );
     assert!(batch.is_empty());
-    batch.matmul(MatmulInput::F32, 2, 2, 3, &a, &b, &c).unwrap();
+    batch
+        .matmul(
+            MatmulInput::F32,
+            MatmulShape { m: 2, k: 3, n: 2 },
+            &a,
+            &b,
+            &c,
+        )
+        .unwrap();
 }
 
 #[test]

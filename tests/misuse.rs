@@ -8,6 +8,7 @@ mod common;
 
 use common::{assert_close, gpu, random_f32, rng};
 use vramkit::arena::PoolConfig;
+use vramkit::kernels::MatmulShape;
 use vramkit::kernels::{Kernels, Reduce, ScanKind, ScanType, Unary};
 use vramkit::stream::{Downloader, Uploader};
 use vramkit::{readback, Allocation, Arena, Error, Gpu};
@@ -121,7 +122,17 @@ fn overlapping_outputs_are_refused_and_in_place_maps_are_correct() {
     invalid(batch.transpose(64, 64, &a, &a).map(|_| ()), "overlaps");
     invalid(
         batch
-            .matmul(vramkit::kernels::MatmulInput::F32, 64, 64, 64, &a, &b, &a)
+            .matmul(
+                vramkit::kernels::MatmulInput::F32,
+                MatmulShape {
+                    m: 64,
+                    k: 64,
+                    n: 64,
+                },
+                &a,
+                &b,
+                &a,
+            )
             .map(|_| ()),
         "overlaps",
     );
@@ -475,7 +486,20 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         (
             "matmul: shapes do not match",
             Expect::Invalid,
-            Box::new(|| rt.batch().matmul::<f32>(16, 16, 16, &a, &a, &b).map(drop)),
+            Box::new(|| {
+                rt.batch()
+                    .matmul::<f32>(
+                        MatmulShape {
+                            m: 16,
+                            k: 16,
+                            n: 16,
+                        },
+                        &a,
+                        &a,
+                        &b,
+                    )
+                    .map(drop)
+            }),
         ),
         (
             "reduce: output overlaps the input",

@@ -8,6 +8,7 @@ mod common;
 use common::{assert_close, random_f32, rng};
 use half::f16;
 use rand::Rng;
+use vramkit::kernels::MatmulShape;
 use vramkit::kernels::{Binary, Reduce, ScanKind, Unary};
 use vramkit::{Error, Runtime, RuntimeConfig};
 
@@ -88,7 +89,16 @@ fn scans_casts_and_matmul_take_their_element_types() {
         .unwrap()
         .to_f32(&h16, &back)
         .unwrap()
-        .matmul(m as u64, k as u64, nn as u64, &aa, &ba, &c)
+        .matmul(
+            MatmulShape {
+                m: m as u64,
+                k: k as u64,
+                n: nn as u64,
+            },
+            &aa,
+            &ba,
+            &c,
+        )
         .unwrap();
     batch.submit().unwrap();
     let mut acc = 0u32;
@@ -129,7 +139,7 @@ fn lengths_come_from_the_allocations_and_mismatches_are_errors() {
     batch.axpy(1.0, x.first(60).unwrap(), &y).unwrap();
     assert!(x.first(0).is_none() && x.first(101).is_none());
     let e = batch
-        .matmul::<f32>(3, 3, 3, &x, &x, &y)
+        .matmul::<f32>(MatmulShape { m: 3, k: 3, n: 3 }, &x, &x, &y)
         .map(|_| ())
         .unwrap_err();
     assert!(e.to_string().contains("not 3 x 3"), "{e}");

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use vramkit::arena::Budget;
+use vramkit::kernels::MatmulShape;
 use vramkit::tier::{DefragLimits, Movable, TierConfig, Tiers};
 use vramkit::{Arena, ArenaConfig, Runtime, RuntimeConfig};
 
@@ -93,7 +94,16 @@ fn an_evict_that_waited_for_the_gpu_never_moves_what_was_pinned_meanwhile() {
             let mut batch = rt.batch();
             for _ in 0..4 {
                 batch
-                    .matmul(dim as u64, dim as u64, dim as u64, &a, &a, &c)
+                    .matmul(
+                        MatmulShape {
+                            m: dim as u64,
+                            k: dim as u64,
+                            n: dim as u64,
+                        },
+                        &a,
+                        &a,
+                        &c,
+                    )
                     .unwrap();
             }
             batch.fill(1.0, r.elements::<f32>(&m).unwrap()).unwrap();

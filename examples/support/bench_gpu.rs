@@ -2,6 +2,7 @@
 use std::time::Instant;
 
 use super::Figures;
+use vramkit::kernels::MatmulShape;
 use vramkit::{Arena, ArenaConfig, Gpu};
 
 fn per_op(iters: usize, mut f: impl FnMut(usize)) -> f64 {
@@ -443,14 +444,34 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     warm_until_steady("matmul", figures, || {
         time_batch(&kernels, mm_reps, |batch| {
             batch
-                .matmul(MatmulInput::F32, dim, dim, dim, &a, &b, &c)
+                .matmul(
+                    MatmulInput::F32,
+                    MatmulShape {
+                        m: dim,
+                        k: dim,
+                        n: dim,
+                    },
+                    &a,
+                    &b,
+                    &c,
+                )
                 .expect("record");
         })
     });
     for (name, input, (ai, bi), kernels) in cases {
         let secs = time_batch(kernels, mm_reps, |batch| {
             batch
-                .matmul(input, dim, dim, dim, ai, bi, &c)
+                .matmul(
+                    input,
+                    MatmulShape {
+                        m: dim,
+                        k: dim,
+                        n: dim,
+                    },
+                    ai,
+                    bi,
+                    &c,
+                )
                 .expect("record");
         });
         let got =

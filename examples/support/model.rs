@@ -3,6 +3,7 @@
 //! by `examples/plan.rs` (the dry-run and max-batch demo) and `tests/dry_run.rs`.
 #![allow(dead_code)]
 
+use vramkit::kernels::MatmulShape;
 use vramkit::kernels::Unary;
 use vramkit::{Result, Runtime};
 
@@ -47,16 +48,27 @@ pub fn step(rt: &Runtime, weights: &Weights, batch: usize, input: &[f32]) -> Res
     let x = rt.alloc_from(input, "input")?;
     let h = rt.alloc::<f32>(batch * HIDDEN, "hidden")?;
     let mut b = rt.batch();
-    b.matmul(batch as u64, D_IN as u64, HIDDEN as u64, &x, &w1, &h)?
-        .map(Unary::Gelu, &h, &h)?;
+    b.matmul(
+        MatmulShape {
+            m: batch as u64,
+            k: D_IN as u64,
+            n: HIDDEN as u64,
+        },
+        &x,
+        &w1,
+        &h,
+    )?
+    .map(Unary::Gelu, &h, &h)?;
     b.submit()?;
     drop(x);
     let logits = rt.alloc::<f32>(batch * CLASSES, "logits")?;
     let mut b = rt.batch();
     b.matmul(
-        batch as u64,
-        HIDDEN as u64,
-        CLASSES as u64,
+        MatmulShape {
+            m: batch as u64,
+            k: HIDDEN as u64,
+            n: CLASSES as u64,
+        },
         &h,
         &w2,
         &logits,

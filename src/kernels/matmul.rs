@@ -26,6 +26,31 @@ pub enum MatmulInput {
     F16,
 }
 
+/// The dimensions of a product `c = a * b`: `a` is m x k, `b` k x n, `c` m x n. Named, so
+/// that no call can swap k and n unseen (both APIs take it: [`Batch::matmul`] and
+/// [`TypedBatch::matmul`](super::TypedBatch::matmul)).
+///
+/// ```
+/// let shape = vramkit::kernels::MatmulShape { m: 512, k: 1024, n: 256 };
+/// assert_eq!(shape.flops(), 2 * 512 * 1024 * 256);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulShape {
+    /// Rows of `a` and `c`.
+    pub m: u64,
+    /// Columns of `a`, rows of `b`.
+    pub k: u64,
+    /// Columns of `b` and `c`.
+    pub n: u64,
+}
+
+impl MatmulShape {
+    /// Floating-point operations of the product (a multiply and an add per term).
+    pub fn flops(&self) -> u64 {
+        2 * self.m * self.k * self.n
+    }
+}
+
 impl<'a> Batch<'a> {
     /// `c = a * b` with `a` (m x k), `b` (k x n) and `c` (m x n) row-major; inputs of type
     /// `input`, `c` in f32. Any m, n, k; `c` must not overlap the inputs.
@@ -35,26 +60,25 @@ impl<'a> Batch<'a> {
     /// # use vramkit::{kernels::{Kernels, matmul::MatmulInput}, Arena, Gpu};
     /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
     /// # let kernels = Kernels::new(&arena)?;
-    /// let (m, n, k) = (512, 256, 1024);
+    /// # use vramkit::kernels::MatmulShape;
+    /// let (m, k, n) = (512, 1024, 256);
     /// let a = arena.alloc(4 * m * k, "a")?;
     /// let b = arena.alloc(4 * k * n, "b")?;
     /// let c = arena.alloc(4 * m * n, "c")?;
     /// let mut batch = kernels.batch();
-    /// batch.matmul(MatmulInput::F32, m, n, k, &a, &b, &c)?;
+    /// batch.matmul(MatmulInput::F32, MatmulShape { m, k, n }, &a, &b, &c)?;
     /// batch.submit()?;
     /// # Ok(()) }
     /// ```
-    #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &mut self,
         input: MatmulInput,
-        m: u64,
-        n: u64,
-        k: u64,
+        dims: MatmulShape,
         a: &'a Allocation,
         b: &'a Allocation,
         c: &'a Allocation,
     ) -> Result<&mut Self> {
+        let MatmulShape { m, k, n } = dims;
         let elem = match input {
             MatmulInput::F32 => 4,
             MatmulInput::F16 => 2,

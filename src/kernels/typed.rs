@@ -23,6 +23,7 @@
 
 use half::f16;
 
+use super::MatmulShape;
 use super::{Batch, Binary, MatmulInput, Reduce, ScanKind, ScanType, Unary};
 use crate::arena::Elements;
 use crate::{Error, Result};
@@ -285,14 +286,13 @@ impl<'a> TypedBatch<'a> {
     /// `c = a * b` with `a` (m x k) and `b` (k x n) of `f32` or `f16`, `c` (m x n) f32.
     pub fn matmul<T: MatmulElement>(
         &mut self,
-        m: u64,
-        k: u64,
-        n: u64,
+        shape: MatmulShape,
         a: impl Into<Op<'a, T>>,
         b: impl Into<Op<'a, T>>,
         c: impl Into<Op<'a, f32>>,
     ) -> Result<&mut Self> {
         let (a, b, c) = (a.into(), b.into(), c.into());
+        let MatmulShape { m, k, n } = shape;
         for (name, len, rows, cols) in [
             ("a", a.len(), m, k),
             ("b", b.len(), k, n),
@@ -307,9 +307,7 @@ impl<'a> TypedBatch<'a> {
         }
         self.batch.matmul(
             T::INPUT,
-            m,
-            n,
-            k,
+            shape,
             a.allocation(),
             b.allocation(),
             c.allocation(),
