@@ -519,6 +519,18 @@ fn summary_dumps_and_history_show_the_host_tier() {
     let summary = tiers.summary();
     assert!(summary.contains("host tier"), "{summary}");
     assert!(summary.contains("evictions 2"), "{summary}");
+    // The tiers' own statistics print the same lines without the arena's.
+    let stats = tiers.stats().to_string();
+    assert!(
+        stats.contains("evictions 2") && stats.contains("host tier"),
+        "{stats}"
+    );
+    for line in stats.lines() {
+        assert!(
+            summary.contains(line.trim()),
+            "the summary lacks '{line}':\n{summary}"
+        );
+    }
     let json: serde_json::Value = serde_json::from_str(&rt.arena().to_json()).unwrap();
     let host: Vec<&serde_json::Value> = json["blocks"]
         .as_array()

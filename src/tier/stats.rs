@@ -49,43 +49,10 @@ pub struct TierStats {
     pub plain_host_blocks: bool,
 }
 
-impl TierShared {
-    pub(super) fn stats(&self) -> TierStats {
-        let st = self.state.lock();
-        let mut s = TierStats {
-            host_bytes: st.host.allocated(),
-            host_reserved: st.host.reserved(),
-            host_budget: st.host.budget(),
-            host_blocks: st.host.blocks(),
-            plain_host_blocks: st.host.plain_blocks,
-            evictions: st.counters.evictions,
-            pressure_evictions: st.counters.pressure_evictions,
-            restores: st.counters.restores,
-            bytes_evicted: st.counters.bytes_evicted,
-            bytes_restored: st.counters.bytes_restored,
-            defrag_moves: st.counters.defrag_moves,
-            bytes_defrag_moved: st.counters.bytes_defrag_moved,
-            restore_stall: st.counters.stall,
-            host_full: st.counters.host_full,
-            ..Default::default()
-        };
-        for e in st.entries.iter().flatten().filter(|e| !e.dropped) {
-            s.movables += 1;
-            if matches!(e.place, Place::Device(_)) {
-                s.device_bytes += e.size;
-            }
-            if e.pins > 0 {
-                s.pinned += 1;
-            }
-        }
-        s
-    }
-}
-
-impl TierShared {
-    /// The tier section of the arena's summary.
-    pub(super) fn summary_lines(&self) -> Vec<String> {
-        let s = self.stats();
+impl TierStats {
+    /// The lines of [`Display`](std::fmt::Display) and of the arena's summary.
+    fn lines(&self) -> Vec<String> {
+        let s = self;
         let budget = s
             .host_budget
             .map_or_else(|| "unlimited".to_string(), fmt_bytes);
@@ -127,6 +94,62 @@ impl TierShared {
             ));
         }
         lines
+    }
+}
+
+/// Three or four lines: the movables and where they are, the host tier, the moves so
+/// far, and stalls or refusals when there were any (the tiers' part of the arena's
+/// summary).
+///
+/// ```no_run
+/// # let rt = vramkit::Runtime::headless()?;
+/// # let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default())?;
+/// println!("{}", tiers.stats());
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+impl std::fmt::Display for TierStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.lines().join("\n"))
+    }
+}
+
+impl TierShared {
+    pub(super) fn stats(&self) -> TierStats {
+        let st = self.state.lock();
+        let mut s = TierStats {
+            host_bytes: st.host.allocated(),
+            host_reserved: st.host.reserved(),
+            host_budget: st.host.budget(),
+            host_blocks: st.host.blocks(),
+            plain_host_blocks: st.host.plain_blocks,
+            evictions: st.counters.evictions,
+            pressure_evictions: st.counters.pressure_evictions,
+            restores: st.counters.restores,
+            bytes_evicted: st.counters.bytes_evicted,
+            bytes_restored: st.counters.bytes_restored,
+            defrag_moves: st.counters.defrag_moves,
+            bytes_defrag_moved: st.counters.bytes_defrag_moved,
+            restore_stall: st.counters.stall,
+            host_full: st.counters.host_full,
+            ..Default::default()
+        };
+        for e in st.entries.iter().flatten().filter(|e| !e.dropped) {
+            s.movables += 1;
+            if matches!(e.place, Place::Device(_)) {
+                s.device_bytes += e.size;
+            }
+            if e.pins > 0 {
+                s.pinned += 1;
+            }
+        }
+        s
+    }
+}
+
+impl TierShared {
+    /// The tier section of the arena's summary.
+    pub(super) fn summary_lines(&self) -> Vec<String> {
+        self.stats().lines()
     }
 
     /// The host blocks with their evicted ranges, for the arena's dumps.
