@@ -12,16 +12,10 @@ use vramkit::arena::{Budget, HistoryConfig};
 use vramkit::tier::{DefragLimits, DefragOptions, Movable, TierConfig, Tiers};
 use vramkit::{Gpu, Runtime, RuntimeConfig};
 
+use crate::bench_tier::env_or;
 use crate::Figures;
 
 const MIB: u64 = 1 << 20;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A runtime with tiers, `count` movables of 16-252 KiB, a random half freed.
 fn fragmented(gpu: &Gpu, count: usize, seed: u64) -> (Runtime, Tiers, Vec<Movable>) {
@@ -168,17 +162,7 @@ pub fn suite_defrag(gpu: &Gpu, figures: &mut Figures) {
     let report = defrag.end().expect("end");
     rt.gpu().collect_profile(true).expect("profile");
     rt.gpu().set_profiling(false).expect("profiling");
-    let spans: Vec<u64> = rt
-        .arena()
-        .history()
-        .map(|h| {
-            h.gpu_spans
-                .iter()
-                .filter(|s| s.name == "defragment")
-                .map(|s| s.dur_ns)
-                .collect()
-        })
-        .unwrap_or_default();
+    let spans = crate::defrag_measure::defragment_spans(&rt);
     rt.arena().record_history(None);
     let converged = converged_at.unwrap_or(frames);
     let while_passes = &during[..converged.min(during.len())];

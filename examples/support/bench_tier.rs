@@ -14,7 +14,8 @@ use crate::Figures;
 
 const MIB: u64 = 1 << 20;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+/// `name` from the environment, parsed, or `default` (the suites' size knobs).
+pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())

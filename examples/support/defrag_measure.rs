@@ -15,19 +15,24 @@ pub fn timed_defragment(rt: &Runtime, tiers: &Tiers) -> vramkit::Result<(DefragR
     let report = tiers.defragment(DefragLimits::default());
     rt.gpu().collect_profile(true)?;
     rt.gpu().set_profiling(false)?;
-    let gpu_ns = rt
-        .arena()
+    let gpu_ns = defragment_spans(rt).iter().sum();
+    rt.arena().record_history(None);
+    Ok((report?, gpu_ns))
+}
+
+/// The GPU nanoseconds of each `defragment` submission the memory history has recorded
+/// (profiling on; one per pass).
+pub fn defragment_spans(rt: &Runtime) -> Vec<u64> {
+    rt.arena()
         .history()
         .map(|h| {
             h.gpu_spans
                 .iter()
                 .filter(|s| s.name == "defragment")
                 .map(|s| s.dur_ns)
-                .sum()
+                .collect()
         })
-        .unwrap_or(0);
-    rt.arena().record_history(None);
-    Ok((report?, gpu_ns))
+        .unwrap_or_default()
 }
 
 /// Seconds of the fastest of five single copy commands of `bytes` (rounded down to 4, at
