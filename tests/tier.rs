@@ -329,20 +329,26 @@ fn pressure_from_plain_allocations_evicts_least_recently_used_first() {
     }
 }
 
-#[test]
-fn defragment_after_freeing_half_gives_blocks_back() {
-    let mut rng = common::rng();
-    let (rt, tiers) = runtime(512 * MIB, None);
-    // 512 movables of 16 KiB to 256 KiB, every other one a length that is not a whole
-    // number of 16-byte words (the word-by-word copy kernel; the rest take the vec4 one).
-    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..512)
+/// `count` movables of 16 KiB to 256 KiB written with random integers, every other one a
+/// length that is not a whole number of 16-byte words (the word-by-word copy kernel; the
+/// rest take the vec4 one), labelled `label0` .. `label{labels - 1}`; then a random half
+/// dropped (`None`), which leaves the blocks fragmented.
+fn fragmented(
+    rt: &Runtime,
+    tiers: &Tiers,
+    rng: &mut impl Rng,
+    count: usize,
+    label: &str,
+    labels: usize,
+) -> Vec<Option<(Movable, Vec<f32>)>> {
+    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..count)
         .map(|i| {
             let n = (rng.gen_range(1usize..17) << 12) + (i % 2) * rng.gen_range(1..4);
             let m = tiers
-                .alloc(4 * n as u64, &format!("small{}", i % 7))
+                .alloc(4 * n as u64, &format!("{label}{}", i % labels))
                 .unwrap();
-            let d = integers(&mut rng, n);
-            write(&rt, &tiers, &m, &d);
+            let d = integers(rng, n);
+            write(rt, tiers, &m, &d);
             Some((m, d))
         })
         .collect();
@@ -351,6 +357,14 @@ fn defragment_after_freeing_half_gives_blocks_back() {
             *h = None;
         }
     }
+    handles
+}
+
+#[test]
+fn defragment_after_freeing_half_gives_blocks_back() {
+    let mut rng = common::rng();
+    let (rt, tiers) = runtime(512 * MIB, None);
+    let handles = fragmented(&rt, &tiers, &mut rng, 512, "small", 7);
     rt.arena().synchronize().unwrap();
     let report = tiers.defragment(DefragLimits::default()).unwrap();
     eprintln!("{report:?}");
@@ -387,22 +401,7 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
     use vramkit::tier::DefragOptions;
     let mut rng = common::rng();
     let (rt, tiers) = runtime(512 * MIB, None);
-    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..384)
-        .map(|i| {
-            let n = (rng.gen_range(1usize..17) << 12) + (i % 2) * rng.gen_range(1..4);
-            let m = tiers
-                .alloc(4 * n as u64, &format!("frame{}", i % 5))
-                .unwrap();
-            let d = integers(&mut rng, n);
-            write(&rt, &tiers, &m, &d);
-            Some((m, d))
-        })
-        .collect();
-    for h in handles.iter_mut() {
-        if rng.gen_bool(0.5) {
-            *h = None;
-        }
-    }
+    let mut handles = fragmented(&rt, &tiers, &mut rng, 384, "frame", 5);
     let before = rt.arena().stats();
     let per_pass = DefragLimits {
         max_bytes: 2 * MIB,
