@@ -40,8 +40,8 @@ const WG: u32 = 256u;
 
 fn identity(op: u32) -> f32 {
     switch op {
-        case 1u: { return bitcast<f32>(0xff800000u); } // -inf
-        case 2u: { return bitcast<f32>(0x7f800000u); } // +inf
+        case 1u: { return neg_inf(); } // -inf
+        case 2u: { return pos_inf(); } // +inf
         default: { return 0.0; }
     }
 }
@@ -110,9 +110,13 @@ fn fold_lanes(op: u32, first: u32, end: u32) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn reduce_rows(ids: Ids) {
+fn reduce_rows(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    ids: Ids,
+) {
     let local = ids.local;
-    let row = ids.wg.y * ids.nwg.x + ids.wg.x;
+    let row = wg.y * nwg.x + wg.x;
     // Uniform per workgroup, so the early return keeps barriers in uniform control flow.
     if row >= params.rows {
         return;
@@ -124,4 +128,15 @@ fn reduce_rows(ids: Ids) {
     if local == 0u {
         y[params.out_base + row] = total * params.scale;
     }
+}
+
+// Infinities built at run time: WGSL forbids them in constant expressions, and Chromium's
+// compiler (Tint) rejects `bitcast<f32>(0xff800000u)` where naga folds it.
+fn neg_inf() -> f32 {
+    let bits = 0xff800000u;
+    return bitcast<f32>(bits);
+}
+fn pos_inf() -> f32 {
+    let bits = 0x7f800000u;
+    return bitcast<f32>(bits);
 }

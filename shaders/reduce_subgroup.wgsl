@@ -3,9 +3,11 @@
 // folds the per-subgroup values (8 of them with 32-wide subgroups). The result is valid in
 // invocation 0. `op` is uniform, so each subgroup operation runs in uniform control flow.
 
+// The workgroup's own ids are separate entry-point parameters, not members: WGSL's
+// uniformity analysis (enforced by Chromium's Tint, not by naga) judges a struct as a
+// whole, so a uniform row index read from this struct would make the barriers after an
+// early return look non-uniform.
 struct Ids {
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) local: u32,
     @builtin(subgroup_invocation_id) lane: u32,
     @builtin(subgroup_id) subgroup: u32,

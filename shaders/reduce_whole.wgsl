@@ -48,9 +48,13 @@ fn fold_segment(op: u32, row: u32, local: u32) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn reduce_whole(ids: Ids) {
+fn reduce_whole(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    ids: Ids,
+) {
     let local = ids.local;
-    let row = ids.wg.y * ids.nwg.x + ids.wg.x;
+    let row = wg.y * nwg.x + wg.x;
     let rows = params.rows;
     // Uniform per workgroup, so the early return keeps barriers in uniform control flow.
     if row >= rows {

@@ -1,9 +1,11 @@
 // Portable workgroup combine for reduce.wgsl: a tree over 256 values in workgroup memory
 // (eight barrier steps). The result is valid in invocation 0.
 
+// The workgroup's own ids are separate entry-point parameters, not members: WGSL's
+// uniformity analysis (enforced by Chromium's Tint, not by naga) judges a struct as a
+// whole, so a uniform row index read from this struct would make the barriers after an
+// early return look non-uniform.
 struct Ids {
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) local: u32,
 }
 

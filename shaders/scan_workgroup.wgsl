@@ -113,7 +113,9 @@ fn look_back(tile: u32, aggregate: T, ids: Ids) -> T {
             workgroupBarrier();
         }
         let end = workgroupUniformLoad(&look_end[0]);
-        let count = look_count[0];
+        // Uniform loads: `j` and `stalls` steer the barriers below, and WGSL's uniformity
+        // analysis (enforced by Chromium's Tint) takes a plain workgroup read as varying.
+        let count = workgroupUniformLoad(&look_count[0]);
         prefix = look_sum[0] + prefix;
         if end == 1u {
             break;

@@ -37,15 +37,19 @@ fn row_combine(op: u32, v: f32, ids: Ids) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn softmax_cached(ids: Ids) {
-    let row = ids.wg.y * ids.nwg.x + ids.wg.x;
+fn softmax_cached(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    ids: Ids,
+) {
+    let row = wg.y * nwg.x + wg.x;
     if row >= params.rows {
         return; // uniform per workgroup
     }
     let n4 = params.cols / 4u;
     let base = row * n4;
     var v: array<vec4<f32>, PER>;
-    var m = bitcast<f32>(0xff800000u); // -inf
+    var m = neg_inf(); // -inf
     for (var k = 0u; k < PER; k++) {
         let c = ids.local + k * 256u;
         if c < n4 {
@@ -68,4 +72,11 @@ fn softmax_cached(ids: Ids) {
             y[base + c] = v[k] * inv;
         }
     }
+}
+
+// Infinities built at run time: WGSL forbids them in constant expressions, and Chromium's
+// compiler (Tint) rejects `bitcast<f32>(0xff800000u)` where naga folds it.
+fn neg_inf() -> f32 {
+    let bits = 0xff800000u;
+    return bitcast<f32>(bits);
 }

@@ -21,7 +21,7 @@ fn softmax_short(@builtin(workgroup_id) wg: vec3<u32>,
     let lane = local % T;
     let n4 = params.cols / 4u;
     let valid = row < params.rows && lane < n4;
-    var v = vec4<f32>(bitcast<f32>(0xff800000u)); // -inf: no part in the maximum
+    var v = vec4<f32>(neg_inf()); // -inf: no part in the maximum
     if valid {
         v = x[row * n4 + lane];
     }
@@ -34,4 +34,11 @@ fn softmax_short(@builtin(workgroup_id) wg: vec3<u32>,
     if valid {
         y[row * n4 + lane] = e * inv;
     }
+}
+
+// Infinities built at run time: WGSL forbids them in constant expressions, and Chromium's
+// compiler (Tint) rejects `bitcast<f32>(0xff800000u)` where naga folds it.
+fn neg_inf() -> f32 {
+    let bits = 0xff800000u;
+    return bitcast<f32>(bits);
 }

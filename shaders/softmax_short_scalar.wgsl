@@ -21,7 +21,7 @@ fn softmax_short_scalar(@builtin(workgroup_id) wg: vec3<u32>,
     let base = row * cols;
     let live = row < params.rows;
     // Element lane + k * T, or -inf (no part in the maximum) past the row.
-    var v = vec4<f32>(bitcast<f32>(0xff800000u));
+    var v = vec4<f32>(neg_inf());
     for (var k = 0u; k < 4u; k++) {
         let c = lane + k * T;
         if live && c < cols {
@@ -42,4 +42,11 @@ fn softmax_short_scalar(@builtin(workgroup_id) wg: vec3<u32>,
             y[base + c] = e[k] * inv;
         }
     }
+}
+
+// Infinities built at run time: WGSL forbids them in constant expressions, and Chromium's
+// compiler (Tint) rejects `bitcast<f32>(0xff800000u)` where naga folds it.
+fn neg_inf() -> f32 {
+    let bits = 0xff800000u;
+    return bitcast<f32>(bits);
 }

@@ -34,7 +34,7 @@ fn softmax_subgroup_rows(@builtin(workgroup_id) wg: vec3<u32>,
          row += stride) {
         let base = row * n;
         var v: array<Elem, PER>;
-        var m = bitcast<f32>(0xff800000u); // -inf: no part in the maximum
+        var m = neg_inf(); // -inf: no part in the maximum
         for (var k = 0u; k < PER; k++) {
             let c = lane + k * width;
             if c < n {
@@ -58,4 +58,11 @@ fn softmax_subgroup_rows(@builtin(workgroup_id) wg: vec3<u32>,
             }
         }
     }
+}
+
+// Infinities built at run time: WGSL forbids them in constant expressions, and Chromium's
+// compiler (Tint) rejects `bitcast<f32>(0xff800000u)` where naga folds it.
+fn neg_inf() -> f32 {
+    let bits = 0xff800000u;
+    return bitcast<f32>(bits);
 }

@@ -19,7 +19,7 @@
 const WG: u32 = 1024u;
 // The running maximum starts at the lowest finite f32, not -inf: exp(LOWEST - LOWEST) is 1
 // where -inf - -inf would be NaN, so empty partials (sum 0) combine without special cases.
-const LOWEST: f32 = -3.40282347e+38;
+const LOWEST: f32 = -0x1.fffffep+127f; // f32::MIN, exactly: Tint rejects a decimal that rounds to it
 var<workgroup> maxes: array<f32, 1024>;
 var<workgroup> sums: array<f32, 1024>;
 

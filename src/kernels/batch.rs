@@ -90,10 +90,16 @@ pub(super) fn check_no_overlap(
     in_place: bool,
     what: &str,
 ) -> Result<()> {
+    // In the browser WebGPU refuses one range bound twice for writing in a dispatch, and
+    // every binding of the writable layout is: no kernel runs in place there.
+    let in_place = in_place && !cfg!(target_arch = "wasm32");
     if !overlaps(x, out) || (in_place && x.offset() == out.offset()) {
         return Ok(());
     }
-    let allowed = if in_place {
+    let allowed = if cfg!(target_arch = "wasm32") {
+        "into an allocation of its own (in the browser WebGPU refuses a range bound twice \
+         for writing in one dispatch, so kernels do not run in place there)"
+    } else if in_place {
         "in place (the same allocation as input and output) or into a range of its own"
     } else {
         "into an allocation of its own (this kernel cannot run in place)"
@@ -109,6 +115,11 @@ pub(super) fn check_no_overlap(
 }
 
 impl<'a> Batch<'a> {
+    /// Spare range `k` (0 or 1), for a binding the dispatch leaves unused (`bind::spare`).
+    pub(super) fn spare(&self, k: u64) -> super::bind::Bound {
+        super::bind::spare(&self.kernels.shared.spare, k)
+    }
+
     /// Checks a kernel operand before anything is recorded: that it lives on this batch's
     /// device (an allocation of another `Gpu` would name a buffer id that means another
     /// buffer here), in a buffer kernels can bind (`STORAGE`), no larger than one storage

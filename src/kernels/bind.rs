@@ -92,11 +92,27 @@ impl Access {
     }
 }
 
+/// Bytes of the kernels' spare buffer: two ranges of 256 (the largest storage offset
+/// alignment WebGPU allows), one per binding a kernel leaves unused.
+pub(super) const SPARE_BYTES: u64 = 512;
+
+/// Range `k` (0 or 1) of the spare buffer, bound where a kernel uses fewer than three
+/// ranges. Not a repeat of a used range: WebGPU (Chromium's Dawn, not wgpu-core) refuses a
+/// dispatch whose writable storage bindings overlap, and every binding of the writable
+/// layout is writable.
+pub(super) fn spare(buffer: &wgpu::Buffer, k: u64) -> Bound {
+    Bound {
+        buffer: buffer.clone(),
+        offset: 256 * k,
+        size: 256,
+    }
+}
+
 impl Bindings {
-    /// `x` and `y`; `z` repeats `y` for kernels that bind two ranges.
-    pub(super) fn two(x: Bound, y: Bound) -> Bindings {
+    /// `x` and `y`, with `z` the spare range (the kernels that bind two ranges).
+    pub(super) fn two(x: Bound, y: Bound, spare: Bound) -> Bindings {
         Bindings {
-            z: y.clone(),
+            z: spare,
             x,
             y,
             access: Access::Writable,

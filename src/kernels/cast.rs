@@ -29,7 +29,7 @@ impl<'a> Batch<'a> {
         if n == 0 {
             return Ok(());
         }
-        let io = Bindings::two(Bound::of(f32s), Bound::of(f16s));
+        let io = Bindings::two(Bound::of(f32s), Bound::of(f16s), self.spare(0));
         let eights = n / 8;
         if eights > 0 {
             let params: Params = [eights as u32, 0, 0, 0, 0, 0, 0, 0];

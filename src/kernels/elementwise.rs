@@ -106,12 +106,17 @@ impl<'a> Batch<'a> {
         for a in call.inputs {
             check_no_overlap(a, call.out, true, call.entry)?;
         }
+        // Two inputs sharing a range are two writable bindings of it (`check_no_overlap`).
+        if let (true, [x, y]) = (cfg!(target_arch = "wasm32"), call.inputs) {
+            check_no_overlap(x, y, false, call.entry)?;
+        }
         if n == 0 {
             return Ok(());
         }
         let io = match call.inputs {
-            [] => Bindings::two(Bound::of(call.out), Bound::of(call.out)),
-            [x] => Bindings::two(Bound::of(x), Bound::of(call.out)),
+            // Fill writes `y` and reads nothing.
+            [] => Bindings::three(self.spare(0), Bound::of(call.out), self.spare(1)),
+            [x] => Bindings::two(Bound::of(x), Bound::of(call.out), self.spare(0)),
             [x, y, ..] => Bindings::three(Bound::of(x), Bound::of(y), Bound::of(call.out)),
         };
         self.elementwise_bound(n, call.entry, call.op, call.scalars, io)?;

@@ -90,6 +90,8 @@ struct Shared {
     reduce_epoch: AtomicU32,
     /// The scans' state (see [`scan::ScanState`]).
     scan_state: Mutex<scan::ScanState>,
+    /// Bound where a kernel leaves a binding unused (`bind::spare`).
+    spare: wgpu::Buffer,
 }
 
 /// The epoch after `previous` (0 before the first) among `1..=epochs`: the tag a call's
@@ -236,6 +238,14 @@ impl Kernels {
                 )
             })?;
         let stride = (gpu.limits().min_uniform_buffer_offset_alignment as u64).max(PARAMS_SIZE);
+        let spare = gpu.scoped("creating the kernels' spare binding", || {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("vramkit unused bindings"),
+                size: bind::SPARE_BYTES,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        })?;
         let reduce_state = gpu.scoped("creating the reductions' state", || {
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("vramkit reduce state"),
@@ -252,6 +262,7 @@ impl Kernels {
             native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
             matrix_units: options.matrix_units && gpu.has_matrix_units(),
             shared: Arc::new(Shared {
+                spare,
                 layouts,
                 cache: Mutex::new(
                     lock_rank::LEAF,

@@ -155,7 +155,11 @@ impl<'a> Batch<'a> {
             out_base: 0,
             scale,
         };
-        self.reduce_pass(op, pass, Bindings::two(Bound::of(x), Bound::of(y)))?;
+        self.reduce_pass(
+            op,
+            pass,
+            Bindings::two(Bound::of(x), Bound::of(y), self.spare(0)),
+        )?;
         self.dispatches += 1;
         Ok(self)
     }
@@ -200,7 +204,11 @@ impl<'a> Batch<'a> {
         let segment = segment_vec4(vec4s);
         let rows = vec4s.div_ceil(segment);
         if rows <= 1 {
-            self.reduce_pass(op, single(n), Bindings::two(Bound::of(x), Bound::of(out)))?;
+            self.reduce_pass(
+                op,
+                single(n),
+                Bindings::two(Bound::of(x), Bound::of(out), self.spare(0)),
+            )?;
         } else {
             // The 1..3 floats past the last vec4 are reduced into `out` first; the
             // one-dispatch pass over the vec4s folds `out` in with the partials.
@@ -211,7 +219,11 @@ impl<'a> Batch<'a> {
                     scale: 1.0,
                     ..single(tail)
                 };
-                self.reduce_pass(op, rest, Bindings::two(Bound::of(x), Bound::of(out)))?;
+                self.reduce_pass(
+                    op,
+                    rest,
+                    Bindings::two(Bound::of(x), Bound::of(out), self.spare(0)),
+                )?;
             }
             let body = ReducePass {
                 vec4: true,
@@ -223,7 +235,11 @@ impl<'a> Batch<'a> {
                 out_base: u64::from(tail > 0),
                 scale,
             };
-            self.reduce_pass(op, body, Bindings::two(Bound::of(x), Bound::of(out)))?;
+            self.reduce_pass(
+                op,
+                body,
+                Bindings::two(Bound::of(x), Bound::of(out), self.spare(0)),
+            )?;
         }
         self.dispatches += 1;
         Ok(self)

@@ -12,8 +12,9 @@ const TILE: u64 = 8192;
 const TILE_COMPACT: u64 = 2048;
 /// Workgroup memory of the portable scan with tiles of [`TILE`]: the tile and its padding,
 /// the invocation sums, the look-back's three arrays and the tile id (`scan_workgroup.wgsl`,
-/// `scan.wgsl`). Devices that give less run the compact variant.
-const PORTABLE_WORKGROUP_BYTES: u32 = ((TILE + TILE / 32 + 4 * 256) * 4 + 4) as u32;
+/// `scan.wgsl`), each variable rounded up to 16 bytes as Chromium's Tint counts them
+/// (37 904 bytes; naga counts 37 892). Devices that give less run the compact variant.
+const PORTABLE_WORKGROUP_BYTES: u32 = ((TILE + TILE / 32 + 4 * 256) * 4 + 16) as u32;
 /// Elements of one tile with subgroup operations, one element per invocation and row
 /// (`WG * PER` in shaders/scan_subgroup.wgsl, PER 8 in `shaders::SCAN_*_SUBGROUP`).
 const TILE_SUBGROUP: u64 = 2048;
@@ -192,7 +193,7 @@ impl<'a> Batch<'a> {
                 "fill",
                 0,
                 [0.0; 3],
-                Bindings::two(state.clone(), state.clone()),
+                Bindings::three(self.spare(0), state.clone(), self.spare(1)),
             )?;
         }
         let shader = match (ty, subgroups) {

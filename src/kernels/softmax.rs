@@ -47,7 +47,7 @@ impl<'a> Batch<'a> {
             .then_some((info.subgroup_min_size, info.subgroup_max_size));
         let kernel = kernel_for(cols, subgroup_sizes, wide);
         let groups = grid(rows, kernel.rows_per_group, self.gpu());
-        let mut io = Bindings::two(Bound::of(x), Bound::of(y));
+        let mut io = Bindings::two(Bound::of(x), Bound::of(y), self.spare(0));
         let mut shader = kernel.shader;
         if let Some(read_only) = kernel.read_only_x {
             // x in a buffer of its own is bound read-only: its loads may then be cached

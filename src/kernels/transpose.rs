@@ -35,7 +35,7 @@ impl<'a> Batch<'a> {
             &shaders::TRANSPOSE,
             "transpose",
             params,
-            Bindings::two(Bound::of(x), Bound::of(y)),
+            Bindings::two(Bound::of(x), Bound::of(y), self.spare(0)),
             groups,
         )?;
         Ok(self)
