@@ -68,6 +68,24 @@ impl Runtime {
         Runtime::new(&Gpu::headless()?, RuntimeConfig::default())
     }
 
+    /// [`headless`](Self::headless) without blocking: what a browser page calls (the
+    /// page's WebGPU adapter), or an async task natively.
+    ///
+    /// ```no_run
+    /// # async fn page() -> vramkit::Result<()> {
+    /// let rt = vramkit::Runtime::headless_async().await?;
+    /// let x = rt.alloc_from(&[1.0f32, 2.0, 3.0], "x")?;
+    /// let y = rt.alloc::<f32>(3, "y")?;
+    /// let mut batch = rt.batch();
+    /// batch.fill(0.0, &y)?.axpy(2.0, &x, &y)?;
+    /// batch.submit()?;
+    /// assert_eq!(rt.download_async(&y).await?, vec![2.0, 4.0, 6.0]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn headless_async() -> Result<Runtime> {
+        Runtime::new(&Gpu::headless_async().await?, RuntimeConfig::default())
+    }
+
     /// A runtime on `gpu` (a clone of it is kept).
     pub fn new(gpu: &Gpu, config: RuntimeConfig) -> Result<Runtime> {
         let arena = Arena::new(gpu, config.arena.clone())?;
@@ -165,6 +183,30 @@ impl Runtime {
         src: impl Into<Elements<'a, T>>,
     ) -> Result<Vec<T>> {
         self.downloader.download_typed(src)
+    }
+
+    /// [`download`](Self::download) without blocking: the copy is submitted now (seeing
+    /// all work submitted before) and the future resolves once its bytes are mapped. The
+    /// browser's way to read results; natively the downloader's polling thread drives the
+    /// device meanwhile. The range goes through one staging buffer, so it may be at most
+    /// the device's largest buffer (in the browser usually 1 to 4 GiB).
+    pub async fn download_async<'a, T: bytemuck::Pod>(
+        &self,
+        src: impl Into<Elements<'a, T>>,
+    ) -> Result<Vec<T>> {
+        let src = src.into();
+        let bytes = (src.len() * std::mem::size_of::<T>()) as u64;
+        let view = self.downloader.download_async(src.allocation(), 0, bytes)?;
+        let view = view.await?;
+        let mut out = vec![T::zeroed(); src.len()];
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&view[..]);
+        Ok(out)
+    }
+
+    /// [`synchronize`](Self::synchronize) without blocking: all submitted work done and
+    /// every pending free back in the arena.
+    pub async fn synchronize_async(&self) -> Result<()> {
+        self.arena.synchronize_async().await
     }
 
     /// A batch of kernels on typed allocations, submitted together.

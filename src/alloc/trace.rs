@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::BufRead;
-use std::time::Instant;
+use web_time::Instant;
 
 use super::{AllocError, BlockAlloc, BlockPolicy, BlockSet, SubAllocator};
 

@@ -258,6 +258,21 @@ impl Shared {
         Ok(self.collect_after_wait())
     }
 
+    /// [`wait_unlocked`](Self::wait_unlocked) without blocking, for
+    /// [`Arena::synchronize_async`](super::Arena::synchronize_async): no lock is held
+    /// across the await.
+    pub(super) async fn wait_async(&self) -> Result<()> {
+        {
+            let mut st = self.state.lock();
+            self.seal(&mut st);
+            self.unlock(st);
+        }
+        self.gpu.wait_idle_async().await?;
+        let st = self.collect_after_wait();
+        self.unlock(st);
+        Ok(())
+    }
+
     /// Re-takes the lock after a wait for the GPU, collects every finished free and gives
     /// the by-size cache back.
     fn collect_after_wait(&self) -> MutexGuard<'_, State> {

@@ -83,7 +83,7 @@
 //!   owner's release must run on the thread whose flag it clears.
 
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::lock_rank;
 
@@ -529,7 +529,7 @@ impl RawLock {
                     || {},
                     |_, _| {},
                     parking_lot_core::DEFAULT_PARK_TOKEN,
-                    Some(Instant::now() + PARK_TIMEOUT),
+                    Some(std::time::Instant::now() + PARK_TIMEOUT),
                 );
             }
             spin.reset();

@@ -3,6 +3,7 @@
 
 use super::*;
 use std::sync::Arc;
+use web_time::Instant;
 
 /// Threads that add to a plain counter under the lock lose no update, through spins,
 /// parks and the plain-store release.

@@ -295,7 +295,7 @@ impl Arena {
         self.check_pool(pool)?;
         #[cfg(feature = "metrics")]
         if metrics::sample_latency() {
-            let start = std::time::Instant::now();
+            let start = web_time::Instant::now();
             let result = self
                 .shared()
                 .alloc(pool.index, size, label, AllocMode::NORMAL);
@@ -382,6 +382,20 @@ impl Arena {
         let st = shared.wait_unlocked(shared.state.lock())?;
         shared.unlock(st);
         Ok(())
+    }
+
+    /// [`synchronize`](Self::synchronize) without blocking (the browser's way, where the
+    /// blocking call returns [`Error::WouldBlock`](crate::Error::WouldBlock)): resolves
+    /// once all submitted work is done and every pending free is back in the arena.
+    ///
+    /// ```no_run
+    /// # async fn page(arena: &vramkit::Arena) -> vramkit::Result<()> {
+    /// arena.synchronize_async().await?;
+    /// assert_eq!(arena.stats().pending_frees, 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn synchronize_async(&self) -> Result<()> {
+        self.shared().wait_async().await
     }
 
     /// Gives completely free blocks back to the device (`Buffer::destroy`), keeping up to

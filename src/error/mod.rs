@@ -4,6 +4,8 @@
 //! was asked, what was available and what to do about it, so a user can act on the message
 //! without reading the source.
 
+#[cfg(target_arch = "wasm32")]
+pub(crate) mod deferred;
 mod oom;
 
 pub use oom::{Limit, OutOfMemory};
@@ -113,6 +115,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A call that waits for the GPU, made where nothing may block: on the browser's page
+    /// (wasm32), where the GPU's answers arrive only after the page yields to its event
+    /// loop. Nothing was changed; call the `_async` variant named and `.await` it.
+    #[error("{call} waits for the GPU, which the browser does not allow (its answers come only after the page yields); use {instead}")]
+    WouldBlock {
+        /// The blocking call.
+        call: String,
+        /// The call to await instead.
+        instead: String,
+    },
+
     /// The device lacks a feature this operation needs.
     #[error("this operation needs the wgpu feature {feature}, which adapter '{adapter}' does not offer. {hint}")]
     MissingFeature {
@@ -141,12 +154,29 @@ impl Error {
 /// a captured error into [`Error::Wgpu`]. Used wherever user input reaches wgpu, so bad
 /// input never becomes a panic in the uncaptured-error handler.
 pub(crate) fn scoped<T>(device: &wgpu::Device, during: &str, f: impl FnOnce() -> T) -> Result<T> {
+    // In the browser a report of an earlier call may have come meanwhile (`deferred.rs`).
+    #[cfg(target_arch = "wasm32")]
+    if let Some(e) = deferred::take(device) {
+        return Err(e);
+    }
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let value = f();
-    let validation = pollster::block_on(validation.pop());
-    let oom = pollster::block_on(oom.pop());
-    match oom.or(validation) {
+    // Popped now, innermost first, in both cases: a later scope must not nest in these.
+    let validation = validation.pop();
+    let oom = oom.pop();
+    #[cfg(target_arch = "wasm32")]
+    {
+        // Nothing may block in the browser: the answers are filed when they come and
+        // returned by the next call (`deferred.rs`).
+        deferred::file(device, during.into(), async move {
+            let validation = validation.await;
+            oom.await.or(validation)
+        });
+        Ok(value)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    match pollster::block_on(oom).or(pollster::block_on(validation)) {
         None => Ok(value),
         Some(e) => Err(Error::Wgpu {
             during: during.into(),

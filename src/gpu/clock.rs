@@ -26,7 +26,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 /// How often the thread publishes the clock while only allocation records ask.
 pub(crate) const COARSE_TICK: Duration = Duration::from_millis(2);

@@ -8,6 +8,8 @@ pub(crate) mod clock;
 mod host_buffer;
 mod lifecycle;
 mod lost;
+mod nonblocking;
+pub(crate) mod poller;
 pub(crate) mod profile;
 mod select;
 mod submit;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 
 use crate::shaders::{PipelineCache, Shader};
 use crate::{Error, Result};
+pub(crate) use nonblocking::would_block;
 
 /// What to install when no adapter exists; shown by every "no adapter" error.
 pub const INSTALL_HINT: &str = "Install a Vulkan driver: on Debian/Ubuntu run \
@@ -103,6 +106,9 @@ struct GpuInner {
     submits: submit::SubmitGate,
     /// When submitted work is done (`work_done.rs`).
     work_done: WorkDone,
+    /// Drives the device while a future of `nonblocking.rs` waits (no thread in the
+    /// browser).
+    poller: poller::LazyPoller,
     /// Whether and why the device was lost (`lost.rs`).
     lost: Arc<lost::LostState>,
     /// Unique per context built (clones share it): wgpu compares devices and buffers by
@@ -126,11 +132,14 @@ impl Gpu {
     /// Opens the best adapter that matches `options`, requesting its real limits and every
     /// feature in [`OPTIONAL_FEATURES`] it has.
     pub fn headless_with(options: &GpuOptions) -> Result<Gpu> {
+        would_block("Gpu::headless", "Gpu::headless_async().await")?;
         pollster::block_on(Self::open(options))
     }
 
     async fn open(options: &GpuOptions) -> Result<Gpu> {
-        // Instances, adapters and devices are made one thread at a time (`lifecycle.rs`).
+        // Instances, adapters and devices are made one thread at a time (`lifecycle.rs`);
+        // the page has one thread, and a second open awaiting the lock would park it.
+        #[cfg(not(target_arch = "wasm32"))]
         let _guard = lifecycle::lock();
         let (instance, adapter) = match options.backends {
             Some(backends) => Self::pick(backends, options).await?,
@@ -268,6 +277,7 @@ impl Gpu {
                 device,
                 queue,
                 work_done,
+                poller: Default::default(),
                 info,
                 features,
                 matrix_units: matrix_units && matrix_kernel_fits(&limits),
@@ -383,7 +393,11 @@ impl Gpu {
         format!(
             "{} | {:?} | driver {} | {:?} | memory {} | max buffer {} | max storage binding {} | \
              workgroup {} inv | subgroup {}..{} | features [{}]",
-            i.name,
+            if i.name.is_empty() {
+                "(the adapter gives no name)"
+            } else {
+                &i.name
+            },
             i.backend,
             driver.trim(),
             i.device_type,
@@ -404,6 +418,10 @@ impl Gpu {
     }
 
     fn poll_wait(&self, index: Option<wgpu::SubmissionIndex>, during: &str) -> Result<()> {
+        would_block(
+            during,
+            "the _async variant (Gpu::wait_idle_async, Runtime::download_async, ...)",
+        )?;
         self.check_alive()?;
         self.inner
             .device

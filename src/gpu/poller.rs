@@ -1,5 +1,9 @@
-//! A background thread that polls the device while asynchronous transfers are pending, so
-//! their futures resolve without the caller (or any other thread) driving wgpu.
+//! A background thread that polls the device while asynchronous work is pending, so its
+//! futures resolve without the caller (or any other thread) driving wgpu.
+//!
+//! In the browser there is no thread and no need for one: WebGPU settles map and
+//! work-done callbacks on the page's event loop by itself, so the poller there is a
+//! counter with nothing behind it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,9 +49,19 @@ impl Poller {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let device = gpu.device().clone();
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
+        #[cfg(target_arch = "wasm32")]
+        let thread = {
+            let _ = gpu;
+            None
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        let thread = Self::spawn(gpu.device().clone(), shared.clone());
+        Poller { shared, thread }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn spawn(device: wgpu::Device, thread_shared: Arc<Shared>) -> Option<JoinHandle<()>> {
+        std::thread::Builder::new()
             .name("vramkit-poll".into())
             .spawn(move || loop {
                 {
@@ -66,8 +80,7 @@ impl Poller {
                     std::thread::yield_now();
                 }
             })
-            .ok();
-        Poller { shared, thread }
+            .ok()
     }
 
     /// Registers a transfer just submitted (its map callback registered) and wakes the
@@ -78,9 +91,10 @@ impl Poller {
         Pending(self.shared.clone())
     }
 
-    /// False when the thread could not be spawned; callers then poll themselves.
+    /// False when the thread could not be spawned; callers then poll themselves. Always
+    /// true in the browser, whose event loop does the polling.
     pub(crate) fn running(&self) -> bool {
-        self.thread.is_some()
+        cfg!(target_arch = "wasm32") || self.thread.is_some()
     }
 }
 

@@ -4,7 +4,7 @@
 //! (`TIMESTAMP_QUERY_INSIDE_ENCODERS`), the wall clock around submit-and-wait is used and
 //! the result says so, because it then includes submission and driver latency.
 
-use std::time::Instant;
+use web_time::Instant;
 
 use crate::lock_rank::Mutex;
 

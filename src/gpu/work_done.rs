@@ -292,8 +292,9 @@ impl Gpu {
         if work.is_done(epoch) {
             return Ok(());
         }
+        super::would_block("waiting for GPU work", "Gpu::wait_idle_async().await")?;
         self.submit([]);
-        let start = std::time::Instant::now();
+        let start = web_time::Instant::now();
         while !work.is_done(epoch) {
             self.poll();
             let waited = start.elapsed();
@@ -324,7 +325,12 @@ impl Gpu {
     /// Not a `PollType::Wait` with a timeout: in wgpu-core 30 a timed-out wait racing
     /// another thread's poll trips an assertion in `Device::maintain` (gfx-rs/wgpu#9958).
     pub(crate) fn poll_until(&self, timeout: Duration, done: impl Fn() -> bool) {
-        let start = std::time::Instant::now();
+        // In the browser nothing completes until the page yields: one look is all there is.
+        if cfg!(target_arch = "wasm32") {
+            self.poll();
+            return;
+        }
+        let start = web_time::Instant::now();
         loop {
             let status = self.inner.device.poll(wgpu::PollType::Poll);
             if done() || !matches!(status, Ok(wgpu::PollStatus::Poll)) || start.elapsed() >= timeout

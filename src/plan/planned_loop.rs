@@ -3,7 +3,8 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use crate::alloc::plan::{lower_bound, plan_in_blocks, Heuristic, Interval};
 use crate::alloc::BlockId;

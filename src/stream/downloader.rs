@@ -12,10 +12,10 @@ use crate::lock_rank::{self, Mutex};
 use futures::channel::oneshot;
 
 use super::host_copy::copy_out_parallel;
-use super::poller::LazyPoller;
 use super::staging::Staging;
 use super::view::{DownloadView, ViewPool};
 use crate::arena::Allocation;
+use crate::gpu::poller::LazyPoller;
 use crate::{Error, Gpu, Result};
 
 /// Settings of a [`Downloader`].

@@ -31,7 +31,6 @@ mod downloader;
 mod host_copy;
 mod pinned;
 mod pipeline;
-mod poller;
 mod staging;
 mod texture;
 mod uploader;

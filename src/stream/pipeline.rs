@@ -177,7 +177,7 @@ impl<'k> Pipeline<'k> {
         let gpu = self.kernels.arena().gpu().clone();
         let total = source.len();
         let chunk = self.config.chunk_bytes;
-        let start = std::time::Instant::now();
+        let start = web_time::Instant::now();
         let mut host = Vec::new();
         let mut k = 0u64;
         let mut pos = 0u64;

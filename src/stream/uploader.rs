@@ -8,15 +8,16 @@ use std::future::Future;
 use std::sync::mpsc;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use crate::lock_rank::{self, Mutex};
 
 use super::host_copy::copy_parallel;
-use super::poller::LazyPoller;
 use super::staging::{Staging, Writer};
 use super::UPLOADED;
 use crate::arena::Allocation;
+use crate::gpu::poller::LazyPoller;
 use crate::{shaders, Error, Gpu, Result};
 
 /// Smallest staging buffer the ring creates: smaller uploads share it.
@@ -396,6 +397,13 @@ impl Uploader {
     }
 
     fn copy_words(&self, dst: &Allocation, at: u64, body: &[u8]) -> Result<()> {
+        // In the browser a ring buffer comes back only after the page yields, so a full
+        // ring could not wait: WebGPU's own `writeBuffer` stages the bytes instead (one
+        // copy into the browser's memory, never a wait), in queue order like the rings.
+        if cfg!(target_arch = "wasm32") {
+            self.gpu.write_buffer(dst.buffer(), dst.offset() + at, body);
+            return Ok(());
+        }
         let chunk = self.config.chunk_size as usize;
         for (k, piece) in body.chunks(chunk).enumerate() {
             let target = at + (k * chunk) as u64;

@@ -97,7 +97,7 @@ pub use passes::{DefragOptions, Defragmentation, PassReport};
 pub use stats::TierStats;
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use web_time::Instant;
 
 use parking_lot::Condvar;
 

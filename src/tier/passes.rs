@@ -33,7 +33,7 @@
 //!   draining; blocks not yet empty stay with the arena, which gives empty ones back on
 //!   `trim`.
 
-use std::time::Instant;
+use web_time::Instant;
 
 use super::defrag::{Move, Planned};
 use super::{DefragLimits, DefragReport, Tiers};

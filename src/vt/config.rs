@@ -21,7 +21,9 @@ pub struct VtConfig {
     pub feedback_factor: u32,
     /// Largest render target the feedback covers, in pixels.
     pub render_size: (u32, u32),
-    /// Worker threads reading tiles.
+    /// Worker threads reading tiles; 0 reads them on the frame's thread, in
+    /// [`begin_frame`](super::VirtualTexture::begin_frame) (always so in the browser,
+    /// where a page has one thread).
     pub loader_threads: usize,
     /// Tile-staging slots: host memory the loader threads decode tiles into and the GPU
     /// copies from, so the frame thread copies no tile bytes (Vulkan, tiles whose rows

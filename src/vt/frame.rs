@@ -4,7 +4,7 @@
 //! blocking ([`VirtualTexture::end_frame`]). The frame order and what it promises are in
 //! the module docs of `vt`.
 
-use std::time::Instant;
+use web_time::Instant;
 
 use futures::FutureExt;
 use rustc_hash::FxHashSet as HashSet;
@@ -57,22 +57,7 @@ impl VirtualTexture {
                 break;
             };
             self.pending_feedback.pop_front();
-            let view = result?;
-            let words: &[u32] = bytemuck::cast_slice(&view[..]);
-            let count = words.first().copied().unwrap_or(0);
-            let stored = count.min(self.max_list) as usize;
-            self.stats.feedback_overflows += u64::from(count - stored as u32);
-            self.stats.feedback_bytes_last = 4 * (1 + stored as u64);
-            self.stats.feedback_latency_frames_max = self
-                .stats
-                .feedback_latency_frames_max
-                .max(self.frame - frame);
-            let tiles = words[1..1 + stored]
-                .iter()
-                .filter_map(|&k| TileId::from_key(k))
-                .filter(|&t| self.layout.contains(t));
-            // The newest list wins.
-            requests = Some(tiles.collect::<Vec<TileId>>());
+            requests = Some(self.read_list(frame, &result?));
         }
         if let Some(list) = requests {
             self.take_requests(&list);
@@ -107,6 +92,25 @@ impl VirtualTexture {
         ];
         self.begin_cpu = start.elapsed();
         Ok(())
+    }
+
+    /// The tiles a feedback list read back for `frame` asks for, with its statistics
+    /// counted.
+    fn read_list(&mut self, frame: u64, view: &[u8]) -> Vec<TileId> {
+        let words: &[u32] = bytemuck::cast_slice(view);
+        let count = words.first().copied().unwrap_or(0);
+        let stored = count.min(self.max_list) as usize;
+        self.stats.feedback_overflows += u64::from(count - stored as u32);
+        self.stats.feedback_bytes_last = 4 * (1 + stored as u64);
+        self.stats.feedback_latency_frames_max = self
+            .stats
+            .feedback_latency_frames_max
+            .max(self.frame - frame);
+        words[1..1 + stored]
+            .iter()
+            .filter_map(|&k| TileId::from_key(k))
+            .filter(|&t| self.layout.contains(t))
+            .collect()
     }
 
     /// The nearest resident tile covering `tile` (itself included).
@@ -218,7 +222,7 @@ impl VirtualTexture {
 
     pub(super) fn collect_loaded(&mut self) {
         let frame = self.frame;
-        let results: Vec<_> = self.loader.finished().collect();
+        let results = self.loader.finished();
         for (tile, result) in results {
             self.take_loaded(tile, result, frame);
         }
@@ -411,8 +415,12 @@ impl VirtualTexture {
                 });
         self.record_resolve(&mut encoder);
         self.gpu.submit([encoder.finish()]);
-        let fut = self.downloader.download_async(list, 0, list.size())?;
-        self.pending_feedback.push_back((self.frame, Box::pin(fut)));
+        // In the browser the oldest list cannot be waited for: with three in flight this
+        // frame's list is not read (the next frame's resolve overwrites it).
+        if !(cfg!(target_arch = "wasm32") && self.pending_feedback.len() >= 3) {
+            let fut = self.downloader.download_async(list, 0, list.size())?;
+            self.pending_feedback.push_back((self.frame, Box::pin(fut)));
+        }
         // Bounded: a GPU far behind makes the CPU wait for the oldest list (counted as
         // waiting, not as CPU work).
         let waiting = Instant::now();
@@ -469,5 +477,28 @@ impl VirtualTexture {
             self.dispatch_loads();
         }
         Ok(max_frames)
+    }
+
+    /// [`settle`](Self::settle) without blocking, the browser's way: first awaits every
+    /// feedback list in flight (WebGPU maps them only after the page yields) and takes the
+    /// newest one's requests, then runs the frames (tiles are read on this thread there).
+    ///
+    /// ```no_run
+    /// # async fn page(vt: &mut vramkit::vt::VirtualTexture) -> vramkit::Result<()> {
+    /// // ... frames rendered with begin_frame / your pass / end_frame ...
+    /// vt.settle_async(8).await?; // every tile the last list asked for is resident
+    /// # Ok(()) }
+    /// ```
+    pub async fn settle_async(&mut self, max_frames: u32) -> Result<u32> {
+        let mut requests = None;
+        while let Some((frame, fut)) = self.pending_feedback.pop_front() {
+            let view = fut.await?;
+            requests = Some(self.read_list(frame, &view));
+        }
+        if let Some(list) = requests {
+            self.take_requests(&list);
+            self.in_use = list;
+        }
+        self.settle(max_frames)
     }
 }

@@ -1,6 +1,11 @@
 //! Worker threads that read (and decode) tiles from the source, most wanted first:
 //! straight into tile staging (waiting for a slot when all are taken), or into ordinary
 //! memory where the device has no tile staging.
+//!
+//! Without threads (in the browser, where a page has one, or with `loader_threads: 0`)
+//! the frame's own thread reads the queued tiles when it collects results, into ordinary
+//! memory (a staging slot could not be waited for): same order, same results, the reading
+//! time counted in the frame's CPU time.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +42,8 @@ pub(crate) struct Loader {
     shared: Arc<Shared>,
     results: mpsc::Receiver<Loaded>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// The source and tile size, where the frame's thread reads the tiles itself.
+    inline: Option<(Arc<dyn TileSource>, usize)>,
 }
 
 impl Loader {
@@ -54,8 +61,16 @@ impl Loader {
             stop: AtomicBool::new(false),
         });
         let (tx, results) = mpsc::channel();
+        if threads == 0 || cfg!(target_arch = "wasm32") {
+            return Ok(Loader {
+                shared,
+                results,
+                threads: Vec::new(),
+                inline: Some((source, tile_bytes)),
+            });
+        }
         let mut handles = Vec::new();
-        for i in 0..threads.max(1) {
+        for i in 0..threads {
             let (shared, source, tx) = (shared.clone(), source.clone(), tx.clone());
             let staging = staging.clone();
             let handle = std::thread::Builder::new()
@@ -99,6 +114,7 @@ impl Loader {
             shared,
             results,
             threads: handles,
+            inline: None,
         })
     }
 
@@ -118,14 +134,29 @@ impl Loader {
         self.shared.wake.notify_all();
     }
 
-    /// Results that have arrived, without waiting.
-    pub fn finished(&self) -> impl Iterator<Item = Loaded> + '_ {
-        self.results.try_iter()
+    /// Results that have arrived, without waiting; without threads, every queued tile,
+    /// read now.
+    pub fn finished(&self) -> Vec<Loaded> {
+        match &self.inline {
+            Some(_) => std::iter::from_fn(|| self.read_next_inline()).collect(),
+            None => self.results.try_iter().collect(),
+        }
     }
 
-    /// Waits for the next result.
+    /// Waits for the next result; without threads, reads the next queued tile now.
     pub fn next(&self) -> Option<Loaded> {
-        self.results.recv().ok()
+        match &self.inline {
+            Some(_) => self.read_next_inline(),
+            None => self.results.recv().ok(),
+        }
+    }
+
+    /// Reads the most wanted queued tile on this thread (no threads: module docs).
+    fn read_next_inline(&self) -> Option<Loaded> {
+        let (source, tile_bytes) = self.inline.as_ref()?;
+        let tile = self.shared.queue.lock().pop_front()?;
+        let bytes = read_checked(source.as_ref(), tile, *tile_bytes).map(TileBytes::Heap);
+        Some((tile, bytes))
     }
 }
 

@@ -234,13 +234,17 @@ impl VirtualTexture {
             bytemuck::cast_slice(&[feedback_cells, set_entries - 1, max_list, 0]),
         );
         let row_bytes = (tile_bytes / TILE as usize) as u32;
-        let staging = TileStaging::new(gpu, config.staged_tiles, tile_bytes, row_bytes);
-        let loader = Loader::new(
-            source.clone(),
-            config.loader_threads,
-            tile_bytes,
-            staging.clone(),
-        )?;
+        // Tiles read on the frame's thread go through ordinary memory (`loader.rs`).
+        let threads = if cfg!(target_arch = "wasm32") {
+            0
+        } else {
+            config.loader_threads
+        };
+        let staging = match threads {
+            0 => None,
+            _ => TileStaging::new(gpu, config.staged_tiles, tile_bytes, row_bytes),
+        };
+        let loader = Loader::new(source.clone(), threads, tile_bytes, staging.clone())?;
         let mut vt = VirtualTexture {
             gpu: gpu.clone(),
             layout,

@@ -31,7 +31,7 @@ mod chrome;
 mod timeline;
 
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 use crate::gpu::clock;
 
