@@ -40,31 +40,7 @@ fn all_tiles(source: &dyn TileSource, from: u32) -> Vec<TileId> {
         .collect()
 }
 
-/// Bilinear sampling of the whole level image, clamped at its edges, straight from the
-/// procedural texels: no tiles, so a seam at a page border would show.
-fn full_image_sample(src: &ProceduralSource, uv: [f32; 2], level: u32) -> [f32; 4] {
-    let layout = src.layout();
-    let level = level.min(layout.levels - 1);
-    let (w, h) = layout.level_size(level);
-    let t = [
-        uv[0].clamp(0.0, 1.0) * w as f32 - 0.5,
-        uv[1].clamp(0.0, 1.0) * h as f32 - 0.5,
-    ];
-    let (x0, y0) = (t[0].floor(), t[1].floor());
-    let (fx, fy) = (t[0] - x0, t[1] - y0);
-    let at = |x: f32, y: f32, c: usize| {
-        let x = (x as i64).clamp(0, i64::from(w) - 1) as u32;
-        let y = (y as i64).clamp(0, i64::from(h) - 1) as u32;
-        f32::from(src.texel(level, x, y)[c]) / 255.0
-    };
-    let mut out = [0.0; 4];
-    for (c, o) in out.iter_mut().enumerate() {
-        let top = at(x0, y0, c) * (1.0 - fx) + at(x0 + 1.0, y0, c) * fx;
-        let bottom = at(x0, y0 + 1.0, c) * (1.0 - fx) + at(x0 + 1.0, y0 + 1.0, c) * fx;
-        *o = top * (1.0 - fy) + bottom * fy;
-    }
-    out
-}
+use vt_demo::full_image_sample;
 
 fn assert_near(got: [f32; 4], want: [f32; 4], what: &str) {
     for c in 0..4 {

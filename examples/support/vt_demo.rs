@@ -3,7 +3,7 @@
 //! and `vt_feedback`, an offscreen target, and the camera path.
 #![allow(dead_code)]
 
-use vramkit::vt::VirtualTexture;
+use vramkit::vt::{ProceduralSource, TileSource, VirtualTexture};
 use vramkit::{Arena, Gpu};
 
 pub const SHADER: &str = r#"
@@ -137,7 +137,9 @@ impl Demo {
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
             format,
-            usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::COPY_SRC,
+            usage: wgpu::TextureUsages::RENDER_ATTACHMENT
+                | wgpu::TextureUsages::COPY_SRC
+                | wgpu::TextureUsages::TEXTURE_BINDING,
             view_formats: &[],
         });
         let target_view = target.create_view(&Default::default());
@@ -191,8 +193,35 @@ impl Demo {
         vt.end_frame()
     }
 
+    /// The offscreen target (RGBA8) the frames are drawn into: a page copies it onto its
+    /// canvas.
+    pub fn target(&self) -> &wgpu::Texture {
+        &self.target
+    }
+
     /// The last frame's RGBA8 pixels, rows top to bottom.
     pub fn read(&self, gpu: &Gpu) -> vramkit::Result<Vec<u8>> {
+        self.copy_to_readback(gpu);
+        vramkit::readback::read_buffer(
+            gpu,
+            self.readback.buffer(),
+            self.readback.offset(),
+            self.readback.size(),
+        )
+    }
+
+    /// [`read`](Self::read) without blocking (the browser's way).
+    pub async fn read_async(
+        &self,
+        gpu: &Gpu,
+        downloader: &vramkit::stream::Downloader,
+    ) -> vramkit::Result<Vec<u8>> {
+        self.copy_to_readback(gpu);
+        let view = downloader.download_async(&self.readback, 0, self.readback.size())?;
+        Ok(view.await?.to_vec())
+    }
+
+    fn copy_to_readback(&self, gpu: &Gpu) {
         let (w, h) = self.size;
         let mut e = gpu.device().create_command_encoder(&Default::default());
         e.copy_texture_to_buffer(
@@ -212,11 +241,31 @@ impl Demo {
             },
         );
         gpu.submit([e.finish()]);
-        vramkit::readback::read_buffer(
-            gpu,
-            self.readback.buffer(),
-            self.readback.offset(),
-            self.readback.size(),
-        )
     }
+}
+
+/// Bilinear sampling of the whole level image, clamped at its edges, straight from the
+/// procedural texels: no tiles, so a seam at a page border would show.
+pub fn full_image_sample(src: &ProceduralSource, uv: [f32; 2], level: u32) -> [f32; 4] {
+    let layout = src.layout();
+    let level = level.min(layout.levels - 1);
+    let (w, h) = layout.level_size(level);
+    let t = [
+        uv[0].clamp(0.0, 1.0) * w as f32 - 0.5,
+        uv[1].clamp(0.0, 1.0) * h as f32 - 0.5,
+    ];
+    let (x0, y0) = (t[0].floor(), t[1].floor());
+    let (fx, fy) = (t[0] - x0, t[1] - y0);
+    let at = |x: f32, y: f32, c: usize| {
+        let x = (x as i64).clamp(0, i64::from(w) - 1) as u32;
+        let y = (y as i64).clamp(0, i64::from(h) - 1) as u32;
+        f32::from(src.texel(level, x, y)[c]) / 255.0
+    };
+    let mut out = [0.0; 4];
+    for (c, o) in out.iter_mut().enumerate() {
+        let top = at(x0, y0, c) * (1.0 - fx) + at(x0 + 1.0, y0, c) * fx;
+        let bottom = at(x0, y0 + 1.0, c) * (1.0 - fx) + at(x0 + 1.0, y0 + 1.0, c) * fx;
+        *o = top * (1.0 - fy) + bottom * fy;
+    }
+    out
 }
