@@ -126,6 +126,26 @@ browser_test! {
         assert_close(&rt.download_async(&y).await?, &want, 0.0, "axpy");
         assert_eq!(rt.download_async(&z).await?, vec![-7.0; n]);
         drop(w);
+
+        // Budgets: bytes work everywhere; a fraction needs the device's memory size, which
+        // WebGPU does not give, and says so.
+        use vramkit::arena::{ArenaConfig, Budget};
+        let small = Arena::new(
+            rt.gpu(),
+            ArenaConfig { budget: Budget::Bytes(1 << 20), ..Default::default() },
+        )?;
+        let fits = small.alloc(512 << 10, "fits")?;
+        match small.alloc(768 << 10, "too much") {
+            Err(vramkit::Error::OutOfMemory(_)) => {}
+            other => panic!("an allocation over the budget gave {other:?}"),
+        }
+        drop(fits);
+        let fraction = ArenaConfig { budget: Budget::FractionOfDevice(0.5), ..Default::default() };
+        match (rt.gpu().device_memory(), Arena::new(rt.gpu(), fraction)) {
+            (Some(_), Ok(_)) => {}
+            (None, Err(vramkit::Error::InvalidArgument { .. })) => {}
+            (memory, other) => panic!("memory {memory:?}: a fractional budget gave {other:?}"),
+        }
         rt.gpu().errors_async().await
     }
 }
@@ -432,6 +452,81 @@ browser_test! {
         }
         let total = (size.0 * size.1) as usize;
         assert!(exact * 100 >= total * 99, "{exact} of {total} pixels exact; {}", vt.stats());
+        gpu.errors_async().await
+    }
+}
+
+/// Prints a figure: to the console in the browser, to stdout natively.
+macro_rules! report {
+    ($($t:tt)*) => {{
+        #[cfg(target_arch = "wasm32")]
+        wasm_bindgen_test::console_log!($($t)*);
+        #[cfg(not(target_arch = "wasm32"))]
+        println!($($t)*);
+    }};
+}
+
+browser_test! {
+    /// What the path without blocking costs on the CPU, for BENCHMARKS.md: a one-kernel
+    /// batch recorded and submitted, and a virtual-texture frame (vramkit's part: begin
+    /// and end, waits excluded), each the mean of many after a warm-up. Run with
+    /// `--release ... -- --nocapture cpu_cost` here and in the browser; the results are
+    /// checked, so a fast wrong answer fails.
+    async fn cpu_cost_per_dispatch_and_per_frame() {
+        let rt = runtime().await;
+        let mut rng = Rng::new(4);
+        let n = 4096;
+        // Multiples of 1/64: every partial sum below is exact in f32.
+        let xs: Vec<f32> = (0..n).map(|_| (rng.below(512) as f32 - 256.0) / 64.0).collect();
+        let x = rt.alloc_from(&xs, "x")?;
+        let y = rt.alloc::<f32>(n, "y")?;
+        let mut batch = rt.batch();
+        batch.fill(0.0, &y)?;
+        batch.submit()?;
+        let dispatches = 400;
+        let mut per_dispatch = f64::MAX;
+        for round in 0..3 {
+            let start = web_time::Instant::now();
+            for _ in 0..dispatches {
+                let mut batch = rt.batch();
+                batch.axpy(1.0, &x, &y)?;
+                batch.submit()?;
+            }
+            let us = start.elapsed().as_secs_f64() * 1e6 / dispatches as f64;
+            rt.synchronize_async().await?;
+            if round > 0 {
+                per_dispatch = per_dispatch.min(us);
+            }
+        }
+        let want: Vec<f32> = xs.iter().map(|v| v * (3 * dispatches) as f32).collect();
+        assert_close(&rt.download_async(&y).await?, &want, 0.0, "repeated axpy");
+
+        let gpu = rt.gpu();
+        let source = Arc::new(ProceduralSource::new(1 << 16, 1 << 16)?);
+        let size = (256, 256);
+        let config = VtConfig { render_size: size, loader_threads: 0, ..Default::default() };
+        let mut vt = VirtualTexture::new(gpu, rt.arena(), source, config)?;
+        let demo = vt_demo::Demo::new(gpu, rt.arena(), &vt, size)?;
+        let scale = 2.0 / (1u32 << 16) as f32;
+        for _ in 0..8 {
+            demo.frame(gpu, &mut vt, [0.4, 0.4], scale)?;
+            gpu.wait_idle_async().await?;
+            vt.settle_async(8).await?;
+        }
+        let frames = 120;
+        let mut cpu_ms = 0.0;
+        for _ in 0..frames {
+            demo.frame(gpu, &mut vt, [0.4, 0.4], scale)?;
+            cpu_ms += vt.stats().cpu_ms_last;
+            gpu.wait_idle_async().await?;
+        }
+        report!(
+            "cpu cost on {}: {per_dispatch:.1} us per one-kernel batch, {:.3} ms per \
+             virtual-texture frame ({} resident tiles)",
+            gpu.info().backend,
+            cpu_ms / frames as f64,
+            vt.stats().resident_tiles
+        );
         gpu.errors_async().await
     }
 }
