@@ -530,3 +530,34 @@ browser_test! {
         gpu.errors_async().await
     }
 }
+
+browser_test! {
+    /// Tiered memory without blocking: a movable written on the GPU, evicted to host
+    /// memory once its work is done, restored by `make_resident`, read back intact.
+    async fn tiered_memory_evicts_and_restores() {
+        use vramkit::tier::{TierConfig, Tiers};
+        let rt = runtime().await;
+        let tiers = Tiers::new(rt.arena(), TierConfig::default())?;
+        let mut rng = Rng::new(5);
+        let n = 1 << 14;
+        let xs = rng.f32s(n);
+        let x = rt.alloc_from(&xs, "x")?;
+        let w = tiers.alloc(4 * n as u64, "weights")?;
+        {
+            let r = tiers.make_resident(&[&w])?;
+            let mut batch = rt.batch();
+            batch.fill(1.0, r.elements::<f32>(&w)?)?.axpy(3.0, &x, r.elements::<f32>(&w)?)?;
+            batch.submit()?;
+        }
+        rt.synchronize_async().await?;
+        tiers.evict(&[&w])?;
+        assert_eq!(w.tier(), vramkit::tier::Tier::Host, "evicted");
+        let r = tiers.make_resident(&[&w])?;
+        let got = rt.download_async(r.elements::<f32>(&w)?).await?;
+        let want: Vec<f32> = xs.iter().map(|v| 3.0 * v + 1.0).collect();
+        assert_close(&got, &want, 0.0, "after a round trip through host memory");
+        drop(r);
+        tiers.check_invariants().map_err(|e| vramkit::Error::Device { during: "checking the tiers".into(), message: e })?;
+        rt.gpu().errors_async().await
+    }
+}
