@@ -257,7 +257,7 @@ impl Runtime {
         let mut config = self.config.clone();
         config.arena.dry_run = true;
         config.arena.budget = budget;
-        config.arena.name = format!("{} (dry run)", config.arena.name);
+        config.arena.name = format!("{} (dry run)", self.arena.name());
         let dry = Runtime::new(&self.gpu, config)?;
         dry.arena
             .record_history(Some(crate::arena::HistoryConfig::default()));

@@ -76,7 +76,7 @@ fn bad_requests_get_typed_errors_and_change_nothing() {
         let e = a.alloc(size, "near u64::MAX").unwrap_err();
         assert!(
             matches!(&e, Error::OutOfMemory(o) if o.limit == Limit::MaxBufferSize
-                && o.budget == Some(gpu().limits().max_buffer_size)),
+                && o.limit_bytes == Some(gpu().limits().max_buffer_size)),
             "{e}"
         );
         assert!(e.to_string().contains("max buffer size"), "{e}");
@@ -125,7 +125,7 @@ fn over_budget_releases_cached_blocks_then_reports_and_stays_usable() {
     match &err {
         Error::OutOfMemory(o) => {
             assert_eq!(o.limit, Limit::Budget);
-            assert_eq!(o.budget, Some(budget));
+            assert_eq!(o.limit_bytes, Some(budget));
             assert!(o.requested == 4 << 20 && o.reserved <= budget);
             assert!(
                 err.to_string().contains("'more'") && err.to_string().contains("budget"),
@@ -229,7 +229,7 @@ fn trim_gives_empty_blocks_back_and_keeps_the_reserve() {
     assert!(y.size() >= 1000);
 }
 
-/// Freed ranges the GPU is done with are kept by size (`stats().cached`): the same size
+/// Freed ranges the GPU is done with are kept by size (`stats().size_cache`): the same size
 /// takes them back without the range allocator, and they go back to their block before
 /// they could make the arena grow, go over budget or survive a trim.
 #[test]
@@ -252,29 +252,35 @@ fn freed_ranges_are_cached_by_size_and_never_cost_memory() {
     settle(&a);
     let s = a.stats();
     assert_eq!(
-        (s.allocated, s.cached, s.reserved),
+        (s.allocated, s.size_cache, s.reserved),
         (0, 8 * small, 4 << 20),
         "{}",
         a.summary()
     );
-    assert!(a.summary().contains("cached for reuse"));
+    assert!(a.summary().contains("of which by-size cache"));
 
     let ys: Vec<_> = (0..8).map(|_| a.alloc(small, "small").unwrap()).collect();
     let mut again: Vec<u64> = ys.iter().map(|y| y.offset()).collect();
     offsets.sort_unstable();
     again.sort_unstable();
     assert_eq!(offsets, again, "the same size reuses the cached ranges");
-    assert_eq!(a.stats().cached, 0);
+    assert_eq!(a.stats().size_cache, 0);
     drop(ys);
     settle(&a);
-    assert_eq!(a.stats().cached, 8 * small);
+    assert_eq!(a.stats().size_cache, 8 * small);
 
     // Fits in the one block the budget allows only once the cache goes back to it; that
     // happens before any growth, so no retry is counted either.
     let big = a.alloc((4 << 20) - small, "big").unwrap();
     let s = a.stats();
     assert_eq!(
-        (s.cached, s.reserved, s.blocks_created, s.retries, s.ooms),
+        (
+            s.size_cache,
+            s.reserved,
+            s.blocks_created,
+            s.retries,
+            s.ooms
+        ),
         (0, 4 << 20, 1, 0, 0),
         "{}",
         a.summary()
@@ -283,13 +289,13 @@ fn freed_ranges_are_cached_by_size_and_never_cost_memory() {
     let z = a.alloc(small, "small").unwrap();
     drop(z);
     settle(&a);
-    assert_eq!(a.stats().cached, 4 << 20, "both sizes cached");
+    assert_eq!(a.stats().size_cache, 4 << 20, "both sizes cached");
     assert_eq!(
         a.trim(),
         4 << 20,
         "trim returns the cache to the block first"
     );
-    assert_eq!(a.stats().cached, 0);
+    assert_eq!(a.stats().size_cache, 0);
 }
 
 /// A cached range keeps its record (and its block's buffer) while it waits; when it is
@@ -315,7 +321,7 @@ fn a_reused_range_belongs_to_its_new_holder() {
     );
     assert!(a.leak_report().is_none(), "pending frees are not leaks");
     settle(&a);
-    assert_eq!(a.stats().cached, 8 * size);
+    assert_eq!(a.stats().size_cache, 8 * size);
 
     let second: Vec<_> = (0..8).map(|_| a.alloc(size, "second").unwrap()).collect();
     let mut r = rng();
@@ -334,7 +340,7 @@ fn a_reused_range_belongs_to_its_new_holder() {
         assert_eq!(got, data);
     }
     let s = a.stats();
-    assert_eq!((s.live_allocations, s.cached), (8, 0));
+    assert_eq!((s.live_allocations, s.size_cache), (8, 0));
     let labels: Vec<(String, u64, u64)> = s
         .per_label
         .iter()
@@ -368,7 +374,7 @@ fn a_reused_range_belongs_to_its_new_holder() {
     settle(&a);
     let s = a.stats();
     assert_eq!(
-        (s.live_allocations, s.allocated, s.cached),
+        (s.live_allocations, s.allocated, s.size_cache),
         (0, 0, 8 * size)
     );
     assert!(a.leak_report().is_none());
@@ -1012,4 +1018,87 @@ fn another_thread_revokes_the_lock_bias_once() {
 #[test]
 fn the_suite_passes_under_the_other_sealing_path() {
     common::rerun_under_the_other_sealing_path();
+}
+
+/// An out-of-memory error whose pool has a free range as large as the request says why
+/// that range could not serve it (here: the request gets a block of its own), instead of
+/// reading as a contradiction ("asked for 2.5 MiB ... largest free range 3 MiB").
+#[test]
+fn an_oom_beside_a_large_enough_free_range_says_why_it_could_not_serve() {
+    let a = arena(ArenaConfig {
+        budget: Budget::Bytes(5 << 20),
+        ..Default::default()
+    });
+    let small = a.alloc(256 << 10, "small").unwrap(); // a shared block of 4 MiB, 3.75 free
+    let err = match a.alloc(5 << 19, "spike") {
+        Ok(_) => panic!("2.5 MiB fitted: {}", a.summary()),
+        Err(e) => e,
+    };
+    match &err {
+        Error::OutOfMemory(o) => {
+            assert!(o.largest_free >= o.requested, "{err}");
+            let why = o.free_range_unusable.as_deref().unwrap_or("");
+            assert!(why.contains("block of their own"), "{err}");
+            assert!(err.to_string().contains("unusable here"), "{err}");
+        }
+        other => panic!("expected OutOfMemory, got {other}"),
+    }
+    drop(small);
+}
+
+/// Statistics as PyTorch users read them: `cached` is reserved minus allocated (a block
+/// held with nothing live is all cached), and blocks that each show no fragmentation add
+/// up to none (the overall figure weighs each block's by its free bytes, it does not
+/// compare one block's free range with another's free bytes).
+#[test]
+fn cached_is_reserved_minus_allocated_and_fragmentation_agrees_with_the_blocks() {
+    let a = arena(ArenaConfig::default());
+    let x = a.alloc(1 << 20, "x").unwrap();
+    let s = a.stats();
+    assert_eq!(s.cached, s.reserved - s.allocated);
+    drop(x);
+    a.synchronize().unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocated, 0);
+    assert_eq!(
+        s.cached, s.reserved,
+        "nothing live: all reserved bytes are cached"
+    );
+    assert!(a.summary().contains("cached (reserved-allocated)"));
+    // Two shared blocks, each with one free range after its live data: 0 % each, 0 %
+    // overall (the old figure, the largest range against all free bytes, said 3 %).
+    a.trim();
+    let first: Vec<_> = (0..15)
+        .map(|_| a.alloc(256 << 10, "first").unwrap())
+        .collect();
+    let big = a.alloc(384 << 10, "second block").unwrap(); // not in the first's last 256 KiB
+    let s = a.stats();
+    let holed = s
+        .per_block
+        .iter()
+        .filter(|b| b.used > 0 && b.largest_free > 0);
+    assert!(holed.count() >= 2, "{}", a.summary());
+    assert!(
+        s.per_block.iter().all(|b| b.fragmentation == 0.0),
+        "{}",
+        a.summary()
+    );
+    assert_eq!(s.fragmentation, 0.0, "{}", a.summary());
+    assert!(a.pool_stats().iter().all(|p| p.fragmentation == 0.0));
+    drop((first, big));
+}
+
+/// Arenas left unnamed get names unique in the process, so reports of two runtimes tell
+/// which is which; a dry run's arena carries its runtime's name.
+#[test]
+fn unnamed_arenas_get_unique_names() {
+    let (a, b) = (arena(ArenaConfig::default()), arena(ArenaConfig::default()));
+    assert_ne!(a.name(), b.name());
+    assert!(a.name().starts_with("arena-"), "{}", a.name());
+    assert!(a.summary().contains(&format!("'{}'", a.name())));
+    let named = arena(ArenaConfig {
+        name: "weights".into(),
+        ..Default::default()
+    });
+    assert_eq!(named.name(), "weights");
 }

@@ -96,8 +96,14 @@ fn every_metric_is_published_consistently_and_counters_only_grow() {
     assert_eq!(get("vramkit_budget_bytes"), (256u64 << 20) as f64);
     let allocations = get("vramkit_allocations_total");
     assert_eq!(allocations, 20.0);
+    assert_eq!(
+        get("vramkit_cached_bytes"),
+        get("vramkit_reserved_bytes") - get("vramkit_allocated_bytes"),
+        "cached as PyTorch users read it"
+    );
     for name in [
         "vramkit_cached_bytes",
+        "vramkit_size_cache_bytes",
         "vramkit_peak_reserved_bytes",
         "vramkit_pending_frees",
         "vramkit_blocks",

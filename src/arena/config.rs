@@ -19,7 +19,8 @@ pub enum Budget {
 /// Settings of an [`Arena`](super::Arena).
 #[derive(Clone, Debug)]
 pub struct ArenaConfig {
-    /// Name used in logs, reports and buffer labels.
+    /// Name used in logs, reports and buffer labels. Empty (the default): `arena-N`, N
+    /// counting the arenas of the process, so two runtimes' reports tell which is which.
     pub name: String,
     /// Budget for reserved bytes over all pools.
     pub budget: Budget,
@@ -59,7 +60,7 @@ pub struct ArenaConfig {
 impl Default for ArenaConfig {
     fn default() -> Self {
         ArenaConfig {
-            name: "arena".into(),
+            name: String::new(),
             budget: Budget::Unlimited,
             policy: None,
             usage: wgpu::BufferUsages::STORAGE

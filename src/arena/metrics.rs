@@ -7,7 +7,8 @@
 //! `arena` (and `pool` for the per-pool gauges), following Prometheus conventions (base
 //! units, `_total` for counters):
 //! - gauges `vramkit_allocated_bytes`, `vramkit_active_bytes` (live plus pending frees),
-//!   `vramkit_reserved_bytes`, `vramkit_cached_bytes`, `vramkit_budget_bytes` (when a
+//!   `vramkit_reserved_bytes`, `vramkit_cached_bytes` (reserved minus allocated, as
+//!   PyTorch users read it), `vramkit_size_cache_bytes`, `vramkit_budget_bytes` (when a
 //!   budget is set), `vramkit_peak_reserved_bytes`, `vramkit_live_allocations`,
 //!   `vramkit_pending_frees`, `vramkit_blocks`, `vramkit_fragmentation_ratio`;
 //! - per pool: `vramkit_pool_reserved_bytes` and `vramkit_pool_used_bytes` (bytes in
@@ -122,6 +123,7 @@ impl Arena {
         set("vramkit_active_bytes", s.active as f64);
         set("vramkit_reserved_bytes", s.reserved as f64);
         set("vramkit_cached_bytes", s.cached as f64);
+        set("vramkit_size_cache_bytes", s.size_cache as f64);
         set("vramkit_peak_reserved_bytes", s.peak_reserved as f64);
         set("vramkit_live_allocations", s.live_allocations as f64);
         set("vramkit_pending_frees", s.pending_frees as f64);

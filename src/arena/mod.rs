@@ -154,7 +154,7 @@ pub(crate) struct Shared {
 
 impl Arena {
     /// Creates an arena with a default pool using `config.usage`.
-    pub fn new(gpu: &Gpu, config: ArenaConfig) -> Result<Arena> {
+    pub fn new(gpu: &Gpu, mut config: ArenaConfig) -> Result<Arena> {
         let budget = resolve_budget(gpu, config.budget)?;
         let limits = gpu.limits();
         let max_binding = limits
@@ -165,9 +165,13 @@ impl Arena {
             .clone()
             .unwrap_or_else(|| BlockPolicy::for_max_binding(max_binding));
         static NEXT_ARENA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if config.name.is_empty() {
+            config.name = format!("arena-{id}");
+        }
         let shared = Arc::new(Shared {
             gpu: gpu.clone(),
-            id: NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id,
             default_policy,
             state: invariants::StateLock::new(State::new(budget)),
             completion: Arc::new(Completion::new(gpu.work_done().clone())),
@@ -601,16 +605,19 @@ impl Drop for Front {
         // Break the cycle of references the stock holds to the arena (see `State::stock`).
         st.closed = true;
         let stock = std::mem::take(&mut st.stock);
-        let report = report::leak_report(&st, &self.shared.config.name);
+        let live = st.live_allocations();
         drop(st);
         drop(stock);
-        if let Some(report) = report {
-            // A leak must reach the user even when no logger is installed.
-            if log::log_enabled!(log::Level::Warn) {
-                log::warn!("{report}");
-            } else {
-                eprintln!("vramkit: {report}");
-            }
+        // Not a leak: live allocations keep the arena's state and their blocks, go on
+        // working, and give their memory back when they drop (a `Runtime` dropped before
+        // the results it handed out, say). Noted for a logger only; `leak_report` lists
+        // what is live wherever everything should have been freed.
+        if live > 0 {
+            log::info!(
+                "arena '{}': its last handle dropped with {live} allocation(s) live; they \
+                 keep working and their memory returns when they drop",
+                self.shared.config.name
+            );
         }
     }
 }

@@ -81,8 +81,9 @@ fn colour(label: &str) -> String {
 
 impl Arena {
     /// The leak report for allocations live now (label, size, age, backtrace when
-    /// enabled), or `None`. The same report is logged with `log::warn!` when the last
-    /// `Arena` clone drops while allocations are live.
+    /// enabled), or `None`: call it where everything should have been freed (before
+    /// shutdown, after a step). Dropping the last `Arena` handle reports nothing: live
+    /// allocations keep working and return their memory when they drop.
     pub fn leak_report(&self) -> Option<String> {
         let shared = self.shared();
         let st = shared.state.lock();

@@ -10,7 +10,7 @@ use super::state::{Placed, State};
 use super::Shared;
 use crate::alloc::BlockId;
 use crate::error::{Limit, OutOfMemory};
-use crate::{Error, Result};
+use crate::{fmt_bytes, Error, Result};
 
 /// What takes a new block's spanning range under the lock that reserved it
 /// ([`Shared::reserve_block`]).
@@ -230,6 +230,25 @@ impl Shared {
             }
             Limit::HostTier => "drop movable allocations or raise the host tier's budget",
         };
+        let largest_free = p.largest_free();
+        let policy = p.set.policy();
+        // A free range as large as the request that did not serve it: say why.
+        let free_range_unusable = (largest_free >= size).then(|| {
+            if policy.is_dedicated(size, st.reserved()) {
+                format!(
+                    "requests of {} or more, or of 1/{} of the reserved bytes, get a block of \
+                     their own, so free ranges in shared blocks do not serve them",
+                    fmt_bytes(policy.dedicated_threshold),
+                    policy.dedicated_share
+                )
+            } else {
+                format!(
+                    "no free range holds {} at the pool's alignment of {} bytes",
+                    fmt_bytes(size),
+                    p.alignment
+                )
+            }
+        });
         Error::OutOfMemory(Box::new(OutOfMemory {
             requested: size,
             label: label.to_string(),
@@ -237,8 +256,9 @@ impl Shared {
             limit,
             allocated: st.counters.allocated,
             reserved: st.reserved(),
-            budget,
-            largest_free: p.largest_free(),
+            limit_bytes: budget,
+            largest_free,
+            free_range_unusable,
             new_block: None,
             retries,
             top_labels: top_labels(st, 5),

@@ -34,12 +34,16 @@ pub struct ArenaStats {
     pub active: u64,
     /// Bytes held in blocks.
     pub reserved: u64,
-    /// Bytes of freed ranges the GPU is done with, kept by request size so that the next
-    /// allocation of that size takes one without the range allocator (PyTorch's cached
-    /// blocks). Part of `reserved`; they go back to their blocks before the arena grows,
-    /// trims, waits for the GPU or reports out-of-memory, and after two device polls in
-    /// which nobody asked for their size.
+    /// Reserved bytes not in live allocations, `reserved - allocated`: what PyTorch users
+    /// read as cached memory (free ranges, frees waiting for the GPU, the by-size cache),
+    /// held for reuse and given back by [`Arena::trim`] where whole blocks are free.
     pub cached: u64,
+    /// The part of [`cached`](Self::cached) in the by-size cache: freed ranges the GPU is
+    /// done with, kept by request size so that the next allocation of that size takes one
+    /// without the range allocator (PyTorch's cached blocks). They go back to their
+    /// blocks before the arena grows, trims, waits for the GPU or reports out-of-memory,
+    /// and after two device polls in which nobody asked for their size.
+    pub size_cache: u64,
     /// Peak of `allocated` since creation or [`Arena::reset_peak`].
     pub peak_allocated: u64,
     /// Peak of `active`.
@@ -77,8 +81,10 @@ pub struct ArenaStats {
     /// doubles the acquisitions needed before the next bias, so threads that share an
     /// arena soon stop paying it.
     pub lock_revocations: u64,
-    /// Overall fragmentation: `1 - largest free range / free bytes` over the blocks that
-    /// hold live data (a wholly free block is not fragmented); 0 when all are empty.
+    /// Fragmentation: the share of free bytes outside their block's largest free range,
+    /// over the blocks that hold live data (a wholly free block is not fragmented); 0 when
+    /// all are empty. The blocks' own figures weighted by their free bytes, so blocks
+    /// that each show 0 % add up to 0 % ([`PoolStats::fragmentation`] per pool).
     pub fragmentation: f64,
     /// Per block.
     pub per_block: Vec<BlockStats>,
@@ -110,6 +116,23 @@ pub struct PoolStats {
     pub in_ranges: u64,
     /// Peak of `in_ranges`.
     pub peak_in_ranges: u64,
+    /// [`ArenaStats::fragmentation`] over this pool's blocks.
+    pub fragmentation: f64,
+}
+
+/// The share of free bytes outside their block's largest free range, over blocks given
+/// as `(used, free, largest free)`; blocks with nothing used are left out.
+fn fragmentation(blocks: impl Iterator<Item = (u64, u64, u64)>) -> f64 {
+    let (outside, free) = blocks
+        .filter(|&(used, ..)| used > 0)
+        .fold((0u64, 0u64), |(o, f), (_, free, largest)| {
+            (o + free.saturating_sub(largest), f + free)
+        });
+    if free == 0 {
+        0.0
+    } else {
+        outside as f64 / free as f64
+    }
 }
 
 impl Arena {
@@ -126,6 +149,10 @@ impl Arena {
                     peak_reserved: s.peak_reserved,
                     in_ranges: s.allocated,
                     peak_in_ranges: s.peak_allocated,
+                    fragmentation: fragmentation(p.set.blocks().filter_map(|(id, ..)| {
+                        let a = p.set.block(id)?;
+                        Some((a.used_bytes(), a.free_bytes(), a.largest_free()))
+                    })),
                 }
             })
             .collect()
@@ -158,17 +185,13 @@ impl Arena {
         let (lock_biases, lock_revocations) = unsafe { shared.state.raw() }.bias_counts();
         let c = st.counters;
         let mut per_block = Vec::new();
-        let (mut free_total, mut largest) = (0u64, 0u64);
+        let mut frees = Vec::new();
         for pool in &st.pools {
             for (id, size, dedicated, _) in pool.set.blocks() {
                 let Some(a) = pool.set.block(id) else {
                     continue;
                 };
-                // Free space of empty blocks is not fragmented: a whole block is free.
-                if a.used_bytes() > 0 {
-                    free_total += a.free_bytes();
-                    largest = largest.max(a.largest_free());
-                }
+                frees.push((a.used_bytes(), a.free_bytes(), a.largest_free()));
                 per_block.push(BlockStats {
                     pool: pool.name.clone(),
                     block: id.0,
@@ -192,7 +215,8 @@ impl Arena {
             allocated: c.allocated,
             active: c.allocated + c.pending,
             reserved: st.reserved(),
-            cached: c.cached,
+            cached: st.reserved().saturating_sub(c.allocated),
+            size_cache: c.cached,
             peak_allocated: c.peak_allocated,
             peak_active: c.peak_active,
             peak_reserved: c.peak_reserved,
@@ -209,11 +233,7 @@ impl Arena {
             pending_frees: st.open.len() + st.sealed.iter().map(|(_, v)| v.len()).sum::<usize>(),
             lock_biases,
             lock_revocations,
-            fragmentation: if free_total == 0 {
-                0.0
-            } else {
-                1.0 - largest as f64 / free_total as f64
-            },
+            fragmentation: fragmentation(frees.into_iter()),
             per_block,
             per_label,
             folded_labels: st.folded_labels,
@@ -251,8 +271,14 @@ impl Arena {
         let _ = writeln!(
             out,
             " {:<28} {:>14}",
-            "cached for reuse",
+            "cached (reserved-allocated)",
             fmt_bytes(s.cached)
+        );
+        let _ = writeln!(
+            out,
+            " {:<28} {:>14}",
+            "  of which by-size cache",
+            fmt_bytes(s.size_cache)
         );
         let budget = s.budget.map_or("none".to_string(), fmt_bytes);
         let _ = writeln!(out, " {:<28} {:>14}", "budget", budget);

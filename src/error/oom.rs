@@ -33,10 +33,14 @@ pub struct OutOfMemory {
     pub allocated: u64,
     /// Bytes held in blocks.
     pub reserved: u64,
-    /// The limit in bytes, when there is one.
-    pub budget: Option<u64>,
+    /// The limit in bytes, when there is one: the budget, the pool's quota or the
+    /// device's largest buffer, as [`limit`](Self::limit) says.
+    pub limit_bytes: Option<u64>,
     /// Largest free range in any block of the pool.
     pub largest_free: u64,
+    /// Why that range could not serve the request, when it was large enough (the request
+    /// gets a block of its own, say): so the message never reads as a contradiction.
+    pub free_range_unusable: Option<String>,
     /// The new block the request needed, when one would have crossed the limit.
     pub new_block: Option<u64>,
     /// Empty-block releases tried before giving up.
@@ -61,7 +65,7 @@ impl std::fmt::Display for OutOfMemory {
         write!(
             f,
             "out of GPU memory: '{}' asked for {} in pool '{}'{}, which would exceed {}{}; \
-             allocated {}, reserved {}, largest free range {}, after {} retries{}. {}",
+             allocated {}, reserved {}, largest free range {}{}, after {} retries{}. {}",
             self.label,
             fmt_bytes(self.requested),
             self.pool,
@@ -70,11 +74,14 @@ impl std::fmt::Display for OutOfMemory {
                 fmt_bytes(b)
             )),
             limit,
-            self.budget
+            self.limit_bytes
                 .map_or(String::new(), |b| format!(" ({})", fmt_bytes(b))),
             fmt_bytes(self.allocated),
             fmt_bytes(self.reserved),
             fmt_bytes(self.largest_free),
+            self.free_range_unusable
+                .as_ref()
+                .map_or(String::new(), |why| format!(" (unusable here: {why})")),
             self.retries,
             if self.top_labels.is_empty() {
                 String::new()

@@ -90,10 +90,12 @@ impl<R> std::fmt::Display for DryRun<R> {
             fmt_bytes(self.peak_allocated),
             fmt_bytes(self.peak_reserved)
         )?;
+        // A pool's ranges hold live bytes and freed ranges not yet reused (the GPU may
+        // still read them), so their peak can pass the peak allocated: say so.
         for p in &self.per_pool {
             writeln!(
                 f,
-                "  pool {:<16} peak reserved {:>12}  peak in ranges {:>12}",
+                "  pool {:<16} peak reserved {:>12}  peak held (live + freed, not yet reused) {:>12}",
                 p.pool,
                 fmt_bytes(p.peak_reserved),
                 fmt_bytes(p.peak_in_ranges)

@@ -420,7 +420,7 @@ impl TierShared {
         match result {
             Err(Error::OutOfMemory(mut o)) if HOST_FULL.with(|f| f.get()) => {
                 o.limit = crate::arena::Limit::HostTier;
-                o.budget = self.state.lock().host.budget();
+                o.limit_bytes = self.state.lock().host.budget();
                 o.hint = host::BOTH_FULL_HINT.to_string();
                 Err(Error::OutOfMemory(o))
             }

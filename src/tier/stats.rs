@@ -176,9 +176,10 @@ impl TierShared {
 }
 
 impl Tiers {
-    /// The arena's summary, which has a section on the tiers (the same text
-    /// [`Arena::summary`](crate::Arena::summary) prints while tiers are attached).
+    /// The tiers' own lines (movables, the host tier, evictions, restores, moves): the
+    /// section [`Arena::summary`](crate::Arena::summary) prints about them, without the
+    /// arena's tables.
     pub fn summary(&self) -> String {
-        self.arena().summary()
+        self.stats().to_string()
     }
 }
