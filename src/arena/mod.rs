@@ -389,7 +389,7 @@ impl Arena {
     }
 
     /// [`synchronize`](Self::synchronize) without blocking (the browser's way, where the
-    /// blocking call returns [`Error::WouldBlock`](crate::Error::WouldBlock)): resolves
+    /// blocking call returns [`Error::WouldBlock`]): resolves
     /// once all submitted work is done and every pending free is back in the arena.
     ///
     /// ```no_run

@@ -529,7 +529,7 @@ shader!(
 shader!(
     /// Matmul of f16 inputs (packed pairs) with f32 accumulation and output.
     ///
-    /// Trusted: as [`MATMUL`].
+    /// Trusted: as [`MATMUL_F32`].
     MATMUL_F16_PACKED = "matmul.wgsl (f16 packed)",
     [h2_packed!(), f16_loads!(),
      file!("matmul.wgsl")],
@@ -538,7 +538,7 @@ shader!(
 shader!(
     /// Matmul of native f16 inputs with f32 accumulation and output.
     ///
-    /// Trusted: as [`MATMUL`].
+    /// Trusted: as [`MATMUL_F32`].
     MATMUL_F16_NATIVE = "matmul.wgsl (f16 native)",
     [h2_native!(), f16_loads!(),
      file!("matmul.wgsl")],

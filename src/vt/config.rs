@@ -1,7 +1,7 @@
 //! What a virtual texture is configured with ([`VtConfig`]) and what it reports
 //! ([`VtStats`]).
 
-/// Settings of a [`VirtualTexture`].
+/// Settings of a [`VirtualTexture`](super::VirtualTexture).
 #[derive(Clone, Debug)]
 pub struct VtConfig {
     /// Tile slots in the physical cache (at most 64 x 64 = 4096 with the default 8192
@@ -28,10 +28,10 @@ pub struct VtConfig {
     /// Tile-staging slots: host memory the loader threads decode tiles into and the GPU
     /// copies from, so the frame thread copies no tile bytes (Vulkan, tiles whose rows
     /// are a multiple of 256 bytes). When all are taken, or set to 0, tiles go through
-    /// the [`Uploader`] instead. The default, 512, is 32 MiB of RGBA8 tiles: room for
+    /// the [`Uploader`](crate::stream::Uploader) instead. The default, 512, is 32 MiB of RGBA8 tiles: room for
     /// eight frames of 64 uploads between decode and copy.
     pub staged_tiles: u32,
-    /// Cache texture format: `None` takes the source's ([`TileSource::format`]);
+    /// Cache texture format: `None` takes the source's ([`TileSource::format`](super::TileSource::format));
     /// `Some(Rgba8UnormSrgb)` samples an `Rgba8Unorm` source as sRGB. Any other choice must
     /// equal the source's format.
     pub format: Option<wgpu::TextureFormat>,
