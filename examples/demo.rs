@@ -157,6 +157,7 @@ fn run(out: &Path) -> Res<u32> {
         );
     }
 
+    let mut pictures = Vec::new();
     chapter(2, "A budget: a clear out-of-memory error, and recovery");
     {
         let small = vramkit::Arena::new(
@@ -167,8 +168,12 @@ fn run(out: &Path) -> Res<u32> {
                 ..Default::default()
             },
         )?;
+        small.record_history(Some(HistoryConfig::default()));
         let mut held = Vec::new();
+        // Paced a little, so that the timeline shows the steps apart.
+        let pace = || std::thread::sleep(std::time::Duration::from_millis(5));
         let err = loop {
+            pace();
             match small.alloc(3 << 20, "activations") {
                 Ok(a) => held.push(a),
                 Err(e) => break e,
@@ -176,8 +181,20 @@ fn run(out: &Path) -> Res<u32> {
         };
         println!("   after {} allocations of 3 MiB under 16 MiB:", held.len());
         println!("   {err}");
+        pace();
         held.truncate(1);
+        pace();
         let again = small.alloc(3 << 20, "activations");
+        pace();
+        if let Some(history) = small.history() {
+            let timeline = out.join("budget_timeline.svg");
+            history.write_timeline_svg(&timeline)?;
+            println!(
+                "   the refusal on the timeline (a red bar): {}",
+                timeline.display()
+            );
+            pictures.push(timeline);
+        }
         check(
             &mut wrong,
             again.is_ok(),

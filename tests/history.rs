@@ -204,3 +204,51 @@ fn out_of_memory_names_the_labels_that_hold_the_memory() {
         "{message}"
     );
 }
+
+/// A refused request is on the history, in the trace and on the timeline: a red bar as
+/// tall as the request, standing on what was live, inside the plot's range (it was a
+/// one-pixel line, or nothing, while the reserved line jumped beside it).
+#[test]
+fn refused_requests_are_marked_on_the_history_and_the_timeline() {
+    let arena = Arena::new(
+        common::gpu(),
+        ArenaConfig {
+            budget: Budget::Bytes(16 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    arena.record_history(Some(HistoryConfig::default()));
+    let _held = arena.alloc(3 << 20, "held").unwrap();
+    assert!(arena.alloc(20 << 20, "spike").is_err());
+    let history = arena.history().unwrap();
+    let refused: Vec<_> = history
+        .events
+        .iter()
+        .filter(|e| e.kind == vramkit::arena::EventKind::Failed)
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", history.events);
+    assert_eq!(refused[0].size, 20 << 20);
+    assert_eq!(history.labels[refused[0].label as usize], "spike");
+    let svg = history.to_timeline_svg(800, 400).unwrap();
+    assert!(svg.contains("refused request"), "no legend for the refusal");
+    // The y axis reaches the bar's top: 3 MiB live + 20 MiB asked, above 16 MiB reserved
+    // at most.
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let ticks: Vec<f64> = doc
+        .descendants()
+        .filter(|n| n.is_text())
+        .filter_map(|n| n.text()?.trim().parse::<f64>().ok())
+        .collect();
+    assert!(
+        ticks.iter().any(|&t| t >= 20.0),
+        "the axis stops below the refused request: {ticks:?}"
+    );
+    let dir = std::env::temp_dir().join(format!("vramkit-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    history.write_chrome_trace(&trace).unwrap();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.contains("out of memory: 'spike'"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -250,7 +250,7 @@ impl Shared {
         let Some(total) = total else {
             st.counters.ooms += 1;
             let limit = Limit::MaxBufferSize;
-            return Err(self.oom(&st, pool, size, label, limit, Some(max_buffer), 0));
+            return Err(self.oom(&mut st, pool, size, label, limit, Some(max_buffer), 0));
         };
         let size = size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
         let blocks_before = st.counters.blocks_created;

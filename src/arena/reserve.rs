@@ -6,6 +6,7 @@
 
 use super::acquire::{Request, Reserve};
 use super::block::BlockBuffer;
+use super::history::EventKind;
 use super::state::{Placed, State};
 use super::Shared;
 use crate::alloc::BlockId;
@@ -145,7 +146,7 @@ impl Shared {
             } else {
                 Limit::MaxBufferSize
             };
-            let e = self.oom(&st, pool, bytes, label, limit, budget, 0);
+            let e = self.oom(&mut st, pool, bytes, label, limit, budget, 0);
             self.unlock(st);
             return Err(e);
         }
@@ -210,7 +211,7 @@ impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn oom(
         &self,
-        st: &State,
+        st: &mut State,
         pool: usize,
         size: u64,
         label: &str,
@@ -218,7 +219,6 @@ impl Shared {
         budget: Option<u64>,
         retries: u32,
     ) -> Error {
-        let p = &st.pools[pool];
         let hint = match &limit {
             Limit::Budget => {
                 "drop allocations you no longer need, call Arena::trim, or raise the budget"
@@ -230,6 +230,14 @@ impl Shared {
             }
             Limit::HostTier => "drop movable allocations or raise the host tier's budget",
         };
+        // The refusal goes on the memory history, where the timeline shows it.
+        if st.history.is_some() {
+            let label_index = st.intern(label);
+            if let Some(h) = st.history.as_mut() {
+                h.push(EventKind::Failed, 0, size, label_index, pool, u32::MAX, 0);
+            }
+        }
+        let p = &st.pools[pool];
         let largest_free = p.largest_free();
         let policy = p.set.policy();
         // A free range as large as the request that did not serve it: say why.

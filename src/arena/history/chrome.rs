@@ -84,6 +84,11 @@ impl MemoryHistory {
                     "{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"free\",\"name\":\"free of '{}' (allocated before the window)\",\"pid\":1,\"tid\":1,\"ts\":{t:.3},{args}}}",
                     json_escape(label)
                 )),
+                EventKind::Failed => ev.push(format!(
+                    "{{\"ph\":\"i\",\"s\":\"g\",\"cat\":\"oom\",\"name\":\"out of memory: '{}' asked for {} bytes\",\"pid\":1,\"tid\":1,\"ts\":{t:.3},{args}}}",
+                    json_escape(label),
+                    e.size
+                )),
                 EventKind::Evict | EventKind::Restore | EventKind::Move => ev.push(format!(
                     "{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"tier\",\"name\":\"{} '{}'\",\"pid\":1,\"tid\":1,\"ts\":{t:.3},{args}}}",
                     match e.kind {

@@ -77,6 +77,9 @@ pub enum EventKind {
     /// A movable allocation moved by defragmentation into the allocation this event
     /// names. A marker.
     Move,
+    /// A request refused with out-of-memory: `size` is what it asked for, `label` its
+    /// label. A marker; the timeline draws it as a red bar that tall.
+    Failed,
 }
 
 /// One event of the history.
@@ -255,7 +258,7 @@ impl HistoryRing {
                     *b + e.size
                 };
             }
-            EventKind::Evict | EventKind::Restore | EventKind::Move => {}
+            EventKind::Evict | EventKind::Restore | EventKind::Move | EventKind::Failed => {}
             EventKind::BlockCreate | EventKind::BlockRelease => {
                 let i = e.pool as usize;
                 grow(&mut self.base_reserved, i);
@@ -356,7 +359,7 @@ impl MemoryHistory {
                 }
                 EventKind::BlockCreate => reserved += e.size,
                 EventKind::BlockRelease => reserved = reserved.saturating_sub(e.size),
-                EventKind::Evict | EventKind::Restore | EventKind::Move => {}
+                EventKind::Evict | EventKind::Restore | EventKind::Move | EventKind::Failed => {}
             }
             visit(&State {
                 event: Some(e),

@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::{MemoryHistory, State};
+use super::{EventKind, MemoryHistory, State};
 use crate::{Error, Result};
 
 /// Labels drawn in their own colour; the rest are summed as "other".
@@ -21,8 +21,13 @@ impl MemoryHistory {
         let n_labels = self.labels.len().max(self.base_label_bytes.len());
         let mut peak = vec![0u64; n_labels];
         let mut states = 0usize;
+        // Refused requests: when, what was live then, what they asked for.
+        let mut failed: Vec<(u64, u64, u64)> = Vec::new();
         self.replay(|state| {
             states += 1;
+            if let Some(e) = state.event.filter(|e| e.kind == EventKind::Failed) {
+                failed.push((e.t_ns, state.allocated, e.size));
+            }
             match state.event {
                 // Only the event's label changed.
                 Some(e) => {
@@ -62,14 +67,22 @@ impl MemoryHistory {
             .into_iter()
             .map(|(t, cum, reserved)| (secs(t), cum, reserved))
             .collect();
+        // The refused requests stand on what was live when they came, as tall as what they
+        // asked for: the range includes their tops, so a request that could not fit shows
+        // at its size, not as a line.
         let y_max = stacks
             .iter()
             .map(|(_, c, r)| c.last().copied().unwrap_or(0).max(*r))
+            .chain(failed.iter().map(|&(_, live, size)| live + size))
             .max()
             .unwrap_or(0)
             .max(1);
         let (unit, scale) = unit_for(y_max);
-        let x_max = stacks.last().map_or(0.0, |s| s.0).max(1e-6);
+        let x_max = stacks
+            .last()
+            .map_or(0.0, |s| s.0)
+            .max(failed.iter().map(|&(t, ..)| secs(t)).fold(0.0, f64::max))
+            .max(1e-6);
         let mut names: Vec<String> = top
             .iter()
             .map(|&i| self.labels.get(i).cloned().unwrap_or_default())
@@ -120,6 +133,38 @@ impl MemoryHistory {
                     .label(names[k].clone())
                     .legend(move |(x, y)| {
                         Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
+                    });
+            }
+            if !failed.is_empty() {
+                // At least 1/150 of the plot wide, so a single refusal is seen.
+                let w = x_max / 150.0;
+                // Pure red with a black outline: apart from every label's colour.
+                let red = RGBColor(255, 0, 0);
+                let bar = |t: u64, live: u64, size: u64| {
+                    let x = secs(t);
+                    [
+                        (x, live as f64 / scale),
+                        (x + w, (live + size) as f64 / scale),
+                    ]
+                };
+                chart
+                    .draw_series(
+                        failed.iter().map(|&(t, live, size)| {
+                            Rectangle::new(bar(t, live, size), red.filled())
+                        }),
+                    )
+                    .map_err(|x| e(&x))?;
+                chart
+                    .draw_series(failed.iter().map(|&(t, live, size)| {
+                        Rectangle::new(bar(t, live, size), BLACK.stroke_width(2))
+                    }))
+                    .map_err(|x| e(&x))?
+                    .label(format!(
+                        "refused request{} (height: bytes asked)",
+                        if failed.len() == 1 { "" } else { "s" }
+                    ))
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], red.filled())
                     });
             }
             let reserved = steps(&stacks, |(_, _, r)| *r as f64 / scale);
