@@ -183,6 +183,12 @@ pub fn suite_plan(gpu: &Gpu, figures: &mut Figures) {
                     format!("{:.3}", f.reserved_over_live),
                 );
                 figures.add(format!("plan_step_{key}_blocks_created"), f.blocks_created);
+                if slots == vramkit::plan::LoopConfig::default().slots {
+                    figures.add(
+                        "plan_step_planned_default_reserved_over_live",
+                        format!("{:.3}", f.reserved_over_live),
+                    );
+                }
                 if slots > 0 {
                     figures.add(
                         format!("plan_step_{key}_speedup_vs_online"),

@@ -20,9 +20,12 @@ pub struct LoopConfig {
     /// usual.
     pub pool: Option<PoolId>,
     /// Slots of loop blocks, used in turn: an iteration replays into a slot only once the
-    /// GPU has finished the iteration that used it before, so with 2 the CPU may run one
-    /// iteration ahead of the GPU. Each holds the planned peak (in one block, or several
-    /// when it is larger than the device's largest buffer).
+    /// GPU has finished the iteration that used it before. Each holds the planned peak
+    /// (in one block, or several when it is larger than the device's largest buffer).
+    /// With 1 (the default) the loop reserves the least, never more than the plain loop
+    /// it replaces, and each `begin` waits until the GPU has finished the iteration
+    /// before; with 2 the CPU may run an iteration ahead of the GPU, for twice the plan's
+    /// bytes.
     pub slots: usize,
 }
 
@@ -30,7 +33,7 @@ impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
             pool: None,
-            slots: 2,
+            slots: 1,
         }
     }
 }
@@ -163,7 +166,7 @@ impl PlannedLoop {
         if config.slots == 0 {
             return Err(Error::invalid(
                 "a planned loop with 0 slots",
-                "use at least 1 (2, the default, lets the CPU run an iteration ahead)",
+                "use at least 1 (the default; 2 lets the CPU run an iteration ahead)",
             ));
         }
         if arena.guard_bytes() > 0 {
@@ -271,6 +274,13 @@ impl PlannedLoop {
         self.stats.heuristic = (!intervals.is_empty()).then_some(p.heuristic);
         self.release_slots();
         self.table = None;
+        // The recorded iteration ran on the arena's own blocks; the replays will not use
+        // them, so they go back once its work is done (in the browser, where nothing may
+        // wait, those already empty).
+        if !cfg!(target_arch = "wasm32") {
+            self.arena.synchronize()?;
+        }
+        self.arena.trim();
         // Whatever happens below, the next iterations do not record again by themselves:
         // a plan that does not fit now would not fit next time either.
         self.record_next = false;
