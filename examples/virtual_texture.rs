@@ -1,13 +1,14 @@
 //! A camera flies over, then zooms deep into, a virtual texture of 2^20 x 2^20 texels (or
 //! a pack file), rendered each frame by a real render pass whose fragment shader calls
 //! `vt_sample` and `vt_feedback`, with a tile cache far smaller than what the path visits.
-//! It writes a PNG contact sheet of four frames and prints `name: value` lines; after the
-//! camera stops it compares every pixel with the CPU reference sampler.
+//! It writes a contact sheet of four labelled frames (`vt_contact.svg` in the working
+//! directory, the frames as PNG inside it; `--out` elsewhere) and prints `name: value`
+//! lines; after the camera stops it compares every pixel with the CPU reference sampler.
 //!
 //! ```text
 //! cargo run --release --example virtual_texture                      # procedural 2^20
 //! cargo run --release --example virtual_texture -- --pack big.vtpack # a pack file
-//! options: --frames N  --size WxH  --slots N  --max-uploads N (per frame)  --out contact.png
+//! options: --frames N  --size WxH  --slots N  --max-uploads N (per frame)  --out contact.svg
 //! ```
 
 use std::sync::Arc;
@@ -37,7 +38,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         size: (512, 384),
         slots: 256,
         max_uploads: VtConfig::default().max_uploads_per_frame,
-        out: std::env::temp_dir().join("vramkit_vt_contact.png"),
+        out: "vt_contact.svg".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -113,7 +114,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
         if [a.frames / 4, a.frames / 2, 3 * a.frames / 4].contains(&f) {
             gpu.wait_idle()?;
-            shots.push(demo.read(&gpu)?);
+            let texels_per_px = scale * texels;
+            let what = if f < a.frames / 2 {
+                "fly-over"
+            } else {
+                "zooming in"
+            };
+            let label = format!("frame {f}: {what}, {texels_per_px:.1} texels a pixel");
+            shots.push((label, demo.read(&gpu)?));
         }
         bar.inc(1);
     }
@@ -145,7 +153,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             exact += u64::from(ok);
         }
     }
-    shots.push(last);
+    let texels_per_px = scale * texels;
+    let label =
+        format!("settled at {texels_per_px:.1} texels a pixel, checked: {exact} exact pixels");
+    shots.push((label, last));
     contact_sheet(&shots, w, h, &a.out)?;
 
     let s = vt.stats();
@@ -190,28 +201,66 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Four frames, half size, two by two, as a PNG.
+/// Four frames at full size, two by two, each under its label: an SVG document with the
+/// frames inside as PNG (the labels are text, so no font is needed here).
 fn contact_sheet(
-    shots: &[Vec<u8>],
+    shots: &[(String, Vec<u8>)],
     w: u32,
     h: u32,
     out: &std::path::Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (hw, hh) = (w / 2, h / 2);
-    let mut sheet = image::RgbaImage::new(hw * 2, hh * 2);
-    for (k, shot) in shots.iter().take(4).enumerate() {
-        let (ox, oy) = ((k as u32 % 2) * hw, (k as u32 / 2) * hh);
-        for y in 0..hh {
-            for x in 0..hw {
-                let at = (((2 * y) * w + 2 * x) * 4) as usize;
-                sheet.put_pixel(
-                    ox + x,
-                    oy + y,
-                    image::Rgba([shot[at], shot[at + 1], shot[at + 2], 255]),
-                );
+    let caption = 24;
+    let (cw, ch) = (w, h + caption);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" \
+         font-family=\"sans-serif\" font-size=\"14\">\n<rect width=\"100%\" height=\"100%\" fill=\"#10131c\"/>\n",
+        2 * cw,
+        2 * ch
+    );
+    for (k, (label, shot)) in shots.iter().take(4).enumerate() {
+        let (ox, oy) = ((k as u32 % 2) * cw, (k as u32 / 2) * ch);
+        let mut png = Vec::new();
+        image::write_buffer_with_format(
+            &mut std::io::Cursor::new(&mut png),
+            shot,
+            w,
+            h,
+            image::ExtendedColorType::Rgba8,
+            image::ImageFormat::Png,
+        )?;
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" fill=\"#d8dce8\">{}</text>\n<image x=\"{ox}\" y=\"{}\" \
+             width=\"{w}\" height=\"{h}\" href=\"data:image/png;base64,{}\"/>\n",
+            ox + 6,
+            oy + 17,
+            label.replace('&', "&amp;").replace('<', "&lt;"),
+            oy + caption,
+            base64(&png)
+        );
+    }
+    svg += "</svg>\n";
+    std::fs::write(out, svg)?;
+    Ok(())
+}
+
+/// Standard base64 (RFC 4648, padded), for the PNGs inside the SVG.
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ABC[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
             }
         }
     }
-    sheet.save(out)?;
-    Ok(())
+    out
 }

@@ -22,7 +22,11 @@ fn fs(@builtin(position) pos: vec4<f32>) -> @location(0) vec4<f32> {
     let ddx = dpdx(uv);
     let ddy = dpdy(uv);
     vt_feedback(vec2<u32>(pos.xy), uv, ddx, ddy);
-    return vt_sample(uv, ddx, ddy);
+    let texel = vt_sample(uv, ddx, ddy);
+    // Outside the image a plain background, not its edge texels stretched into streaks
+    // (sampled anyway: derivatives and sampling stay in uniform control flow).
+    let inside = all(uv >= vec2<f32>(0.0)) && all(uv <= vec2<f32>(1.0));
+    return select(vec4<f32>(0.063, 0.075, 0.11, 1.0), texel, inside);
 }
 "#;
 
