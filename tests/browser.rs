@@ -555,7 +555,8 @@ browser_test! {
         let r = tiers.make_resident(&[&w])?;
         let got = rt.download_async(r.elements::<f32>(&w)?).await?;
         let want: Vec<f32> = xs.iter().map(|v| 3.0 * v + 1.0).collect();
-        assert_close(&got, &want, 0.0, "after a round trip through host memory");
+        // 1e-6: the GPU may fuse 3x + 1 into one rounding (the H100 does), the CPU does not.
+        assert_close(&got, &want, 1e-6, "after a round trip through host memory");
         drop(r);
         tiers.check_invariants().map_err(|e| vramkit::Error::Device { during: "checking the tiers".into(), message: e })?;
         rt.gpu().errors_async().await
