@@ -1,12 +1,14 @@
-//! A camera flies over, then zooms deep into, a virtual texture of 2^20 x 2^20 texels (or
-//! a pack file), rendered each frame by a real render pass whose fragment shader calls
+//! A camera flies over, then zooms deep into, a virtual texture: a 32768 x 32768
+//! Mandelbrot image computed tile by tile (`--procedural` for the 2^20 x 2^20 test
+//! pattern, `--pack` for a pack file), rendered each frame by a real render pass whose fragment shader calls
 //! `vt_sample` and `vt_feedback`, with a tile cache far smaller than what the path visits.
 //! It writes a contact sheet of four labelled frames (`vt_contact.svg` in the working
 //! directory, the frames as PNG inside it; `--out` elsewhere) and prints `name: value`
 //! lines; after the camera stops it compares every pixel with the CPU reference sampler.
 //!
 //! ```text
-//! cargo run --release --example virtual_texture                      # procedural 2^20
+//! cargo run --release --example virtual_texture                      # the Mandelbrot image
+//! cargo run --release --example virtual_texture -- --procedural      # the 2^20 test pattern
 //! cargo run --release --example virtual_texture -- --pack big.vtpack # a pack file
 //! options: --frames N  --size WxH  --slots N  --max-uploads N (per frame)  --out contact.svg
 //! ```
@@ -19,11 +21,14 @@ use vramkit::vt::{
 };
 use vramkit::{Arena, Gpu};
 
+#[path = "support/mandelbrot.rs"]
+mod mandelbrot;
 #[path = "support/vt_demo.rs"]
 mod vt_demo;
 
 struct Args {
     pack: Option<String>,
+    procedural: bool,
     frames: u32,
     size: (u32, u32),
     slots: u32,
@@ -34,6 +39,7 @@ struct Args {
 fn args() -> Result<Args, Box<dyn std::error::Error>> {
     let mut a = Args {
         pack: None,
+        procedural: false,
         frames: 240,
         size: (512, 384),
         slots: 256,
@@ -45,6 +51,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         let mut v = || it.next().ok_or(format!("{k} needs a value"));
         match k.as_str() {
             "--pack" => a.pack = Some(v()?),
+            "--procedural" => a.procedural = true,
             "--frames" => a.frames = v()?.parse()?,
             "--slots" => a.slots = v()?.parse()?,
             "--max-uploads" => a.max_uploads = v()?.parse()?,
@@ -72,9 +79,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = Gpu::headless()?;
     println!("{}", gpu.describe());
     let arena = Arena::new(&gpu, Default::default())?;
-    let source: Arc<dyn TileSource> = match &a.pack {
-        Some(p) => Arc::new(PackFile::open(p)?),
-        None => Arc::new(ProceduralSource::new(1 << 20, 1 << 20)?),
+    // The camera's zoom ends on the seahorse valley of the Mandelbrot image, on the
+    // pattern's and a pack's usual spot otherwise.
+    let (source, target): (Arc<dyn TileSource>, [f32; 2]) = match &a.pack {
+        Some(p) => (Arc::new(PackFile::open(p)?), [0.65, 0.42]),
+        None if a.procedural => (
+            Arc::new(ProceduralSource::new(1 << 20, 1 << 20)?),
+            [0.65, 0.42],
+        ),
+        None => (
+            Arc::new(mandelbrot::source()?),
+            mandelbrot::uv(-0.7453, 0.1127),
+        ),
     };
     let layout = source.layout();
     let config = VtConfig {
@@ -94,7 +110,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut visited = std::collections::HashSet::new();
     let start = Instant::now();
     for f in 0..a.frames {
-        let (origin, scale) = vt_demo::camera(f, a.frames, a.size, texels, coarse);
+        let (origin, scale) = vt_demo::camera_towards(f, a.frames, a.size, texels, coarse, target);
         demo.frame(&gpu, &mut vt, origin, scale)?;
         let s = vt.stats();
         cpu_ms.push(s.cpu_ms_last);
@@ -129,7 +145,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let seconds = start.elapsed().as_secs_f64();
 
     // Settled: let every requested tile arrive, render once more, compare every pixel.
-    let (origin, scale) = vt_demo::camera(a.frames, a.frames, a.size, texels, coarse);
+    let (origin, scale) =
+        vt_demo::camera_towards(a.frames, a.frames, a.size, texels, coarse, target);
     for _ in 0..4 {
         gpu.wait_idle()?;
         vt.settle(64)?;

@@ -33,15 +33,28 @@ fn fs(@builtin(position) pos: vec4<f32>) -> @location(0) vec4<f32> {
 /// The camera at frame `f` of `n`: uv origin and uv per pixel. A fly-over at a coarse
 /// level, a zoom to level 0 at 1.5 texels per pixel, then still for the last fifth.
 pub fn camera(f: u32, n: u32, size: (u32, u32), texels: f32, coarse: f32) -> ([f32; 2], f32) {
+    camera_towards(f, n, size, texels, coarse, [0.65, 0.42])
+}
+
+/// [`camera`] ending its zoom at `target` (uv), the fly-over along its row from 0.35 to
+/// the left of it.
+pub fn camera_towards(
+    f: u32,
+    n: u32,
+    size: (u32, u32),
+    texels: f32,
+    coarse: f32,
+    target: [f32; 2],
+) -> ([f32; 2], f32) {
     let t = f as f32 / n as f32;
     let (fly, zoom) = (0.4, 0.8);
     let fine = 1.5f32;
     let (texels_per_px, cx, cy) = if t < fly {
-        (coarse, 0.30 + 0.35 * t / fly, 0.42)
+        (coarse, target[0] - 0.35 + 0.35 * t / fly, target[1])
     } else {
         let z = ((t - fly) / (zoom - fly)).min(1.0);
         // Exponential zoom: every frame the same relative step.
-        (coarse * (fine / coarse).powf(z), 0.65, 0.42)
+        (coarse * (fine / coarse).powf(z), target[0], target[1])
     };
     let scale = texels_per_px / texels;
     let origin = [
