@@ -518,6 +518,9 @@ fn summary_dumps_and_history_show_the_host_tier() {
     let summary = tiers.summary();
     assert!(summary.contains("host tier"), "{summary}");
     assert!(summary.contains("evictions 2"), "{summary}");
+    // The tiers' lines only: the arena's tables are Arena::summary's.
+    assert!(!summary.contains("vramkit arena"), "{summary}");
+    let summary = rt.arena().summary();
     // The tiers' own statistics print the same lines without the arena's.
     let stats = tiers.stats().to_string();
     assert!(
