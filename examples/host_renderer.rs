@@ -19,6 +19,7 @@ use std::sync::Arc;
 use vramkit::kernels::Unary;
 use vramkit::vt::{ProceduralSource, VirtualTexture, VtConfig};
 use vramkit::Runtime;
+use vt_demo::fullscreen_pipeline;
 
 const SIZE: (u32, u32) = (512, 384);
 const TEXELS: u32 = 1 << 16;
@@ -116,27 +117,13 @@ fn run(out: &str) -> Result<(), Box<dyn std::error::Error>> {
         immediate_size: 0,
     });
     let format = wgpu::TextureFormat::Rgba8Unorm;
-    let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-        label: Some("host frame"),
-        layout: Some(&pipeline_layout),
-        vertex: wgpu::VertexState {
-            module: &module,
-            entry_point: Some("vs"),
-            compilation_options: Default::default(),
-            buffers: &[],
-        },
-        fragment: Some(wgpu::FragmentState {
-            module: &module,
-            entry_point: Some("fs"),
-            compilation_options: Default::default(),
-            targets: &[Some(format.into())],
-        }),
-        primitive: Default::default(),
-        depth_stencil: None,
-        multisample: Default::default(),
-        multiview_mask: None,
-        cache: None,
-    });
+    let pipeline = fullscreen_pipeline(
+        &device,
+        "host frame",
+        &module,
+        Some(&pipeline_layout),
+        format,
+    );
     // Level 0 at 1.5 texels a pixel, somewhere inside the texture.
     let scale = 1.5 / TEXELS as f32;
     let origin = [0.41f32, 0.27];

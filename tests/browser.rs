@@ -14,8 +14,12 @@
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
+#[path = "common/reference.rs"]
+mod reference;
 #[path = "../examples/support/vt_demo.rs"]
 mod vt_demo;
+
+use reference::cpu_unary;
 
 use std::sync::Arc;
 
@@ -291,21 +295,6 @@ browser_test! {
         }
         rt.gpu().errors_async().await
     }
-}
-
-fn cpu_unary(f: Unary, v: f32) -> f32 {
-    let v = f64::from(v);
-    (match f {
-        Unary::Neg => -v,
-        Unary::Abs => v.abs(),
-        Unary::Relu => v.max(0.0),
-        Unary::Gelu => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
-        Unary::Exp => v.exp(),
-        Unary::Log => v.ln(),
-        Unary::Sqrt => v.sqrt(),
-        Unary::Tanh => v.tanh(),
-        Unary::Sigmoid => 1.0 / (1.0 + (-v).exp()),
-    }) as f32
 }
 
 browser_test! {

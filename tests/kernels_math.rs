@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::reference::cpu_unary;
 use common::{assert_close, gpu, random_f32, rng};
 use rand::Rng;
 use vramkit::kernels::MatmulShape;
@@ -36,21 +37,6 @@ fn variants(arena: &Arena) -> [Kernels; 2] {
         Kernels::new(arena).unwrap(),
         Kernels::with_options(arena, KernelOptions::portable()).unwrap(),
     ]
-}
-
-fn cpu_unary(f: Unary, v: f32) -> f32 {
-    let v = v as f64;
-    (match f {
-        Unary::Neg => -v,
-        Unary::Abs => v.abs(),
-        Unary::Relu => v.max(0.0),
-        Unary::Gelu => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
-        Unary::Exp => v.exp(),
-        Unary::Log => v.ln(),
-        Unary::Sqrt => v.sqrt(),
-        Unary::Tanh => v.tanh(),
-        Unary::Sigmoid => 1.0 / (1.0 + (-v).exp()),
-    }) as f32
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Shared test harness: one GPU per test binary, or a failure that says how to get one.
 #![allow(dead_code)]
 
+pub mod reference;
+
 #[cfg(target_os = "linux")]
 pub mod hang;
 
