@@ -187,8 +187,8 @@ impl Runtime {
 
     /// [`download`](Self::download) without blocking: the copy is submitted now (seeing
     /// all work submitted before) and the future resolves once its bytes are mapped. The
-    /// browser's way to read results; natively the downloader's polling thread drives the
-    /// device meanwhile. The range goes through one staging buffer, so it may be at most
+    /// browser's way to read results; natively the device's polling thread drives it
+    /// meanwhile. The range goes through one staging buffer, so it may be at most
     /// the device's largest buffer (in the browser usually 1 to 4 GiB).
     pub async fn download_async<'a, T: bytemuck::Pod>(
         &self,

@@ -19,6 +19,10 @@
 //!   (`error/deferred.rs`): a call returns the report of an earlier call, and
 //!   [`Gpu::errors_async`] waits for all of them.
 
+use std::future::Future;
+use std::sync::Arc;
+
+use super::poller::Poller;
 use super::{Gpu, GpuOptions};
 use crate::{Error, Result};
 
@@ -64,15 +68,34 @@ impl Gpu {
     /// ```
     pub async fn wait_idle_async(&self) -> Result<()> {
         self.check_alive()?;
-        let poller = self.inner.poller.get(self)?;
-        let pending = poller.begin();
-        let epoch = self.work_epoch_then(move || pending.done());
+        let done = self.driven_work_done(self.poller()?);
         // A callback filed while nothing is in flight waits for the next submission
         // (`work_done.rs`): give it one.
         self.submit([]);
-        let done = self.epoch_done(epoch).await;
-        drop(poller);
-        done
+        done.await
+    }
+
+    /// The device's polling thread, started on first use (`poller.rs`): one per device,
+    /// for these futures and the transfers' asynchronous calls alike. Taken before the
+    /// work it will drive, so that a thread that cannot start fails the call first.
+    pub(crate) fn poller(&self) -> Result<Arc<Poller>> {
+        self.inner.poller.get(self)
+    }
+
+    /// A future that resolves once the work submitted so far is done (an epoch of
+    /// `work_done.rs`), with `poller` driving the device until then.
+    pub(crate) fn driven_work_done(
+        &self,
+        poller: Arc<Poller>,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let pending = poller.begin();
+        let epoch = self.work_epoch_then(move || pending.done());
+        let done = self.epoch_done(epoch);
+        async move {
+            // Keeps the polling thread alive until the epoch is done.
+            let _poller = poller;
+            done.await
+        }
     }
 
     /// Waits until wgpu has answered every error scope opened so far and returns the

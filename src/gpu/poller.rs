@@ -109,7 +109,7 @@ impl Drop for Poller {
 }
 
 /// A [`Poller`] started on first use and restarted if its thread could not be spawned:
-/// what the uploader and downloader hold for their asynchronous calls.
+/// one per device (`Gpu::poller`), for every asynchronous call on it.
 #[derive(Default)]
 pub(crate) struct LazyPoller(Mutex<Option<Arc<Poller>>>);
 

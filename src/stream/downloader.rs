@@ -15,7 +15,6 @@ use super::host_copy::copy_out_parallel;
 use super::staging::Staging;
 use super::view::{DownloadView, ViewPool};
 use crate::arena::Allocation;
-use crate::gpu::poller::LazyPoller;
 use crate::{Error, Gpu, Result};
 
 /// Settings of a [`Downloader`].
@@ -70,8 +69,6 @@ pub struct Downloader {
     rings: Mutex<Vec<Vec<Staging>>>,
     /// Staging buffers of dropped views, kept for the next ones (at most `depth`).
     views: ViewPool,
-    /// Drives asynchronous downloads; started on first use.
-    poller: LazyPoller,
     /// Reads served straight from host-visible arena memory.
     direct: AtomicU64,
 }
@@ -98,7 +95,6 @@ impl Downloader {
             config,
             rings: Mutex::new(lock_rank::STAGING, Vec::new()),
             views: Arc::new(Mutex::new(lock_rank::STAGING, Vec::new())),
-            poller: LazyPoller::default(),
             direct: AtomicU64::new(0),
         }
     }
@@ -177,9 +173,9 @@ impl Downloader {
     }
 
     /// [`download_view`](Self::download_view) without blocking: records and submits the
-    /// copy now and returns a future that resolves once the bytes are mapped. A polling
-    /// thread owned by the downloader drives the device while such futures are pending, so
-    /// they resolve on any executor without anyone calling into wgpu. Errors in the
+    /// copy now and returns a future that resolves once the bytes are mapped. The device's
+    /// polling thread drives it while such futures are pending, so they resolve on any
+    /// executor without anyone calling into wgpu. Errors in the
     /// arguments come back at once; a failed mapping resolves to an error.
     ///
     /// ```no_run
@@ -207,7 +203,7 @@ impl Downloader {
                 DownloadView::empty(pool),
             ))));
         };
-        let poller = self.poller.get(&self.gpu)?;
+        let poller = self.gpu.poller()?;
         let (tx, rx) = oneshot::channel();
         let pending = poller.begin();
         self.copy_into_staging(

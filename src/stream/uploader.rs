@@ -17,7 +17,6 @@ use super::host_copy::copy_parallel;
 use super::staging::{Staging, Writer};
 use super::UPLOADED;
 use crate::arena::Allocation;
-use crate::gpu::poller::LazyPoller;
 use crate::{shaders, Error, Gpu, Result};
 
 /// Smallest staging buffer the ring creates: smaller uploads share it.
@@ -161,8 +160,6 @@ pub struct Uploader {
     /// Staging buffers the GPU has released (see [`Returned`]), sent by their callbacks.
     ready_tx: mpsc::Sender<Returned>,
     ready_rx: Mutex<mpsc::Receiver<Returned>>,
-    /// Drives the futures of asynchronous uploads; started on first use.
-    poller: LazyPoller,
 }
 
 impl std::fmt::Debug for Uploader {
@@ -205,7 +202,6 @@ impl Uploader {
             ),
             ready_tx,
             ready_rx: Mutex::new(lock_rank::STAGING_RETURNS, ready_rx),
-            poller: LazyPoller::default(),
         }
     }
 
@@ -309,8 +305,8 @@ impl Uploader {
     /// copies, for code that must know when the bytes have landed (to hand the buffer to
     /// another queue or API, to account for transfer time) without blocking a thread. The
     /// bytes are in staging when this returns, so `data` is free at once; the call blocks
-    /// only while staging is full (back-pressure). A polling thread owned by the uploader
-    /// drives the device while such futures are pending, so they resolve on any executor.
+    /// only while staging is full (back-pressure). The device's polling thread (one per
+    /// device) drives it while such futures are pending, so they resolve on any executor.
     /// GPU work submitted after the call sees the data whether or not the future is
     /// awaited.
     ///
@@ -330,16 +326,9 @@ impl Uploader {
         offset: u64,
         data: &[u8],
     ) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
-        let poller = self.poller.get(&self.gpu)?;
+        let poller = self.gpu.poller()?;
         self.upload(dst, offset, data)?;
-        let pending = poller.begin();
-        let epoch = self.gpu.work_epoch_then(move || pending.done());
-        let landed = self.gpu.epoch_done(epoch);
-        Ok(async move {
-            // Keeps the polling thread alive until this upload has landed.
-            let _poller = poller;
-            landed.await
-        })
+        Ok(self.gpu.driven_work_done(poller))
     }
 
     /// Uploads `len` bytes into `dst` at `offset` by letting `fill` write them straight
