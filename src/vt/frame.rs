@@ -60,8 +60,7 @@ impl VirtualTexture {
             requests = Some(self.read_list(frame, &result?));
         }
         if let Some(list) = requests {
-            self.take_requests(&list);
-            self.in_use = list;
+            self.use_list(list);
         }
         // What the newest list asked for stays in use until the next list arrives: frames
         // without new feedback (its latency, or `settle`) must not make the tiles on
@@ -111,6 +110,12 @@ impl VirtualTexture {
             .filter_map(|&k| TileId::from_key(k))
             .filter(|&t| self.layout.contains(t))
             .collect()
+    }
+
+    /// Makes `list`, the newest feedback list, what the frames request and keep in use.
+    fn use_list(&mut self, list: Vec<TileId>) {
+        self.take_requests(&list);
+        self.in_use = list;
     }
 
     /// The nearest resident tile covering `tile` (itself included).
@@ -496,8 +501,7 @@ impl VirtualTexture {
             requests = Some(self.read_list(frame, &view));
         }
         if let Some(list) = requests {
-            self.take_requests(&list);
-            self.in_use = list;
+            self.use_list(list);
         }
         self.settle(max_frames)
     }

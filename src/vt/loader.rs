@@ -61,7 +61,8 @@ impl Loader {
             stop: AtomicBool::new(false),
         });
         let (tx, results) = mpsc::channel();
-        if threads == 0 || cfg!(target_arch = "wasm32") {
+        // No threads: the browser's case too (the caller passes 0 there, `resources.rs`).
+        if threads == 0 {
             return Ok(Loader {
                 shared,
                 results,
