@@ -178,19 +178,7 @@ fn run(out: &str) -> Result<(), Box<dyn std::error::Error>> {
         vt.begin_frame()?;
         let mut encoder = device.create_command_encoder(&Default::default());
         {
-            let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-                label: Some("host frame"),
-                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: &view,
-                    depth_slice: None,
-                    resolve_target: None,
-                    ops: wgpu::Operations {
-                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
-                        store: wgpu::StoreOp::Store,
-                    },
-                })],
-                ..Default::default()
-            });
+            let mut pass = vt_demo::cleared_pass(&mut encoder, &view, "host frame");
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &own_group, &[]);
             pass.set_bind_group(1, vt.bind_group(), &[]);

@@ -88,19 +88,7 @@ mod page {
         }
 
         fn draw(&self, e: &mut wgpu::CommandEncoder, target: &wgpu::TextureView) {
-            let mut pass = e.begin_render_pass(&wgpu::RenderPassDescriptor {
-                label: Some("blit"),
-                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: target,
-                    depth_slice: None,
-                    resolve_target: None,
-                    ops: wgpu::Operations {
-                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
-                        store: wgpu::StoreOp::Store,
-                    },
-                })],
-                ..Default::default()
-            });
+            let mut pass = vt_demo::cleared_pass(e, target, "blit");
             pass.set_pipeline(&self.pipeline);
             pass.set_bind_group(0, &self.group, &[]);
             pass.draw(0..3, 0..1);

@@ -19,7 +19,7 @@ mod reference;
 #[path = "../examples/support/vt_demo.rs"]
 mod vt_demo;
 
-use reference::cpu_unary;
+use reference::{cpu_binary, cpu_scan_u32, cpu_softmax, cpu_unary};
 
 use std::sync::Arc;
 
@@ -215,18 +215,7 @@ browser_test! {
             assert_close(&rt.download_async(out).await?, &want, 1e-5, &format!("{f:?}"));
         }
         for (op, out) in Binary::ALL.iter().zip(&binary) {
-            let want: Vec<f32> = xs
-                .iter()
-                .zip(&ys)
-                .map(|(&a, &b)| match op {
-                    Binary::Add => a + b,
-                    Binary::Sub => a - b,
-                    Binary::Mul => a * b,
-                    Binary::Div => a / b,
-                    Binary::Max => a.max(b),
-                    Binary::Min => a.min(b),
-                })
-                .collect();
+            let want: Vec<f32> = xs.iter().zip(&ys).map(|(&a, &b)| cpu_binary(*op, a, b)).collect();
             assert_close(&rt.download_async(out).await?, &want, 1e-6, &format!("{op:?}"));
         }
         let want: Vec<f32> = xs.iter().map(|v| -2.5 * v + 0.75).collect();
@@ -244,13 +233,7 @@ browser_test! {
         }
         let want: Vec<f32> = xs.chunks(cols).map(|r| r.iter().sum()).collect();
         assert_close(&rt.download_async(&row_sums).await?, &want, 1e-4, "reduce_rows");
-        let mut want = Vec::with_capacity(n);
-        for r in xs.chunks(cols) {
-            let m = r.iter().copied().fold(f32::MIN, f32::max);
-            let e: Vec<f64> = r.iter().map(|&v| f64::from(v - m).exp()).collect();
-            let total: f64 = e.iter().sum();
-            want.extend(e.iter().map(|v| (v / total) as f32));
-        }
+        let want = cpu_softmax(&xs, cols);
         assert_close(&rt.download_async(&soft).await?, &want, 1e-5, "softmax_rows");
         let mut want = vec![0.0; n];
         for r in 0..rows {
@@ -281,15 +264,7 @@ browser_test! {
                 let mut batch = rt.batch();
                 batch.scan::<u32>(kind, &a, &b)?;
                 batch.submit()?;
-                let mut acc = 0u32;
-                let want: Vec<u32> = us
-                    .iter()
-                    .map(|&v| {
-                        let before = acc;
-                        acc = acc.wrapping_add(v);
-                        if kind == ScanKind::Inclusive { acc } else { before }
-                    })
-                    .collect();
+                let want = cpu_scan_u32(&us, kind);
                 assert_eq!(rt.download_async(&b).await?, want, "{kind:?} scan of {len}");
             }
         }
@@ -425,20 +400,7 @@ browser_test! {
         }
         demo.frame(gpu, &mut vt, origin, scale)?;
         let pixels = demo.read_async(gpu, rt.downloader()).await?;
-        let mut exact = 0;
-        for y in 0..size.1 {
-            for x in 0..size.0 {
-                let uv = [
-                    origin[0] + (x as f32 + 0.5) * scale,
-                    origin[1] + (y as f32 + 0.5) * scale,
-                ];
-                let want = vt_demo::full_image_sample(&source, uv, 0);
-                let at = ((y * size.0 + x) * 4) as usize;
-                exact += usize::from(
-                    (0..4).all(|c| (f32::from(pixels[at + c]) / 255.0 - want[c]).abs() <= 3.0 / 255.0),
-                );
-            }
-        }
+        let exact = vt_demo::exact_pixels(&pixels, size, origin, scale, &source, 3.0 / 255.0);
         let total = (size.0 * size.1) as usize;
         assert!(exact * 100 >= total * 99, "{exact} of {total} pixels exact; {}", vt.stats());
         gpu.errors_async().await

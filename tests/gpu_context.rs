@@ -276,19 +276,7 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
             batch.scan(ScanType::U32, kind, n as u64, &a, &y).unwrap();
             batch.submit().unwrap();
             let got = vramkit::readback::read_as::<u32>(&host, y.buffer(), y.offset(), n).unwrap();
-            let mut acc = 0u32;
-            let want: Vec<u32> = x
-                .iter()
-                .map(|&v| {
-                    let before = acc;
-                    acc = acc.wrapping_add(v);
-                    if kind == ScanKind::Inclusive {
-                        acc
-                    } else {
-                        before
-                    }
-                })
-                .collect();
+            let want = common::reference::cpu_scan_u32(&x, kind);
             assert_eq!(got, want, "{kind:?} n={n}");
         }
     }

@@ -180,16 +180,18 @@ fn the_timeline_is_well_formed_svg_with_a_legend() {
     }
 }
 
+/// An arena on the test GPU under a budget of `bytes`.
+fn budgeted(bytes: u64) -> Arena {
+    let config = ArenaConfig {
+        budget: Budget::Bytes(bytes),
+        ..Default::default()
+    };
+    Arena::new(common::gpu(), config).unwrap()
+}
+
 #[test]
 fn out_of_memory_names_the_labels_that_hold_the_memory() {
-    let arena = Arena::new(
-        common::gpu(),
-        ArenaConfig {
-            budget: Budget::Bytes(16 << 20),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let arena = budgeted(16 << 20);
     let _big = arena.alloc(9 << 20, "big tensor").unwrap();
     let _small = arena.alloc(1 << 20, "small").unwrap();
     let Err(Error::OutOfMemory(oom)) = arena.alloc(8 << 20, "too much") else {
@@ -210,14 +212,7 @@ fn out_of_memory_names_the_labels_that_hold_the_memory() {
 /// one-pixel line, or nothing, while the reserved line jumped beside it).
 #[test]
 fn refused_requests_are_marked_on_the_history_and_the_timeline() {
-    let arena = Arena::new(
-        common::gpu(),
-        ArenaConfig {
-            budget: Budget::Bytes(16 << 20),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let arena = budgeted(16 << 20);
     arena.record_history(Some(HistoryConfig::default()));
     let _held = arena.alloc(3 << 20, "held").unwrap();
     assert!(arena.alloc(20 << 20, "spike").is_err());

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::reference::cpu_unary;
+use common::reference::{cpu_binary, cpu_scan_u32, cpu_softmax, cpu_unary};
 use common::{assert_close, gpu, random_f32, rng};
 use rand::Rng;
 use vramkit::kernels::MatmulShape;
@@ -107,15 +107,11 @@ fn binary_ops_match_the_cpu_in_and_out_of_place() {
                 .binary(op, n as u64, &in_place, &ya, &in_place)
                 .unwrap();
             batch.submit().unwrap();
-            let f = |a: f32, b: f32| match op {
-                Binary::Add => a + b,
-                Binary::Sub => a - b,
-                Binary::Mul => a * b,
-                Binary::Div => a / b,
-                Binary::Max => a.max(b),
-                Binary::Min => a.min(b),
-            };
-            let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| f(*a, *b)).collect();
+            let want: Vec<f32> = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| cpu_binary(op, *a, *b))
+                .collect();
             assert_close(&read::<f32>(&z, n), &want, 1e-6, &format!("{op:?} n={n}"));
             assert_close(
                 &read::<f32>(&in_place, n),
@@ -125,21 +121,6 @@ fn binary_ops_match_the_cpu_in_and_out_of_place() {
             );
         }
     }
-}
-
-fn cpu_scan_u32(x: &[u32], kind: ScanKind) -> Vec<u32> {
-    let mut acc = 0u32;
-    x.iter()
-        .map(|&v| {
-            let before = acc;
-            acc = acc.wrapping_add(v);
-            if kind == ScanKind::Inclusive {
-                acc
-            } else {
-                before
-            }
-        })
-        .collect()
 }
 
 #[test]
@@ -314,16 +295,6 @@ fn transpose_matches_the_cpu_on_odd_shapes() {
     assert!(batch
         .transpose(3, 2, &xa, &upload(&arena, &[0f32; 6], "y"))
         .is_err());
-}
-
-fn cpu_softmax(x: &[f32], cols: usize) -> Vec<f32> {
-    let mut want = Vec::with_capacity(x.len());
-    for row in x.chunks(cols) {
-        let m = row.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
-        let s: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
-        want.extend(row.iter().map(|&v| ((v as f64 - m).exp() / s) as f32));
-    }
-    want
 }
 
 /// Every path: rows held in registers (cols a multiple of 4, 1 to 16 vec4 per invocation,

@@ -424,20 +424,7 @@ fn a_host_render_pass_on_a_shared_device_settles_on_the_exact_image() {
     demo.frame(&gpu, &mut vt, origin, scale).unwrap();
     gpu.wait_idle().unwrap();
     let pixels = demo.read(&gpu).unwrap();
-    let mut exact = 0;
-    for y in 0..size.1 {
-        for x in 0..size.0 {
-            let uv = [
-                origin[0] + (x as f32 + 0.5) * scale,
-                origin[1] + (y as f32 + 0.5) * scale,
-            ];
-            let want = full_image_sample(&source, uv, 0);
-            let at = ((y * size.0 + x) * 4) as usize;
-            exact += usize::from(
-                (0..4).all(|c| (f32::from(pixels[at + c]) / 255.0 - want[c]).abs() <= TOL),
-            );
-        }
-    }
+    let exact = vt_demo::exact_pixels(&pixels, size, origin, scale, &source, TOL);
     let total = (size.0 * size.1) as usize;
     assert!(
         exact * 100 >= total * 99,

@@ -207,19 +207,7 @@ impl Demo {
         );
         let mut e = gpu.device().create_command_encoder(&Default::default());
         {
-            let mut pass = e.begin_render_pass(&wgpu::RenderPassDescriptor {
-                label: Some("frame"),
-                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: &self.target_view,
-                    depth_slice: None,
-                    resolve_target: None,
-                    ops: wgpu::Operations {
-                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
-                        store: wgpu::StoreOp::Store,
-                    },
-                })],
-                ..Default::default()
-            });
+            let mut pass = cleared_pass(&mut e, &self.target_view, "frame");
             pass.set_pipeline(&self.pipeline);
             pass.set_bind_group(0, &self.cam_group, &[]);
             pass.set_bind_group(1, vt.bind_group(), &[]);
@@ -304,4 +292,52 @@ pub fn full_image_sample(src: &ProceduralSource, uv: [f32; 2], level: u32) -> [f
         *o = top * (1.0 - fy) + bottom * fy;
     }
     out
+}
+
+/// Pixels of an RGBA8 frame of `size` drawn at `origin` and `scale` (uv per pixel) that
+/// match [`full_image_sample`] of level 0 within `tol` in every channel.
+pub fn exact_pixels(
+    pixels: &[u8],
+    size: (u32, u32),
+    origin: [f32; 2],
+    scale: f32,
+    source: &ProceduralSource,
+    tol: f32,
+) -> usize {
+    let mut exact = 0;
+    for y in 0..size.1 {
+        for x in 0..size.0 {
+            let uv = [
+                origin[0] + (x as f32 + 0.5) * scale,
+                origin[1] + (y as f32 + 0.5) * scale,
+            ];
+            let want = full_image_sample(source, uv, 0);
+            let at = ((y * size.0 + x) * 4) as usize;
+            exact += usize::from(
+                (0..4).all(|c| (f32::from(pixels[at + c]) / 255.0 - want[c]).abs() <= tol),
+            );
+        }
+    }
+    exact
+}
+
+/// A render pass drawing into `view`, cleared to black first.
+pub fn cleared_pass<'e>(
+    encoder: &'e mut wgpu::CommandEncoder,
+    view: &wgpu::TextureView,
+    label: &str,
+) -> wgpu::RenderPass<'e> {
+    encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+        label: Some(label),
+        color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+            view,
+            depth_slice: None,
+            resolve_target: None,
+            ops: wgpu::Operations {
+                load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
+                store: wgpu::StoreOp::Store,
+            },
+        })],
+        ..Default::default()
+    })
 }
