@@ -50,6 +50,8 @@ struct ReadmeDoctests;
 
 pub mod alloc;
 pub mod arena;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod devices;
 mod error;
 mod gpu;
 pub mod kernels;
@@ -65,7 +67,7 @@ pub mod vt;
 pub use arena::{Allocation, Arena, ArenaConfig};
 pub use error::{Error, Result};
 pub use gpu::{
-    parse_backends, Gpu, GpuOptions, LifecycleGuard, Timing, TimingSource, INSTALL_HINT,
+    parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing, TimingSource, INSTALL_HINT,
     OPTIONAL_FEATURES,
 };
 pub use runtime::{Runtime, RuntimeConfig};

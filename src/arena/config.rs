@@ -14,6 +14,12 @@ pub enum Budget {
     /// size (Vulkan; see [`Gpu::device_memory`](crate::Gpu::device_memory)); elsewhere
     /// creating the arena fails with a hint to pass [`Budget::Bytes`].
     FractionOfDevice(f64),
+    /// This fraction (0..=1) of what the driver says this process may use now, re-read
+    /// as it changes: other processes taking memory on the GPU shrink it, and the arena
+    /// gives back cache (and the tiers spill) to stay under it; see
+    /// [`Arena::refresh_budget`](super::Arena::refresh_budget). Where no driver reports a
+    /// budget it is [`FractionOfDevice`](Self::FractionOfDevice), fixed.
+    FractionOfAvailable(f64),
 }
 
 /// Settings of an [`Arena`](super::Arena).
@@ -22,6 +28,9 @@ pub struct ArenaConfig {
     /// Name used in logs, reports and buffer labels. Empty (the default): `arena-N`, N
     /// counting the arenas of the process, so two runtimes' reports tell which is which.
     pub name: String,
+    /// The device's index in a [`DeviceSet`](crate::devices::DeviceSet), which sets it:
+    /// the summary names it and metrics carry the label `device="i"`. `None` elsewhere.
+    pub device_index: Option<usize>,
     /// Budget for reserved bytes over all pools.
     pub budget: Budget,
     /// Block policy; `None` derives it from the device's max storage-binding size.
@@ -49,6 +58,10 @@ pub struct ArenaConfig {
     /// Capture a backtrace for every allocation, shown in leak reports (slow; for
     /// debugging). Also turned on by `VRAMKIT_BACKTRACE=1`.
     pub backtraces: bool,
+    /// How often a live budget ([`Budget::FractionOfAvailable`]) reads the driver at most:
+    /// on the allocation path and in [`maintain`](super::Arena::maintain) once this much
+    /// time has passed since the last reading. Default 100 ms.
+    pub budget_refresh: web_time::Duration,
     /// A dry run: blocks are virtual (offsets and sizes from the same allocator and block
     /// policy, no device memory behind them), frees come back at once as if the GPU had
     /// finished, and vramkit's kernels and transfers check their arguments but record
@@ -61,6 +74,7 @@ impl Default for ArenaConfig {
     fn default() -> Self {
         ArenaConfig {
             name: String::new(),
+            device_index: None,
             budget: Budget::Unlimited,
             policy: None,
             usage: wgpu::BufferUsages::STORAGE
@@ -71,6 +85,7 @@ impl Default for ArenaConfig {
             poll_interval: 64,
             block_memory: BlockMemory::Auto,
             backtraces: std::env::var("VRAMKIT_BACKTRACE").is_ok_and(|v| v == "1"),
+            budget_refresh: super::live_budget::DEFAULT_REFRESH,
             dry_run: false,
         }
     }

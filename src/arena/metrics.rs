@@ -4,7 +4,7 @@
 //!
 //! # What is published
 //! [`Arena::publish_metrics`] takes one [`Arena::stats`] snapshot and sets, with the label
-//! `arena` (and `pool` for the per-pool gauges), following Prometheus conventions (base
+//! `arena` (`device` too on a device set's arenas, and `pool` for the per-pool gauges), following Prometheus conventions (base
 //! units, `_total` for counters):
 //! - gauges `vramkit_allocated_bytes`, `vramkit_active_bytes` (live plus pending frees),
 //!   `vramkit_reserved_bytes`, `vramkit_cached_bytes` (reserved minus allocated, as
@@ -92,8 +92,7 @@ impl Arena {
         if samples.is_empty() {
             return;
         }
-        let histogram =
-            histogram!("vramkit_allocation_seconds", "arena" => self.shared().config.name.clone());
+        let histogram = histogram!("vramkit_allocation_seconds", self.metric_labels());
         for &s in samples {
             histogram.record(s);
         }
@@ -115,9 +114,9 @@ impl Arena {
         let samples = std::mem::take(&mut *self.shared().latency_samples.lock());
         self.record_latencies(&samples);
         let s = self.stats();
-        let arena = self.shared().config.name.clone();
+        let labels = self.metric_labels();
         let set = |name: &'static str, value: f64| {
-            gauge!(name, "arena" => arena.clone()).set(value);
+            gauge!(name, labels.clone()).set(value);
         };
         set("vramkit_allocated_bytes", s.allocated as f64);
         set("vramkit_active_bytes", s.active as f64);
@@ -133,7 +132,7 @@ impl Arena {
             set("vramkit_budget_bytes", budget as f64);
         }
         let total = |name: &'static str, value: u64| {
-            counter!(name, "arena" => arena.clone()).absolute(value);
+            counter!(name, labels.clone()).absolute(value);
         };
         total("vramkit_allocations_total", s.allocations);
         total("vramkit_frees_total", s.frees);
@@ -150,10 +149,21 @@ impl Arena {
             p.1 += b.used;
         }
         for (pool, (reserved, used)) in pools {
-            gauge!("vramkit_pool_reserved_bytes", "arena" => arena.clone(), "pool" => pool.to_string())
-                .set(reserved as f64);
-            gauge!("vramkit_pool_used_bytes", "arena" => arena.clone(), "pool" => pool.to_string())
-                .set(used as f64);
+            let mut with_pool = labels.clone();
+            with_pool.push(metrics::Label::new("pool", pool.to_string()));
+            gauge!("vramkit_pool_reserved_bytes", with_pool.clone()).set(reserved as f64);
+            gauge!("vramkit_pool_used_bytes", with_pool).set(used as f64);
         }
+    }
+
+    /// `arena="name"`, and `device="i"` for an arena of a device set
+    /// ([`ArenaConfig::device_index`](super::ArenaConfig::device_index)).
+    fn metric_labels(&self) -> Vec<metrics::Label> {
+        let config = &self.shared().config;
+        let mut labels = vec![metrics::Label::new("arena", config.name.clone())];
+        if let Some(i) = config.device_index {
+            labels.push(metrics::Label::new("device", i.to_string()));
+        }
+        labels
     }
 }

@@ -56,6 +56,7 @@ pub mod history;
 mod invariants;
 mod labels;
 mod lock;
+mod live_budget;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub(crate) mod planned;
@@ -147,6 +148,10 @@ pub(crate) struct Shared {
     /// The pressure hook of the tier that owns this arena's movable allocations, if any
     /// (weak: the tier holds the arena, not the other way round).
     relief: Mutex<Option<std::sync::Weak<dyn Relief>>>,
+    /// A live budget's fraction, next reading and last reading (`live_budget.rs`).
+    live: Mutex<live_budget::LiveBudget>,
+    /// Whether the budget is live: the allocation path's check, without a lock.
+    live_on: std::sync::atomic::AtomicBool,
     /// Timed allocations not yet handed to the `metrics` recorder (`metrics.rs`).
     #[cfg(feature = "metrics")]
     latency_samples: Mutex<Vec<f64>>,
@@ -178,6 +183,8 @@ impl Arena {
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             chained_callbacks: chained_callbacks(gpu),
             relief: Mutex::new(lock_rank::LEAF, None),
+            live: Mutex::new(lock_rank::LEAF, Default::default()),
+            live_on: Default::default(),
             #[cfg(feature = "metrics")]
             latency_samples: Mutex::new(lock_rank::LEAF, Vec::new()),
             config,
@@ -187,6 +194,8 @@ impl Arena {
         };
         let usage = arena.shared().config.usage;
         arena.add_pool("default", PoolConfig { quota: None, usage })?;
+        arena.set_live(arena.shared().config.budget);
+        arena.shared().refresh_live_budget(true);
         Ok(arena)
     }
 
@@ -297,6 +306,13 @@ impl Arena {
     /// [`Error::OutOfMemory`]; the arena stays usable either way.
     pub fn alloc_in(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
         self.check_pool(pool)?;
+        if self
+            .shared()
+            .live_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.shared().refresh_live_budget(false);
+        }
         #[cfg(feature = "metrics")]
         if metrics::sample_latency() {
             let start = web_time::Instant::now();
@@ -369,6 +385,9 @@ impl Arena {
     /// call it from idle loops so freed memory shows up in statistics and `trim`.
     pub fn maintain(&self) -> usize {
         let shared = self.shared();
+        if shared.live_on.load(std::sync::atomic::Ordering::Relaxed) {
+            shared.refresh_live_budget(false);
+        }
         let st = shared.state.lock();
         // Sealed first so the poll can complete this epoch too; polled without the lock
         // (the poll runs wgpu callbacks, which may free or allocate).
@@ -464,6 +483,10 @@ impl Arena {
             st.release_empty(0);
         }
         shared.unlock(st);
+        self.set_live(budget);
+        if let Some(live) = shared.refresh_live_budget(true) {
+            return Ok(Some(live));
+        }
         Ok(bytes)
     }
 }
@@ -493,14 +516,20 @@ fn resolve_budget(gpu: &Gpu, budget: Budget) -> Result<Option<u64>> {
     Ok(match budget {
         Budget::Unlimited => None,
         Budget::Bytes(b) => Some(b),
-        Budget::FractionOfDevice(f) => {
+        // The fixed fraction until the first reading (and where there is none).
+        Budget::FractionOfDevice(f) | Budget::FractionOfAvailable(f) => {
             if !(0.0..=1.0).contains(&f) {
                 return Err(Error::invalid(
                     format!("budget fraction {f} is outside 0..=1"),
                     "pass e.g. Budget::FractionOfDevice(0.8)",
                 ));
             }
-            let total = gpu.device_memory().ok_or_else(|| {
+            let reported = match budget {
+                // An installed reader may know the size where the backend does not.
+                Budget::FractionOfAvailable(_) => gpu.driver_memory().map(|m| m.total),
+                _ => None,
+            };
+            let total = gpu.device_memory().or(reported).ok_or_else(|| {
                 Error::invalid(
                     format!(
                         "{:?} does not report the device's memory size",

@@ -247,11 +247,17 @@ impl Arena {
         let mut out = String::new();
         let line = "=".repeat(76);
         let _ = writeln!(out, "{line}");
+        let device = match self.shared().config.device_index {
+            Some(i) => format!("device {i} ("),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            " vramkit arena '{}' on {}",
+            " vramkit arena '{}' on {}{}{}",
             self.shared().config.name,
-            self.gpu().info().name
+            device,
+            self.gpu().info().name,
+            if device.is_empty() { "" } else { ")" }
         );
         let _ = writeln!(out, "{line}");
         let _ = writeln!(out, " {:<28} {:>14} {:>14}", "metric", "current", "peak");
@@ -282,6 +288,16 @@ impl Arena {
         );
         let budget = s.budget.map_or("none".to_string(), fmt_bytes);
         let _ = writeln!(out, " {:<28} {:>14}", "budget", budget);
+        if let Some(m) = self.driver_reading() {
+            let _ = writeln!(
+                out,
+                " {:<28} {:>14}  (process uses {}, {})",
+                "  live: driver allows",
+                fmt_bytes(m.budget),
+                fmt_bytes(m.usage),
+                m.source
+            );
+        }
         let _ = writeln!(out, "{}", "-".repeat(76));
         let _ = writeln!(
             out,

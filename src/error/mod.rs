@@ -17,6 +17,19 @@ use crate::alloc::AllocError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// An error on one device of a [`DeviceSet`](crate::devices::DeviceSet): which one,
+    /// and what happened there (`source`: out of memory under that device's budget, a
+    /// lost device, ...).
+    #[error("device {device} ('{adapter}'): {source}")]
+    OnDevice {
+        /// The device's index in the set.
+        device: usize,
+        /// Its adapter's name.
+        adapter: String,
+        /// What failed there.
+        source: Box<Error>,
+    },
+
     /// No adapter matched the selection (or none exists at all).
     #[error("no GPU adapter found ({selection}); adapters seen: [{seen}]. {hint}")]
     NoAdapter {

@@ -55,6 +55,47 @@ struct Backing {
     device: ash::Device,
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
+    /// The host allocation an imported buffer's memory is (`HostBuffer::import`): freed
+    /// after the Vulkan memory that aliases it (fields drop after `Drop::drop`).
+    _host: Option<std::sync::Arc<HostMemory>>,
+}
+
+/// Plain host memory, aligned for import into several devices
+/// ([`HostBuffer::import`]): one allocation that each GPU copies from and into directly.
+pub(crate) struct HostMemory {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: plain owned memory; the access rule of the module docs governs its bytes.
+unsafe impl Send for HostMemory {}
+// SAFETY: as above.
+unsafe impl Sync for HostMemory {}
+
+impl HostMemory {
+    /// `len` bytes (rounded up to `align`) aligned to `align` (a power of two), zeroed;
+    /// `None` if the host refuses.
+    pub(crate) fn new(len: u64, align: u64) -> Option<HostMemory> {
+        let align = usize::try_from(align.max(64)).ok()?;
+        let len = usize::try_from(len.max(1)).ok()?.checked_next_multiple_of(align)?;
+        let layout = std::alloc::Layout::from_size_align(len, align).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        Some(HostMemory { ptr, layout })
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.layout.size() as u64
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; every buffer importing it holds an
+        // `Arc` of it, so no device memory aliases it any more.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
 }
 
 #[cfg(vulkan_hal)]
@@ -200,30 +241,13 @@ impl HostBuffer {
                 device: device.clone(),
                 buffer: raw_buffer,
                 memory,
+                _host: None,
             });
             (backing, raw_buffer, ptr, flags)
         };
         // SAFETY: `raw_buffer` is bound to memory of at least `size` bytes from offset 0,
-        // both made on this device and used nowhere else; the drop callback keeps them
-        // until wgpu-hal drops its object (it never destroys them itself). wgpu-core treats
-        // a buffer from hal as initialised and never maps it (no MAP_* usage).
-        let buffer = unsafe {
-            let held = backing.clone();
-            let hal_buffer = wgpu::hal::vulkan::Buffer::from_raw_externally_owned(
-                raw_buffer,
-                Box::new(move || drop(held)),
-            );
-            gpu.device()
-                .create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
-                    hal_buffer,
-                    &wgpu::BufferDescriptor {
-                        label: Some(label),
-                        size,
-                        usage,
-                        mapped_at_creation: false,
-                    },
-                )
-        };
+        // both made on this device and used nowhere else.
+        let buffer = unsafe { wrap(gpu, &backing, raw_buffer, size, usage, label) };
         log::debug!(
             "host buffer {label}: {size} bytes in {} memory",
             if !flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL) {
@@ -238,6 +262,121 @@ impl HostBuffer {
             ptr,
             len,
             cached: flags.contains(vk::MemoryPropertyFlags::HOST_CACHED),
+        })
+    }
+
+    /// A buffer on `gpu` whose memory is `host` itself (`VK_EXT_external_memory_host`):
+    /// several devices import the same [`HostMemory`], and what one GPU copies into it the
+    /// others copy out of it, with no copy on the host. `None` where the device was not
+    /// opened with the extension, `host` is not aligned to what it requires, or a Vulkan
+    /// call fails (the reason is logged at debug level); callers then copy on the host
+    /// between two [`HostBuffer`]s.
+    pub(crate) fn import(
+        gpu: &Gpu,
+        host: &std::sync::Arc<HostMemory>,
+        usage: wgpu::BufferUsages,
+        label: &str,
+    ) -> Option<HostBuffer> {
+        #[cfg(vulkan_hal)]
+        return Self::import_vulkan(gpu, host, usage, label);
+        #[cfg(not(vulkan_hal))]
+        {
+            let _ = (gpu, host, usage, label);
+            None
+        }
+    }
+
+    #[cfg(vulkan_hal)]
+    fn import_vulkan(
+        gpu: &Gpu,
+        host: &std::sync::Arc<HostMemory>,
+        usage: wgpu::BufferUsages,
+        label: &str,
+    ) -> Option<HostBuffer> {
+        let align = gpu.host_import_alignment()?;
+        let size = host.len();
+        let addr = host.ptr.as_ptr() as u64;
+        if !addr.is_multiple_of(align) || !size.is_multiple_of(align) || size > gpu.limits().max_buffer_size {
+            log::debug!("host import {label}: {size} bytes at {addr:#x} not aligned to {align}");
+            return None;
+        }
+        let vk_usage = vk_buffer_usage(usage)?;
+        let handle = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+        // SAFETY: as in `new_vulkan`; the memory imported is `host`'s, which the `Backing`
+        // keeps alive until the Vulkan memory aliasing it is freed.
+        let (backing, raw_buffer) = unsafe {
+            let hal = gpu.device().as_hal::<wgpu::hal::api::Vulkan>()?;
+            let device = hal.raw_device();
+            let instance = hal.shared_instance().raw_instance();
+            let external = ash::ext::external_memory_host::Device::new(instance, device);
+            let mut pointer_props = vk::MemoryHostPointerPropertiesEXT::default();
+            let queried = (external.fp().get_memory_host_pointer_properties_ext)(
+                device.handle(),
+                handle,
+                host.ptr.as_ptr().cast(),
+                &mut pointer_props,
+            );
+            if queried != vk::Result::SUCCESS {
+                log::debug!("host import {label}: pointer properties: {queried}");
+                return None;
+            }
+            let mut external_info = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
+            let info = vk::BufferCreateInfo::default()
+                .size(size)
+                .usage(vk_usage)
+                .sharing_mode(vk::SharingMode::EXCLUSIVE)
+                .push_next(&mut external_info);
+            let raw_buffer = device
+                .create_buffer(&info, None)
+                .map_err(|e| log::debug!("host import {label}: vkCreateBuffer failed: {e}"))
+                .ok()?;
+            let requirements = device.get_buffer_memory_requirements(raw_buffer);
+            let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
+            let allowed = requirements.memory_type_bits & pointer_props.memory_type_bits;
+            let Some((type_index, _)) = pick_memory_type(&props, allowed, HostPlacement::System)
+            else {
+                log::debug!("host import {label}: no coherent memory type imports host pointers");
+                device.destroy_buffer(raw_buffer, None);
+                return None;
+            };
+            let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
+                .handle_type(handle)
+                .host_pointer(host.ptr.as_ptr().cast());
+            let alloc = vk::MemoryAllocateInfo::default()
+                .allocation_size(size)
+                .memory_type_index(type_index)
+                .push_next(&mut import);
+            let memory = match device.allocate_memory(&alloc, None) {
+                Ok(m) => m,
+                Err(e) => {
+                    log::debug!("host import {label}: vkAllocateMemory failed: {e}");
+                    device.destroy_buffer(raw_buffer, None);
+                    return None;
+                }
+            };
+            if let Err(e) = device.bind_buffer_memory(raw_buffer, memory, 0) {
+                log::debug!("host import {label}: binding failed: {e}");
+                device.free_memory(memory, None);
+                device.destroy_buffer(raw_buffer, None);
+                return None;
+            }
+            let backing = std::sync::Arc::new(Backing {
+                device: device.clone(),
+                buffer: raw_buffer,
+                memory,
+                _host: Some(host.clone()),
+            });
+            (backing, raw_buffer)
+        };
+        // SAFETY: `raw_buffer` is bound to `size` bytes of imported memory from offset 0.
+        let buffer = unsafe { wrap(gpu, &backing, raw_buffer, size, usage, label) };
+        log::debug!("host import {label}: {size} bytes shared with the host");
+        Some(HostBuffer {
+            _backing: backing,
+            buffer,
+            ptr: host.ptr,
+            len: usize::try_from(size).ok()?,
+            cached: true,
         })
     }
 
@@ -275,6 +414,41 @@ impl HostBuffer {
         let start = range.start.min(end);
         // SAFETY: as for `bytes_mut`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), end - start) }
+    }
+}
+
+/// Hands `raw_buffer` to wgpu as a buffer of `size` bytes with `usage`; the drop callback
+/// keeps `backing` until wgpu-hal drops its object (it never destroys the buffer itself).
+///
+/// # Safety
+/// `raw_buffer` is `backing`'s buffer, made on `gpu`'s device and bound to at least `size`
+/// bytes from offset 0. wgpu-core treats a buffer from hal as initialised and never maps
+/// it (no MAP_* usage: `vk_buffer_usage` refused those).
+#[cfg(vulkan_hal)]
+unsafe fn wrap(
+    gpu: &Gpu,
+    backing: &std::sync::Arc<Backing>,
+    raw_buffer: vk::Buffer,
+    size: u64,
+    usage: wgpu::BufferUsages,
+    label: &str,
+) -> wgpu::Buffer {
+    let held = backing.clone();
+    // SAFETY: the caller's promise.
+    unsafe {
+        let hal_buffer = wgpu::hal::vulkan::Buffer::from_raw_externally_owned(
+            raw_buffer,
+            Box::new(move || drop(held)),
+        );
+        gpu.device().create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
+            hal_buffer,
+            &wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            },
+        )
     }
 }
 

@@ -5,7 +5,9 @@
 //! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
 
 pub(crate) mod clock;
+mod driver_memory;
 mod host_buffer;
+mod host_import;
 mod lifecycle;
 mod lost;
 mod nonblocking;
@@ -16,11 +18,13 @@ mod submit;
 mod timer;
 mod work_done;
 
+pub use driver_memory::{DriverMemory, DriverMemoryReader};
 pub use lifecycle::LifecycleGuard;
 pub use select::{parse_backends, GpuOptions};
+pub(crate) use select::rank;
 pub use timer::{Timing, TimingSource};
 
-pub(crate) use host_buffer::{HostBuffer, HostPlacement};
+pub(crate) use host_buffer::{HostBuffer, HostMemory, HostPlacement};
 pub(crate) use work_done::{Epoch, WorkDone};
 
 use std::sync::Arc;
@@ -114,6 +118,11 @@ struct GpuInner {
     /// Unique per context built (clones share it): wgpu compares devices and buffers by
     /// ids that repeat across instances, so two `Gpu`s' buffers can compare equal.
     id: u64,
+    /// Replaces the Vulkan reading of [`Gpu::driver_memory`] (`driver_memory.rs`).
+    driver_memory_reader: crate::lock_rank::Mutex<Option<DriverMemoryReader>>,
+    /// The alignment of host memory this device can import (`VK_EXT_external_memory_host`
+    /// enabled when vramkit opened it), or `None`.
+    host_import_alignment: Option<u64>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -151,6 +160,16 @@ impl Gpu {
                 Err(_) => Self::pick(wgpu::Backends::all(), options).await?,
             },
         };
+        Self::open_adapter(instance, &adapter, options).await
+    }
+
+    /// Opens a device on `adapter` (of `instance`), requesting its real limits and every
+    /// feature in [`OPTIONAL_FEATURES`] it has. Called with the lifecycle lock held.
+    pub(crate) async fn open_adapter(
+        instance: wgpu::Instance,
+        adapter: &wgpu::Adapter,
+        options: &GpuOptions,
+    ) -> Result<Gpu> {
         let info = adapter.get_info();
         let offered = adapter.features();
         let missing = options.required_features - offered;
@@ -161,7 +180,7 @@ impl Gpu {
                 hint: "pick another adapter with VRAMKIT_ADAPTER, or drop the requirement".into(),
             });
         }
-        let matrix_units = !options.disable_matrix_units && runs_f16_matrix_units(&adapter);
+        let matrix_units = !options.disable_matrix_units && runs_f16_matrix_units(adapter);
         let mut features = (offered & OPTIONAL_FEATURES) | options.required_features;
         let experimental = if matrix_units {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -177,15 +196,15 @@ impl Gpu {
         // The adapter's own limits, not WebGPU's defaults: the default 128 MiB storage
         // binding would cap every arena block at 128 MiB.
         let limits = adapter.limits();
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
-                label: Some("vramkit"),
-                required_features: features,
-                required_limits: limits,
-                experimental_features: experimental,
-                memory_hints: wgpu::MemoryHints::Performance,
-                trace: wgpu::Trace::Off,
-            })
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("vramkit"),
+            required_features: features,
+            required_limits: limits,
+            experimental_features: experimental,
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = host_import::request_device(adapter, &desc)
             .await
             .map_err(|source| Error::RequestDevice {
                 adapter: info.name.clone(),
@@ -267,6 +286,7 @@ impl Gpu {
         info: wgpu::AdapterInfo,
         matrix_units: bool,
     ) -> Gpu {
+        let host_import_alignment = host_import::alignment(&device);
         let features = device.features();
         let limits = device.limits();
         let device_memory = device_local_memory(&device);
@@ -288,6 +308,11 @@ impl Gpu {
                 device_memory,
                 submits: submit::SubmitGate::default(),
                 lost: Arc::default(),
+                driver_memory_reader: crate::lock_rank::Mutex::new(
+                    crate::lock_rank::LEAF,
+                    None,
+                ),
+                host_import_alignment,
                 id: {
                     static NEXT: std::sync::atomic::AtomicU64 =
                         std::sync::atomic::AtomicU64::new(1);

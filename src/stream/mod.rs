@@ -28,7 +28,7 @@
 
 mod batch;
 mod downloader;
-mod host_copy;
+pub(crate) mod host_copy;
 mod pinned;
 mod pipeline;
 mod staging;

@@ -1,0 +1,287 @@
+//! Several devices in one host: two devices (on one lavapipe adapter in CI, two GPUs on
+//! the H100 pair) behave as two: the ledger, copies between them through shared host
+//! memory and through the host-copy fallback, sharded arrays, the all-reduce, live
+//! budgets, misuse and a lost device. Every result is read back and checked against the
+//! CPU on random inputs.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use vramkit::arena::Budget;
+use vramkit::devices::{DeviceSet, DeviceSetOptions, Split, TransferConfig};
+use vramkit::{DriverMemory, Error, RuntimeConfig};
+
+/// Two devices, at least: every adapter of the best kind, or two on the one adapter.
+fn set() -> &'static DeviceSet {
+    static SET: OnceLock<DeviceSet> = OnceLock::new();
+    common::gpu(); // fails with install advice when there is no adapter
+    SET.get_or_init(|| {
+        let set = DeviceSet::open_with(&DeviceSetOptions {
+            count: Some(2),
+            ..Default::default()
+        })
+        .expect("two devices");
+        eprintln!("device set:\n{}", set.summary());
+        set
+    })
+}
+
+fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+#[test]
+fn two_devices_are_two_devices_with_one_ledger() {
+    let set = set();
+    assert_eq!(set.len(), 2);
+    let (d0, d1) = (set.device(0), set.device(1));
+    assert!(!d0.gpu().same_device(d1.gpu()));
+    let a = d0.alloc::<f32>(1 << 20, "on device 0").unwrap();
+    let before = set.ledger();
+    assert!(before.devices[0].allocated >= 4 << 20);
+    assert_eq!(before.allocated(), before.devices.iter().map(|d| d.allocated).sum::<u64>());
+    // The other device refuses it.
+    let y = d1.alloc::<f32>(1 << 20, "on device 1").unwrap();
+    let mut batch = d1.batch();
+    let err = batch.axpy(1.0, &a, &y).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("device"), "{err}");
+    let summary = set.summary();
+    assert!(summary.contains("total") && summary.contains("2 devices"), "{summary}");
+    assert!(d0.arena().summary().contains("device 0"), "{}", d0.arena().summary());
+    assert_eq!(set.device_of(a.allocation()).unwrap(), 0);
+    assert_eq!(set.device_of(y.allocation()).unwrap(), 1);
+}
+
+#[test]
+fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
+    let set = set();
+    let shared_path = set.shares_host_memory(0, 1).unwrap();
+    eprintln!("copies share host memory: {shared_path}");
+    // A set that copies on the host between two staging buffers, on the same devices.
+    let fallback = DeviceSet::from_runtimes(
+        (0..2)
+            .map(|i| vramkit::Runtime::new(set.device(i).gpu(), RuntimeConfig::default()).unwrap())
+            .collect(),
+        TransferConfig {
+            shared_host_memory: false,
+            chunk: Some(1 << 20),
+            depth: 3,
+        },
+    )
+    .unwrap();
+    assert!(!fallback.shares_host_memory(1, 0).unwrap());
+    for (k, len) in [1usize, 1000, (3 << 20) / 4 + 7, 5 << 20].into_iter().enumerate() {
+        for (s, d) in [(0, 1), (1, 0)] {
+            for which in [set, &fallback] {
+                let data = random_f32(len, k as u64 * 10 + s as u64);
+                let src = which.device(s).alloc_from(&data, "src").unwrap();
+                let dst = which.device(d).alloc::<f32>(len + 16, "dst").unwrap();
+                let pad = vec![7.0f32; len + 16];
+                which.device(d).upload(&dst, &pad).unwrap();
+                which
+                    .copy((src.allocation(), 0), (dst.allocation(), 32), len as u64 * 4)
+                    .unwrap();
+                let got = which.device(d).download(&dst).unwrap();
+                assert_eq!(&got[8..8 + len], &data[..], "{len} floats {s} -> {d}");
+                assert!(got[..8].iter().chain(&got[8 + len..]).all(|&v| v == 7.0));
+            }
+        }
+    }
+}
+
+#[test]
+fn scatter_gather_broadcast_and_replicate_round_trip() {
+    let set = set();
+    let mut rng = SmallRng::seed_from_u64(3);
+    for rows in [1usize, 2, 3, 1000] {
+        let row_len = rng.gen_range(1..300);
+        let x: Vec<u32> = (0..rows * row_len).map(|_| rng.gen()).collect();
+        for split in [Split::Even, Split::Shares(vec![1.0, 3.0]), Split::Shares(vec![0.0, 1.0])] {
+            let s = set.scatter(&x, row_len, &split, "x").unwrap();
+            let covered: usize = s.shards().iter().map(|sh| sh.rows.len()).sum();
+            assert_eq!(covered, rows);
+            assert_eq!(set.gather(&s).unwrap(), x, "{rows} rows, {split:?}");
+        }
+    }
+    let ranges = set.split_rows(1000, &Split::Shares(vec![1.0, 3.0])).unwrap();
+    assert_eq!(ranges, vec![0..250, 250..1000]);
+    let data = random_f32(12345, 9);
+    let replicas = set.broadcast(&data, "b").unwrap();
+    for (i, r) in replicas.iter().enumerate() {
+        assert_eq!(set.device(i).download(r).unwrap(), data);
+    }
+    let copies = set.replicate(&replicas[1], "r").unwrap();
+    for (i, r) in copies.iter().enumerate() {
+        assert_eq!(set.device(i).download(r).unwrap(), data);
+    }
+}
+
+#[test]
+fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
+    let set = set();
+    for (seed, len) in [(1u64, 1usize), (2, 3), (3, 1000), (4, (9 << 20) / 4 + 5)] {
+        let parts: Vec<Vec<f32>> = (0..set.len()).map(|d| random_f32(len, seed * 7 + d as u64)).collect();
+        let replicas: Vec<_> = parts
+            .iter()
+            .enumerate()
+            .map(|(d, p)| set.device(d).alloc_from(p, "grad").unwrap())
+            .collect();
+        let report = set.all_reduce_sum(&replicas).unwrap();
+        assert_eq!(report.bytes, len as u64 * 4);
+        let first = set.device(0).download(&replicas[0]).unwrap();
+        for (d, r) in replicas.iter().enumerate() {
+            let got = set.device(d).download(r).unwrap();
+            // The same sum, bit for bit, on every device.
+            assert!(got.iter().zip(&first).all(|(a, b)| a.to_bits() == b.to_bits()), "device {d}");
+            for i in 0..len {
+                let exact: f64 = parts.iter().map(|p| p[i] as f64).sum();
+                let magnitude: f64 = parts.iter().map(|p| (p[i] as f64).abs()).sum();
+                let bound = (set.len() - 1) as f64 * f32::EPSILON as f64 / 2.0 * magnitude + 1e-30;
+                assert!((got[i] as f64 - exact).abs() <= bound, "{len}: [{i}] {} vs {exact}", got[i]);
+            }
+        }
+    }
+    // Integer values: exact.
+    let ints: Vec<Vec<f32>> = (0..set.len())
+        .map(|d| (0..5000).map(|i| ((i * 37 + d * 1001) % 100_000) as f32 - 50_000.0).collect())
+        .collect();
+    let replicas: Vec<_> = ints.iter().enumerate().map(|(d, p)| set.device(d).alloc_from(p, "ints").unwrap()).collect();
+    set.all_reduce_sum(&replicas).unwrap();
+    let got = set.device(1).download(&replicas[1]).unwrap();
+    for (i, g) in got.iter().enumerate() {
+        let exact: f32 = ints.iter().map(|p| p[i]).sum();
+        assert_eq!(*g, exact);
+    }
+}
+
+#[test]
+fn misuse_is_a_typed_error_naming_the_device_and_loses_nothing() {
+    let set = set();
+    let x = set.device(0).alloc::<f32>(64, "x").unwrap();
+    let y = set.device(1).alloc::<f32>(64, "y").unwrap();
+    // Out of range, unaligned.
+    assert!(set.copy((x.allocation(), 0), (y.allocation(), 4), 256).is_err());
+    assert!(set.copy((x.allocation(), 2), (y.allocation(), 0), 8).is_err());
+    // Arrays in the wrong order, of different lengths.
+    let swapped = [
+        set.device(1).alloc::<f32>(64, "on 1").unwrap(),
+        set.device(0).alloc::<f32>(64, "on 0").unwrap(),
+    ];
+    assert!(set.all_reduce_sum(&swapped).is_err());
+    let uneven = [
+        set.device(0).alloc::<f32>(64, "64").unwrap(),
+        set.device(1).alloc::<f32>(65, "65").unwrap(),
+    ];
+    assert!(set.all_reduce_sum(&uneven).is_err());
+    // An allocation of a device outside the set.
+    let outsider = vramkit::Runtime::new(common::gpu(), RuntimeConfig::default()).unwrap();
+    let z = outsider.alloc::<f32>(64, "outsider").unwrap();
+    let err = set.copy((z.allocation(), 0), (y.allocation(), 0), 256).unwrap_err();
+    assert!(err.to_string().contains("no device of this set"), "{err}");
+    // A shard that does not fit its device's budget names the device; nothing stays.
+    let mut config = RuntimeConfig::default();
+    config.arena.budget = Budget::Bytes(8 << 20);
+    let small = DeviceSet::open_with(&DeviceSetOptions {
+        count: Some(2),
+        runtime: config,
+        ..Default::default()
+    })
+    .unwrap();
+    let err = small
+        .alloc_sharded::<f32>(4 << 20, 1, &Split::Shares(vec![1.0, 3.0]), "big")
+        .unwrap_err();
+    match &err {
+        Error::OnDevice { device: 1, source, .. } => {
+            assert!(matches!(**source, Error::OutOfMemory(_)), "{err}")
+        }
+        other => panic!("expected OnDevice(1, OutOfMemory), got {other}"),
+    }
+    assert_eq!(small.ledger().allocated(), 0);
+    // By free memory: device 0 holds 6 of its 8 MiB, so device 1 takes most rows.
+    let _held = small.device(0).alloc::<u8>(6 << 20, "held").unwrap();
+    let parts = small.split_rows(1000, &Split::FreeMemory).unwrap();
+    assert!(parts[1].len() > 3 * parts[0].len(), "{parts:?}");
+}
+
+#[test]
+fn a_lost_device_fails_its_own_work_and_the_other_continues() {
+    common::gpu();
+    let set = DeviceSet::open_with(&DeviceSetOptions {
+        count: Some(2),
+        ..Default::default()
+    })
+    .unwrap();
+    let data = random_f32(4096, 5);
+    let on0 = set.device(0).alloc_from(&data, "x").unwrap();
+    let on1 = set.device(1).alloc::<f32>(4096, "y").unwrap();
+    set.copy_typed(&on0, &on1).unwrap();
+    assert_eq!(set.device(1).download(&on1).unwrap(), data);
+    set.device(1).gpu().device().destroy();
+    let err = set.copy_typed(&on0, &on1).unwrap_err();
+    match &err {
+        Error::OnDevice { device: 1, source, .. } => {
+            assert!(matches!(**source, Error::DeviceLost { .. }), "{err}")
+        }
+        other => panic!("expected OnDevice(1, DeviceLost), got {other}"),
+    }
+    // Device 0 goes on.
+    let y = set.device(0).alloc::<f32>(4096, "y0").unwrap();
+    let mut batch = set.device(0).batch();
+    batch.fill(1.0, &y).unwrap().axpy(2.0, &on0, &y).unwrap();
+    batch.submit().unwrap();
+    let got = set.device(0).download(&y).unwrap();
+    for (g, x) in got.iter().zip(&data) {
+        assert!((g - (1.0 + 2.0 * x)).abs() <= 1e-6);
+    }
+}
+
+#[test]
+fn a_live_budget_follows_the_driver_and_gives_cache_back() {
+    common::gpu();
+    let set = DeviceSet::open_with(&DeviceSetOptions {
+        count: Some(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let rt = set.device(0);
+    // A simulated driver: 256 MiB budget for this process, until a neighbour takes 192.
+    let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let arena = rt.arena().clone();
+    let seen = neighbour.clone();
+    // The process's usage is what the arena holds (the reader runs with no lock held).
+    let ours = arena.clone();
+    rt.gpu().set_driver_memory_reader(Some(Arc::new(move || {
+        let total = 256u64 << 20;
+        Some(DriverMemory {
+            budget: total - seen.load(std::sync::atomic::Ordering::Relaxed),
+            usage: ours.stats().reserved,
+            total,
+            source: "test",
+        })
+    })));
+    let limit = arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap();
+    assert_eq!(limit, Some(128 << 20));
+    assert!(arena.is_budget_live());
+    // Fill to 96 MiB, drop it all: the arena keeps it as cache.
+    let blocks: Vec<_> = (0..6).map(|i| arena.alloc(16 << 20, &format!("b{i}")).unwrap()).collect();
+    drop(blocks);
+    arena.synchronize().unwrap();
+    assert!(arena.stats().reserved >= 96 << 20);
+    // The neighbour takes 192 MiB: the budget falls to 32 MiB and the cache goes back.
+    neighbour.store(192 << 20, std::sync::atomic::Ordering::Relaxed);
+    let limit = arena.refresh_budget().unwrap().unwrap();
+    assert_eq!(limit, 32 << 20);
+    assert!(arena.stats().reserved <= limit, "{}", arena.summary());
+    assert!(arena.summary().contains("live: driver allows"), "{}", arena.summary());
+    // Work within the new budget goes on; beyond it is a typed error, not a crash.
+    let small = arena.alloc(8 << 20, "small").unwrap();
+    assert!(matches!(arena.alloc(64 << 20, "too big"), Err(Error::OutOfMemory(_))));
+    drop(small);
+    // The neighbour leaves: the budget comes back.
+    neighbour.store(0, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(arena.refresh_budget().unwrap(), Some(128 << 20));
+    rt.gpu().set_driver_memory_reader(None);
+}
