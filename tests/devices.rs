@@ -69,6 +69,7 @@ fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
             shared_host_memory: false,
             chunk: Some(1 << 20),
             depth: 3,
+            overlap: true,
         },
     )
     .unwrap();

@@ -50,6 +50,10 @@ pub struct TransferConfig {
     /// (`VK_EXT_external_memory_host`); `false` forces the host copy between two staging
     /// buffers, for comparison. Default `true`.
     pub shared_host_memory: bool,
+    /// Overlap the source's downloads with the destination's uploads (the pipeline of the
+    /// module docs). `false` copies one chunk after the other, each downloaded and then
+    /// uploaded, for comparison: the serial host path. Default `true`.
+    pub overlap: bool,
 }
 
 impl Default for TransferConfig {
@@ -58,6 +62,7 @@ impl Default for TransferConfig {
             chunk: None,
             depth: 4,
             shared_host_memory: true,
+            overlap: true,
         }
     }
 }
@@ -77,6 +82,7 @@ pub(crate) struct Link {
     src: Gpu,
     dst: Gpu,
     chunk: u64,
+    overlap: bool,
     slots: Vec<Slot>,
 }
 
@@ -150,6 +156,7 @@ impl Link {
             src: src.clone(),
             dst: dst.clone(),
             chunk,
+            overlap: config.overlap,
             slots,
         })
     }
@@ -167,6 +174,9 @@ impl Link {
         (dst, dst_offset): (&Allocation, u64),
         len: u64,
     ) -> Result<()> {
+        if !self.overlap {
+            return self.copy_serially((src, src_offset), (dst, dst_offset), len);
+        }
         let depth = self.slots.len();
         // At least two chunks per slot where the copy is long enough, so that a copy of
         // a few slots' worth still overlaps its two halves; never below 4 MiB (each chunk
@@ -219,6 +229,43 @@ impl Link {
         })();
         if result.is_err() {
             // No copy may outlive the borrows; a device that is gone runs nothing more.
+            let _ = self.src.wait_idle();
+            let _ = self.dst.wait_idle();
+        }
+        result
+    }
+
+    /// [`copy`](Self::copy) one slot-sized chunk after the other: download, wait, host
+    /// copy where needed, upload, wait.
+    fn copy_serially(
+        &self,
+        (src, src_offset): (&Allocation, u64),
+        (dst, dst_offset): (&Allocation, u64),
+        len: u64,
+    ) -> Result<()> {
+        let slot = &self.slots[0];
+        let result = (|| {
+            let mut start = 0;
+            while start < len {
+                let r = start..(start + self.chunk).min(len);
+                self.src.wait_for(self.download(src, src_offset, 0, &r)?)?;
+                if !slot.shared {
+                    let n = (r.end - r.start) as usize;
+                    // SAFETY: both copies that touch the slot have completed.
+                    unsafe {
+                        crate::stream::host_copy::copy_parallel(
+                            slot.on_dst.bytes_mut(0..n),
+                            slot.on_src.bytes(0..n),
+                            rayon::current_num_threads(),
+                        );
+                    }
+                }
+                self.dst.wait_for(self.upload(dst, dst_offset, 0, &r)?)?;
+                start = r.end;
+            }
+            Ok(())
+        })();
+        if result.is_err() {
             let _ = self.src.wait_idle();
             let _ = self.dst.wait_idle();
         }

@@ -421,6 +421,13 @@ impl DeviceSet {
         Ok(shared)
     }
 
+    /// Replaces how copies between devices are made from now on (chunk size, depth,
+    /// shared host memory, overlap); the links made under the old settings are dropped.
+    pub fn set_transfer(&mut self, config: TransferConfig) {
+        self.transfer = config;
+        self.links.lock().clear();
+    }
+
     /// Waits for all work submitted on every device.
     pub fn synchronize(&self) -> Result<()> {
         for (i, rt) in self.devices.iter().enumerate() {

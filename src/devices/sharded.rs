@@ -293,7 +293,11 @@ impl DeviceSet {
     /// println!("{:.1} GB/s", report.algorithm_gbps());
     /// # Ok::<(), vramkit::Error>(())
     /// ```
-    pub fn all_reduce_sum(&self, replicas: &[Typed<f32>]) -> Result<AllReduceReport> {
+    pub fn all_reduce_sum<'a>(
+        &self,
+        arrays: impl IntoIterator<Item = &'a Typed<f32>>,
+    ) -> Result<AllReduceReport> {
+        let replicas: Vec<&Typed<f32>> = arrays.into_iter().collect();
         let n = self.len();
         if replicas.len() != n {
             return Err(Error::invalid(
@@ -365,7 +369,7 @@ impl DeviceSet {
                 if seg.is_empty() {
                     continue;
                 }
-                self.add_into(to, &replicas[to], seg, &scratch[to], &sums[to])?;
+                self.add_into(to, replicas[to], seg, &scratch[to], &sums[to])?;
             }
         }
         // All-gather: at step s device i sends its finished segment (i + 1 - s) mod n on.

@@ -1,0 +1,218 @@
+//! Two processes on one GPU: this one keeps a large cache under a live budget
+//! (`Budget::FractionOfAvailable(0.9)`) and keeps working, while a second process (this
+//! program again, `--neighbour`) takes half of the GPU a gigabyte at a time and later
+//! lets it go. The first gives its cache back as the driver's budget shrinks and never
+//! runs out of memory; its results are checked every iteration.
+//!
+//! ```text
+//! cargo run --release --example live_budget
+//! ```
+//!
+//! Needs a driver that reports its budget (`VK_EXT_memory_budget`: NVIDIA, AMD, Intel);
+//! elsewhere (lavapipe) it says so and runs the working loop alone. Prints `name: value`
+//! lines, among them `oom_errors` (the first process's), `wrong_results`,
+//! `budget_before_gib`, `budget_min_gib`, `neighbour_gib` and `cache_given_back_gib`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vramkit::arena::Budget;
+use vramkit::kernels::Reduce;
+use vramkit::{Error, Gpu, Result, Runtime, RuntimeConfig};
+
+const GIB: u64 = 1 << 30;
+
+fn gib(b: u64) -> f64 {
+    b as f64 / GIB as f64
+}
+
+/// The second process: takes `bytes` in 1 GiB buffers (retrying while the GPU is full),
+/// holds them for `hold` seconds, then exits.
+fn neighbour(bytes: u64, hold: f64) -> Result<()> {
+    let gpu = Gpu::headless()?;
+    let mut held = Vec::new();
+    let mut taken = 0;
+    let start = Instant::now();
+    while taken < bytes && start.elapsed() < Duration::from_secs(60) {
+        let size = GIB.min(bytes - taken);
+        let made = gpu.scoped("the neighbour's allocation", || {
+            let buffer = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("neighbour"),
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            // Touch it, so the memory is really taken.
+            let mut encoder = gpu.device().create_command_encoder(&Default::default());
+            encoder.clear_buffer(&buffer, 0, None);
+            gpu.submit([encoder.finish()]);
+            buffer
+        });
+        match made {
+            Ok(buffer) => {
+                gpu.wait_idle()?;
+                held.push(buffer);
+                taken += size;
+                println!("neighbour: holding {taken}");
+            }
+            // The GPU is full for now: the other process gives memory back as its
+            // budget shrinks; try again shortly.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    println!("neighbour: done {taken}");
+    std::thread::sleep(Duration::from_secs_f64(hold));
+    drop(held);
+    Ok(())
+}
+
+fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    env_logger::init();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--neighbour") {
+        let bytes = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(GIB);
+        let hold = args.get(i + 2).and_then(|v| v.parse().ok()).unwrap_or(3.0);
+        return Ok(neighbour(bytes, hold)?);
+    }
+    let gpu = Gpu::headless()?;
+    println!("device: {}", gpu.describe());
+    let mut config = RuntimeConfig::default();
+    config.arena.budget = Budget::FractionOfAvailable(0.9);
+    config.arena.budget_refresh = Duration::from_millis(20);
+    let rt = Runtime::new(&gpu, config)?;
+    let arena = rt.arena();
+    let reading = gpu.driver_memory();
+    let total = reading
+        .map(|m| m.total)
+        .or(gpu.device_memory())
+        .unwrap_or(2 * GIB);
+    match reading {
+        Some(m) => println!(
+            "driver: {} reports budget {:.1} GiB, usage {:.1} GiB of {:.1} GiB",
+            m.source,
+            gib(m.budget),
+            gib(m.usage),
+            gib(m.total)
+        ),
+        None => println!(
+            "driver: reports no budget (no VK_EXT_memory_budget): the live budget is the \
+             fixed fraction, and no neighbour is started"
+        ),
+    }
+    let budget_before = arena.refresh_budget()?.unwrap_or(0);
+    println!("budget_before_gib: {:.2}", gib(budget_before));
+
+    // A large cache: 60 % of the device, allocated and dropped (kept for reuse).
+    let piece = (256u64 << 20).min(gpu.limits().max_storage_buffer_binding_size / 4 * 4);
+    let cache = (total as f64 * 0.6) as u64 / piece * piece;
+    {
+        let mut held = Vec::new();
+        for i in 0..cache / piece {
+            held.push(arena.alloc(piece, &format!("cache {i}"))?);
+        }
+    }
+    arena.synchronize()?;
+    let cached_before = arena.stats().reserved;
+    println!("cached_before_gib: {:.2}", gib(cached_before));
+
+    // The neighbour: half of the device.
+    let want = if reading.is_some() { total / 2 / GIB * GIB } else { 0 };
+    let mut child = if want > 0 {
+        Some(
+            Command::new(std::env::current_exe()?)
+                .args(["--neighbour", &want.to_string(), "4"])
+                .stdout(Stdio::piped())
+                .spawn()?,
+        )
+    } else {
+        None
+    };
+    let progress = child.as_mut().and_then(|c| c.stdout.take()).map(|out| {
+        std::thread::spawn(move || {
+            let mut last = 0u64;
+            for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
+                if let Some(v) = line.strip_prefix("neighbour: holding ") {
+                    last = v.parse().unwrap_or(last);
+                }
+            }
+            last
+        })
+    });
+
+    // The working loop: 10 % of the device in 256 MiB pieces, filled and summed on the
+    // GPU, checked, dropped; until the neighbour has come and gone (or 6 s alone).
+    let working = ((total as f64 * 0.1) as u64 / piece).max(1);
+    let (mut ooms, mut wrong, mut iterations) = (0u64, 0u64, 0u64);
+    let mut budget_min = budget_before;
+    let mut reserved_min = u64::MAX;
+    let start = Instant::now();
+    loop {
+        let value = (iterations % 7) as f32 + 1.0;
+        let mut pieces = Vec::new();
+        for _ in 0..working {
+            match rt.alloc::<f32>((piece / 4) as usize, "work") {
+                Ok(p) => pieces.push(p),
+                Err(Error::OutOfMemory(e)) => {
+                    ooms += 1;
+                    println!("OOM: {e}");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let sums = rt.alloc::<f32>(pieces.len().max(1), "sums")?;
+        let totals: Vec<_> = (0..pieces.len()).map(|_| rt.alloc::<f32>(1, "total")).collect::<Result<_>>()?;
+        let mut batch = rt.batch();
+        for (p, t) in pieces.iter().zip(&totals) {
+            batch.fill(value, p)?.reduce(Reduce::Max, p, t)?;
+        }
+        batch.submit()?;
+        for t in &totals {
+            if rt.download(t)?[0] != value {
+                wrong += 1;
+            }
+        }
+        drop((pieces, sums, totals));
+        arena.maintain();
+        iterations += 1;
+        let budget = arena.budget().unwrap_or(0);
+        budget_min = budget_min.min(budget);
+        reserved_min = reserved_min.min(arena.stats().reserved);
+        let done = match child.as_mut() {
+            Some(c) => c.try_wait().ok().flatten().is_some(),
+            None => start.elapsed() > Duration::from_secs(6),
+        };
+        if iterations % 10 == 0 || done {
+            let m = gpu.driver_memory();
+            println!(
+                "t {:5.2} s: budget {:6.2} GiB, reserved {:6.2} GiB, driver budget {}",
+                start.elapsed().as_secs_f64(),
+                gib(budget),
+                gib(arena.stats().reserved),
+                m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.budget)))
+            );
+        }
+        if done || start.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+    }
+    let neighbour_took = progress.and_then(|h| h.join().ok()).unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(100));
+    let budget_after = arena.refresh_budget()?.unwrap_or(0);
+    println!("iterations: {iterations}");
+    println!("neighbour_gib: {:.2}", gib(neighbour_took));
+    println!("neighbour_wanted_gib: {:.2}", gib(want));
+    println!("budget_min_gib: {:.2}", gib(budget_min));
+    println!("budget_after_gib: {:.2}", gib(budget_after));
+    println!(
+        "cache_given_back_gib: {:.2}",
+        gib(cached_before.saturating_sub(reserved_min))
+    );
+    println!("oom_errors: {ooms}");
+    println!("wrong_results: {wrong}");
+    println!("\n{}", arena.summary());
+    if ooms > 0 || wrong > 0 || neighbour_took < want {
+        std::process::exit(1);
+    }
+    Ok(())
+}
