@@ -34,6 +34,7 @@ struct Sizes {
 struct Replica<'a> {
     rt: &'a Runtime,
     rows: usize,
+    dim: usize,
     x: Typed<f32>,
     xt: Typed<f32>,
     target: Typed<f32>,
@@ -55,13 +56,21 @@ struct Replica<'a> {
 }
 
 impl<'a> Replica<'a> {
-    fn new(rt: &'a Runtime, x: &[f32], target: &[f32], w1: &[f32], w2: &[f32], s: Sizes) -> Result<Self> {
+    fn new(
+        rt: &'a Runtime,
+        x: &[f32],
+        target: &[f32],
+        w1: &[f32],
+        w2: &[f32],
+        s: Sizes,
+    ) -> Result<Self> {
         let d = s.dim;
         let rows = x.len() / d;
         let alloc = |n: usize, label: &str| rt.alloc::<f32>(n, label);
         let r = Replica {
             rt,
             rows,
+            dim: d,
             x: rt.alloc_from(x, "x")?,
             xt: alloc(rows * d, "x^T")?,
             target: rt.alloc_from(target, "target")?,
@@ -90,7 +99,7 @@ impl<'a> Replica<'a> {
 
     /// Records and submits one step: forward, loss, gradients of both weights.
     fn submit_step(&self) -> Result<()> {
-        let (m, d) = (self.rows as u64, 0u64 + self.w1.len().isqrt() as u64);
+        let (m, d) = (self.rows as u64, self.dim as u64);
         let mut b = self.rt.batch();
         b.matmul(MatmulShape { m, k: d, n: d }, &self.x, &self.w1, &self.h)?
             .map(Unary::Tanh, &self.h, &self.a)?
@@ -102,7 +111,12 @@ impl<'a> Replica<'a> {
             .scale(2.0, 0.0, &self.diff, &self.dy)?
             // dW2 = A^T dY
             .transpose(m, &self.a, &self.at)?
-            .matmul(MatmulShape { m: d, k: m, n: d }, &self.at, &self.dy, &self.dw2)?
+            .matmul(
+                MatmulShape { m: d, k: m, n: d },
+                &self.at,
+                &self.dy,
+                &self.dw2,
+            )?
             // dA = dY W2^T
             .transpose(d, &self.w2, &self.w2t)?
             .matmul(MatmulShape { m, k: d, n: d }, &self.dy, &self.w2t, &self.da)?
@@ -111,7 +125,12 @@ impl<'a> Replica<'a> {
             .scale(-1.0, 1.0, &self.sq, &self.sq)?
             .binary(Binary::Mul, &self.da, &self.sq, &self.dh)?
             // dW1 = X^T dH
-            .matmul(MatmulShape { m: d, k: m, n: d }, &self.xt, &self.dh, &self.dw1)?;
+            .matmul(
+                MatmulShape { m: d, k: m, n: d },
+                &self.xt,
+                &self.dh,
+                &self.dw1,
+            )?;
         b.submit()?;
         Ok(())
     }
@@ -127,10 +146,14 @@ fn arg(name: &str) -> Option<usize> {
 
 fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     // A small LCG: the example needs no dependency for its inputs.
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
@@ -151,6 +174,13 @@ fn main() -> Result<()> {
         set = DeviceSet::open_with(&options)?;
     }
     let cpu = set.device(0).gpu().is_cpu();
+    // Transfer settings to try (`--chunk-mib`, `--depth`); the defaults otherwise.
+    let transfer = TransferConfig {
+        chunk: arg("--chunk-mib").map(|m| (m as u64) << 20),
+        depth: arg("--depth").unwrap_or(TransferConfig::default().depth),
+        ..Default::default()
+    };
+    set.set_transfer(transfer.clone());
     let sizes = Sizes {
         batch: arg("--batch").unwrap_or(if cpu { 512 } else { 32768 }),
         dim: arg("--dim").unwrap_or(if cpu { 128 } else { 4096 }),
@@ -195,36 +225,48 @@ fn main() -> Result<()> {
         .enumerate()
         .map(|(i, r)| {
             let rows = r.start * d..r.end * d;
-            Replica::new(set.device(i), &x[rows.clone()], &target[rows], &w1, &w2, sizes)
+            Replica::new(
+                set.device(i),
+                &x[rows.clone()],
+                &target[rows],
+                &w1,
+                &w2,
+                sizes,
+            )
         })
         .collect::<Result<_>>()?;
     let mut many_times = Vec::new();
-    let mut allreduce_seconds = 0.0;
-    let mut allreduce_bytes = 0u64;
+    let mut compute_times = Vec::new();
+    let mut allreduce_times = Vec::new();
     let mut losses = 0.0f32;
     for i in 0..=steps {
         let start = Instant::now();
         for r in &replicas {
             r.submit_step()?;
         }
-        let t = Instant::now();
-        let a = set.all_reduce_sum(replicas.iter().map(|r| &r.dw1))?;
-        let b = set.all_reduce_sum(replicas.iter().map(|r| &r.dw2))?;
+        // The ring's copies wait for each device's step anyway (one queue per device);
+        // waiting here first splits the step's time into its two parts.
+        set.synchronize()?;
+        let computed = start.elapsed().as_secs_f64();
+        set.all_reduce_sum(replicas.iter().map(|r| &r.dw1))?;
+        set.all_reduce_sum(replicas.iter().map(|r| &r.dw2))?;
         set.synchronize()?;
         if i > 0 {
-            many_times.push(start.elapsed().as_secs_f64());
-            allreduce_seconds += t.elapsed().as_secs_f64();
-            allreduce_bytes += a.bytes + b.bytes;
+            let total = start.elapsed().as_secs_f64();
+            many_times.push(total);
+            compute_times.push(computed);
+            allreduce_times.push(total - computed);
         }
         losses = 0.0;
         for r in &replicas {
             losses += r.rt.download(&r.loss)?[0];
         }
     }
-
     // Check every device's gradients against the single device.
     let tolerance = |reference: &[f32]| {
-        let rms = (reference.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / reference.len() as f64).sqrt();
+        let rms = (reference.iter().map(|v| (*v as f64).powi(2)).sum::<f64>()
+            / reference.len() as f64)
+            .sqrt();
         move |got: f32, want: f32| ((got - want).abs() as f64) <= 1e-3 * (want.abs() as f64 + rms)
     };
     let mut mismatches = 0usize;
@@ -233,8 +275,16 @@ fn main() -> Result<()> {
     for r in &replicas {
         let g1 = r.rt.download(&r.dw1)?;
         let g2 = r.rt.download(&r.dw2)?;
-        mismatches += g1.iter().zip(&reference.0).filter(|(g, w)| !ok1(**g, **w)).count();
-        mismatches += g2.iter().zip(&reference.1).filter(|(g, w)| !ok2(**g, **w)).count();
+        mismatches += g1
+            .iter()
+            .zip(&reference.0)
+            .filter(|(g, w)| !ok1(**g, **w))
+            .count();
+        mismatches += g2
+            .iter()
+            .zip(&reference.1)
+            .filter(|(g, w)| !ok2(**g, **w))
+            .count();
     }
     let loss_error = ((losses - reference.2) / reference.2).abs();
     if loss_error > 1e-3 {
@@ -243,6 +293,15 @@ fn main() -> Result<()> {
     println!("loss: {:.6e}", reference.2);
     println!("loss_relative_error: {loss_error:.2e}");
     println!("mismatches: {mismatches}");
+
+    // One device's step alone (after the check: it overwrites the gradients), to see whether the devices overlap.
+    let mut alone = Vec::new();
+    for _ in 0..steps.min(3) {
+        let start = Instant::now();
+        replicas[0].submit_step()?;
+        replicas[0].rt.gpu().wait_idle()?;
+        alone.push(start.elapsed().as_secs_f64());
+    }
 
     // Transfers: device 0 to 1, overlapped and serial, best of three.
     let bytes: usize = if cpu { 64 << 20 } else { 1 << 30 };
@@ -259,13 +318,43 @@ fn main() -> Result<()> {
     };
     let gbps = time_copy(&set)?;
     println!("device_to_device_gbps: {gbps:.1}");
+    // Smaller copies, as an all-reduce's segments are: the cost per chunk shows.
+    for mib in [16usize, 32, 128] {
+        let len = (mib << 20).min(bytes);
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let start = Instant::now();
+            set.copy((src.allocation(), 0), (dst.allocation(), 0), len as u64)?;
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        println!("copy_{mib}mib_gbps: {:.1}", len as f64 / best / 1e9);
+    }
+    if n > 1 {
+        // Both directions at once: what each device's one queue gives two copies.
+        let back_src = set.device(1).alloc::<u32>(bytes / 4, "transfer src 1")?;
+        let back_dst = set.device(0).alloc::<u32>(bytes / 4, "transfer dst 0")?;
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let start = Instant::now();
+            std::thread::scope(|scope| -> Result<()> {
+                let there = scope.spawn(|| set.copy_typed(&src, &dst));
+                set.copy_typed(&back_src, &back_dst)?;
+                there.join().expect("the copy's thread panicked")
+            })?;
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        println!(
+            "both_directions_gbps: {:.1}",
+            2.0 * bytes as f64 / best / 1e9
+        );
+    }
     println!("shared_host_memory: {}", set.shares_host_memory(0, 1 % n)?);
     set.set_transfer(TransferConfig {
         overlap: false,
-        ..Default::default()
+        ..transfer.clone()
     });
     let serial_gbps = time_copy(&set)?;
-    set.set_transfer(TransferConfig::default());
+    set.set_transfer(transfer);
     println!("device_to_device_serial_gbps: {serial_gbps:.1}");
     println!("overlap_vs_serial: {:.2}", gbps / serial_gbps);
     drop((src, dst));
@@ -289,11 +378,22 @@ fn main() -> Result<()> {
     if let Some(r) = report {
         let algbw = r.bytes as f64 / best / 1e9;
         println!("allreduce_gbps: {algbw:.1}");
-        println!("allreduce_bus_gbps: {:.1}", algbw * 2.0 * (n as f64 - 1.0) / n as f64);
+        println!(
+            "allreduce_bus_gbps: {:.1}",
+            algbw * 2.0 * (n as f64 - 1.0) / n as f64
+        );
+        println!(
+            "allreduce_reduce_scatter_share: {:.2}",
+            r.reduce_scatter_seconds / r.seconds
+        );
     }
+    let step_allreduce = median(allreduce_times);
+    println!("step_compute_ms: {:.2}", median(compute_times) * 1e3);
+    println!("one_shard_alone_ms: {:.2}", median(alone) * 1e3);
+    println!("step_allreduce_ms: {:.2}", step_allreduce * 1e3);
     println!(
         "step_allreduce_gbps: {:.1}",
-        allreduce_bytes as f64 / allreduce_seconds.max(1e-12) / 1e9
+        (2 * d * d * 4) as f64 / step_allreduce.max(1e-12) / 1e9
     );
 
     let t_one = median(one_times);

@@ -31,37 +31,44 @@ fn gib(b: u64) -> f64 {
 /// holds them for `hold` seconds, then exits.
 fn neighbour(bytes: u64, hold: f64) -> Result<()> {
     let gpu = Gpu::headless()?;
+    let step = GIB.min(gpu.limits().max_buffer_size);
     let mut held = Vec::new();
     let mut taken = 0;
     let start = Instant::now();
-    while taken < bytes && start.elapsed() < Duration::from_secs(60) {
-        let size = GIB.min(bytes - taken);
+    while taken < bytes && start.elapsed() < Duration::from_secs(120) {
+        let size = step.min(bytes - taken);
         let made = gpu.scoped("the neighbour's allocation", || {
-            let buffer = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            gpu.device().create_buffer(&wgpu::BufferDescriptor {
                 label: Some("neighbour"),
                 size,
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
-            });
-            // Touch it, so the memory is really taken.
-            let mut encoder = gpu.device().create_command_encoder(&Default::default());
-            encoder.clear_buffer(&buffer, 0, None);
-            gpu.submit([encoder.finish()]);
-            buffer
+            })
         });
         match made {
             Ok(buffer) => {
-                gpu.wait_idle()?;
+                // Touch it, so the memory is really taken (queued; not waited for: the
+                // first process keeps its GPU busy, and each wait would queue behind it).
+                let mut encoder = gpu.device().create_command_encoder(&Default::default());
+                encoder.clear_buffer(&buffer, 0, None);
+                gpu.submit([encoder.finish()]);
                 held.push(buffer);
                 taken += size;
-                println!("neighbour: holding {taken}");
+                println!(
+                    "neighbour: holding {taken} after {:.2} s",
+                    start.elapsed().as_secs_f64()
+                );
             }
             // The GPU is full for now: the other process gives memory back as its
             // budget shrinks; try again shortly.
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    println!("neighbour: done {taken}");
+    gpu.wait_idle()?;
+    println!(
+        "neighbour: done {taken} after {:.2} s",
+        start.elapsed().as_secs_f64()
+    );
     std::thread::sleep(Duration::from_secs_f64(hold));
     drop(held);
     Ok(())
@@ -117,7 +124,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     println!("cached_before_gib: {:.2}", gib(cached_before));
 
     // The neighbour: half of the device.
-    let want = if reading.is_some() { total / 2 / GIB * GIB } else { 0 };
+    let want = if reading.is_some() {
+        total / 2 / GIB * GIB
+    } else {
+        0
+    };
     let mut child = if want > 0 {
         Some(
             Command::new(std::env::current_exe()?)
@@ -133,7 +144,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             let mut last = 0u64;
             for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
                 if let Some(v) = line.strip_prefix("neighbour: holding ") {
-                    last = v.parse().unwrap_or(last);
+                    last = v
+                        .split(' ')
+                        .next()
+                        .and_then(|b| b.parse().ok())
+                        .unwrap_or(last);
+                }
+                if line.starts_with("neighbour: done") {
+                    println!("{line}");
                 }
             }
             last
@@ -161,7 +179,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             }
         }
         let sums = rt.alloc::<f32>(pieces.len().max(1), "sums")?;
-        let totals: Vec<_> = (0..pieces.len()).map(|_| rt.alloc::<f32>(1, "total")).collect::<Result<_>>()?;
+        let totals: Vec<_> = (0..pieces.len())
+            .map(|_| rt.alloc::<f32>(1, "total"))
+            .collect::<Result<_>>()?;
         let mut batch = rt.batch();
         for (p, t) in pieces.iter().zip(&totals) {
             batch.fill(value, p)?.reduce(Reduce::Max, p, t)?;
@@ -174,6 +194,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         }
         drop((pieces, sums, totals));
         arena.maintain();
+        // An application does other things between steps; the neighbour's work gets the
+        // GPU meanwhile.
+        std::thread::sleep(Duration::from_millis(2));
         iterations += 1;
         let budget = arena.budget().unwrap_or(0);
         budget_min = budget_min.min(budget);

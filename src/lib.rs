@@ -67,8 +67,8 @@ pub mod vt;
 pub use arena::{Allocation, Arena, ArenaConfig};
 pub use error::{Error, Result};
 pub use gpu::{
-    parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing, TimingSource, INSTALL_HINT,
-    OPTIONAL_FEATURES,
+    parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing,
+    TimingSource, INSTALL_HINT, OPTIONAL_FEATURES,
 };
 pub use runtime::{Runtime, RuntimeConfig};
 

@@ -42,15 +42,25 @@ fn two_devices_are_two_devices_with_one_ledger() {
     let a = d0.alloc::<f32>(1 << 20, "on device 0").unwrap();
     let before = set.ledger();
     assert!(before.devices[0].allocated >= 4 << 20);
-    assert_eq!(before.allocated(), before.devices.iter().map(|d| d.allocated).sum::<u64>());
+    assert_eq!(
+        before.allocated(),
+        before.devices.iter().map(|d| d.allocated).sum::<u64>()
+    );
     // The other device refuses it.
     let y = d1.alloc::<f32>(1 << 20, "on device 1").unwrap();
     let mut batch = d1.batch();
     let err = batch.axpy(1.0, &a, &y).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("device"), "{err}");
     let summary = set.summary();
-    assert!(summary.contains("total") && summary.contains("2 devices"), "{summary}");
-    assert!(d0.arena().summary().contains("device 0"), "{}", d0.arena().summary());
+    assert!(
+        summary.contains("total") && summary.contains("2 devices"),
+        "{summary}"
+    );
+    assert!(
+        d0.arena().summary().contains("device 0"),
+        "{}",
+        d0.arena().summary()
+    );
     assert_eq!(set.device_of(a.allocation()).unwrap(), 0);
     assert_eq!(set.device_of(y.allocation()).unwrap(), 1);
 }
@@ -74,16 +84,35 @@ fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
     )
     .unwrap();
     assert!(!fallback.shares_host_memory(1, 0).unwrap());
-    for (k, len) in [1usize, 1000, (3 << 20) / 4 + 7, 5 << 20].into_iter().enumerate() {
+    // And one that copies one chunk after the other (the serial host path).
+    let serial = DeviceSet::from_runtimes(
+        (0..2)
+            .map(|i| vramkit::Runtime::new(set.device(i).gpu(), RuntimeConfig::default()).unwrap())
+            .collect(),
+        TransferConfig {
+            chunk: Some(1 << 20),
+            overlap: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for (k, len) in [1usize, 1000, (3 << 20) / 4 + 7, 5 << 20]
+        .into_iter()
+        .enumerate()
+    {
         for (s, d) in [(0, 1), (1, 0)] {
-            for which in [set, &fallback] {
+            for which in [set, &fallback, &serial] {
                 let data = random_f32(len, k as u64 * 10 + s as u64);
                 let src = which.device(s).alloc_from(&data, "src").unwrap();
                 let dst = which.device(d).alloc::<f32>(len + 16, "dst").unwrap();
                 let pad = vec![7.0f32; len + 16];
                 which.device(d).upload(&dst, &pad).unwrap();
                 which
-                    .copy((src.allocation(), 0), (dst.allocation(), 32), len as u64 * 4)
+                    .copy(
+                        (src.allocation(), 0),
+                        (dst.allocation(), 32),
+                        len as u64 * 4,
+                    )
                     .unwrap();
                 let got = which.device(d).download(&dst).unwrap();
                 assert_eq!(&got[8..8 + len], &data[..], "{len} floats {s} -> {d}");
@@ -100,14 +129,20 @@ fn scatter_gather_broadcast_and_replicate_round_trip() {
     for rows in [1usize, 2, 3, 1000] {
         let row_len = rng.gen_range(1..300);
         let x: Vec<u32> = (0..rows * row_len).map(|_| rng.gen()).collect();
-        for split in [Split::Even, Split::Shares(vec![1.0, 3.0]), Split::Shares(vec![0.0, 1.0])] {
+        for split in [
+            Split::Even,
+            Split::Shares(vec![1.0, 3.0]),
+            Split::Shares(vec![0.0, 1.0]),
+        ] {
             let s = set.scatter(&x, row_len, &split, "x").unwrap();
             let covered: usize = s.shards().iter().map(|sh| sh.rows.len()).sum();
             assert_eq!(covered, rows);
             assert_eq!(set.gather(&s).unwrap(), x, "{rows} rows, {split:?}");
         }
     }
-    let ranges = set.split_rows(1000, &Split::Shares(vec![1.0, 3.0])).unwrap();
+    let ranges = set
+        .split_rows(1000, &Split::Shares(vec![1.0, 3.0]))
+        .unwrap();
     assert_eq!(ranges, vec![0..250, 250..1000]);
     let data = random_f32(12345, 9);
     let replicas = set.broadcast(&data, "b").unwrap();
@@ -124,7 +159,9 @@ fn scatter_gather_broadcast_and_replicate_round_trip() {
 fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
     let set = set();
     for (seed, len) in [(1u64, 1usize), (2, 3), (3, 1000), (4, (9 << 20) / 4 + 5)] {
-        let parts: Vec<Vec<f32>> = (0..set.len()).map(|d| random_f32(len, seed * 7 + d as u64)).collect();
+        let parts: Vec<Vec<f32>> = (0..set.len())
+            .map(|d| random_f32(len, seed * 7 + d as u64))
+            .collect();
         let replicas: Vec<_> = parts
             .iter()
             .enumerate()
@@ -136,20 +173,37 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
         for (d, r) in replicas.iter().enumerate() {
             let got = set.device(d).download(r).unwrap();
             // The same sum, bit for bit, on every device.
-            assert!(got.iter().zip(&first).all(|(a, b)| a.to_bits() == b.to_bits()), "device {d}");
+            assert!(
+                got.iter()
+                    .zip(&first)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "device {d}"
+            );
             for i in 0..len {
                 let exact: f64 = parts.iter().map(|p| p[i] as f64).sum();
                 let magnitude: f64 = parts.iter().map(|p| (p[i] as f64).abs()).sum();
                 let bound = (set.len() - 1) as f64 * f32::EPSILON as f64 / 2.0 * magnitude + 1e-30;
-                assert!((got[i] as f64 - exact).abs() <= bound, "{len}: [{i}] {} vs {exact}", got[i]);
+                assert!(
+                    (got[i] as f64 - exact).abs() <= bound,
+                    "{len}: [{i}] {} vs {exact}",
+                    got[i]
+                );
             }
         }
     }
     // Integer values: exact.
     let ints: Vec<Vec<f32>> = (0..set.len())
-        .map(|d| (0..5000).map(|i| ((i * 37 + d * 1001) % 100_000) as f32 - 50_000.0).collect())
+        .map(|d| {
+            (0..5000)
+                .map(|i| ((i * 37 + d * 1001) % 100_000) as f32 - 50_000.0)
+                .collect()
+        })
         .collect();
-    let replicas: Vec<_> = ints.iter().enumerate().map(|(d, p)| set.device(d).alloc_from(p, "ints").unwrap()).collect();
+    let replicas: Vec<_> = ints
+        .iter()
+        .enumerate()
+        .map(|(d, p)| set.device(d).alloc_from(p, "ints").unwrap())
+        .collect();
     set.all_reduce_sum(&replicas).unwrap();
     let got = set.device(1).download(&replicas[1]).unwrap();
     for (i, g) in got.iter().enumerate() {
@@ -164,8 +218,12 @@ fn misuse_is_a_typed_error_naming_the_device_and_loses_nothing() {
     let x = set.device(0).alloc::<f32>(64, "x").unwrap();
     let y = set.device(1).alloc::<f32>(64, "y").unwrap();
     // Out of range, unaligned.
-    assert!(set.copy((x.allocation(), 0), (y.allocation(), 4), 256).is_err());
-    assert!(set.copy((x.allocation(), 2), (y.allocation(), 0), 8).is_err());
+    assert!(set
+        .copy((x.allocation(), 0), (y.allocation(), 4), 256)
+        .is_err());
+    assert!(set
+        .copy((x.allocation(), 2), (y.allocation(), 0), 8)
+        .is_err());
     // Arrays in the wrong order, of different lengths.
     let swapped = [
         set.device(1).alloc::<f32>(64, "on 1").unwrap(),
@@ -180,7 +238,9 @@ fn misuse_is_a_typed_error_naming_the_device_and_loses_nothing() {
     // An allocation of a device outside the set.
     let outsider = vramkit::Runtime::new(common::gpu(), RuntimeConfig::default()).unwrap();
     let z = outsider.alloc::<f32>(64, "outsider").unwrap();
-    let err = set.copy((z.allocation(), 0), (y.allocation(), 0), 256).unwrap_err();
+    let err = set
+        .copy((z.allocation(), 0), (y.allocation(), 0), 256)
+        .unwrap_err();
     assert!(err.to_string().contains("no device of this set"), "{err}");
     // A shard that does not fit its device's budget names the device; nothing stays.
     let mut config = RuntimeConfig::default();
@@ -195,7 +255,9 @@ fn misuse_is_a_typed_error_naming_the_device_and_loses_nothing() {
         .alloc_sharded::<f32>(4 << 20, 1, &Split::Shares(vec![1.0, 3.0]), "big")
         .unwrap_err();
     match &err {
-        Error::OnDevice { device: 1, source, .. } => {
+        Error::OnDevice {
+            device: 1, source, ..
+        } => {
             assert!(matches!(**source, Error::OutOfMemory(_)), "{err}")
         }
         other => panic!("expected OnDevice(1, OutOfMemory), got {other}"),
@@ -223,7 +285,9 @@ fn a_lost_device_fails_its_own_work_and_the_other_continues() {
     set.device(1).gpu().device().destroy();
     let err = set.copy_typed(&on0, &on1).unwrap_err();
     match &err {
-        Error::OnDevice { device: 1, source, .. } => {
+        Error::OnDevice {
+            device: 1, source, ..
+        } => {
             assert!(matches!(**source, Error::DeviceLost { .. }), "{err}")
         }
         other => panic!("expected OnDevice(1, DeviceLost), got {other}"),
@@ -267,7 +331,9 @@ fn a_live_budget_follows_the_driver_and_gives_cache_back() {
     assert_eq!(limit, Some(128 << 20));
     assert!(arena.is_budget_live());
     // Fill to 96 MiB, drop it all: the arena keeps it as cache.
-    let blocks: Vec<_> = (0..6).map(|i| arena.alloc(16 << 20, &format!("b{i}")).unwrap()).collect();
+    let blocks: Vec<_> = (0..6)
+        .map(|i| arena.alloc(16 << 20, &format!("b{i}")).unwrap())
+        .collect();
     drop(blocks);
     arena.synchronize().unwrap();
     assert!(arena.stats().reserved >= 96 << 20);
@@ -276,13 +342,81 @@ fn a_live_budget_follows_the_driver_and_gives_cache_back() {
     let limit = arena.refresh_budget().unwrap().unwrap();
     assert_eq!(limit, 32 << 20);
     assert!(arena.stats().reserved <= limit, "{}", arena.summary());
-    assert!(arena.summary().contains("live: driver allows"), "{}", arena.summary());
+    assert!(
+        arena.summary().contains("live: driver allows"),
+        "{}",
+        arena.summary()
+    );
     // Work within the new budget goes on; beyond it is a typed error, not a crash.
     let small = arena.alloc(8 << 20, "small").unwrap();
-    assert!(matches!(arena.alloc(64 << 20, "too big"), Err(Error::OutOfMemory(_))));
+    assert!(matches!(
+        arena.alloc(64 << 20, "too big"),
+        Err(Error::OutOfMemory(_))
+    ));
     drop(small);
     // The neighbour leaves: the budget comes back.
     neighbour.store(0, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(arena.refresh_budget().unwrap(), Some(128 << 20));
     rt.gpu().set_driver_memory_reader(None);
+}
+
+#[test]
+fn a_shrinking_live_budget_spills_movables_to_the_host_and_keeps_their_bytes() {
+    common::gpu();
+    // A device of its own: a reader installed on the shared test GPU would reach the
+    // other tests' arenas too.
+    let gpu = vramkit::Gpu::headless().unwrap();
+    let rt = vramkit::Runtime::new(&gpu, RuntimeConfig::default()).unwrap();
+    let arena = rt.arena().clone();
+    let tiers = vramkit::tier::Tiers::new(&arena, Default::default()).unwrap();
+    let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = neighbour.clone();
+    let ours = arena.clone();
+    gpu.set_driver_memory_reader(Some(Arc::new(move || {
+        let total = 256u64 << 20;
+        Some(DriverMemory {
+            budget: total - seen.load(std::sync::atomic::Ordering::Relaxed),
+            usage: ours.stats().reserved,
+            total,
+            source: "test",
+        })
+    })));
+    arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap();
+    let data: Vec<Vec<f32>> = (0..6).map(|i| random_f32(4 << 20, 100 + i)).collect();
+    let movables: Vec<_> = data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let m = tiers.alloc(16 << 20, &format!("m{i}")).unwrap();
+            let resident = tiers.make_resident(&[&m]).unwrap();
+            rt.upload(resident.elements::<f32>(&m).unwrap(), d).unwrap();
+            drop(resident);
+            m
+        })
+        .collect();
+    rt.arena().synchronize().unwrap();
+    assert!(arena.stats().reserved >= 96 << 20);
+    // The neighbour takes 192 MiB: 32 MiB is left for this arena.
+    neighbour.store(192 << 20, std::sync::atomic::Ordering::Relaxed);
+    let limit = arena.refresh_budget().unwrap().unwrap();
+    assert_eq!(limit, 32 << 20);
+    // The tiers spilled; once their copies are done the emptied blocks go back.
+    arena.synchronize().unwrap();
+    arena.refresh_budget().unwrap();
+    assert!(
+        arena.stats().reserved <= 32 << 20,
+        "{}\n{:?}",
+        arena.summary(),
+        tiers.stats()
+    );
+    assert!(tiers.stats().evictions > 0, "{:?}", tiers.stats());
+    // Every movable still holds its bytes, brought back one at a time.
+    for (m, d) in movables.iter().zip(&data) {
+        let resident = tiers.make_resident(&[m]).unwrap();
+        assert_eq!(
+            &rt.download(resident.elements::<f32>(m).unwrap()).unwrap(),
+            d
+        );
+    }
+    gpu.set_driver_memory_reader(None);
 }

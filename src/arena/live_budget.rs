@@ -146,9 +146,10 @@ impl Arena {
         };
         live.next = None;
         live.last = None;
-        self.shared()
-            .live_on
-            .store(live.fraction.is_some(), std::sync::atomic::Ordering::Relaxed);
+        self.shared().live_on.store(
+            live.fraction.is_some(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }
 

@@ -55,8 +55,8 @@ mod guard;
 pub mod history;
 mod invariants;
 mod labels;
-mod lock;
 mod live_budget;
+mod lock;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub(crate) mod planned;

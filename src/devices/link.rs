@@ -33,8 +33,10 @@ use std::sync::Arc;
 use crate::gpu::{HostBuffer, HostMemory, HostPlacement};
 use crate::{Allocation, Error, Gpu, Result};
 
-/// The smallest chunk a copy is cut into (unless a slot is smaller).
-const MIN_CHUNK: u64 = 4 << 20;
+/// The smallest chunk a copy is cut into (unless a slot is smaller). On two H200s, 32 MiB
+/// copies read 32.7 GB/s with 8 MiB chunks, 34.0 with 4 and 28.8 with 16, and the
+/// data-parallel step's all-reduce took 9.9 ms against 11.4 (16) and 12.8 (4).
+const MIN_CHUNK: u64 = 8 << 20;
 
 /// How the devices of a set copy to each other.
 #[derive(Clone, Debug)]
@@ -179,13 +181,14 @@ impl Link {
         }
         let depth = self.slots.len();
         // At least two chunks per slot where the copy is long enough, so that a copy of
-        // a few slots' worth still overlaps its two halves; never below 4 MiB (each chunk
+        // a few slots' worth still overlaps its two halves; never below 8 MiB (each chunk
         // costs a submission and a wake-up), never above a slot.
         let chunk = len
             .div_ceil(2 * depth as u64)
             .max(MIN_CHUNK)
             .next_multiple_of(256)
             .min(self.chunk);
+        let started = web_time::Instant::now();
         let chunks: Vec<Range<u64>> = (0..len.div_ceil(chunk))
             .map(|i| i * chunk..((i + 1) * chunk).min(len))
             .collect();
@@ -219,7 +222,8 @@ impl Link {
                     if let Some(index) = ups[i - 1].take() {
                         self.dst.wait_for(index)?;
                     }
-                    downs[refill] = Some(self.download(src, src_offset, refill % depth, &chunks[refill])?);
+                    downs[refill] =
+                        Some(self.download(src, src_offset, refill % depth, &chunks[refill])?);
                 }
             }
             if let Some(index) = ups.iter_mut().rev().find_map(Option::take) {
@@ -227,6 +231,11 @@ impl Link {
             }
             Ok(())
         })();
+        log::debug!(
+            "link copy of {len} bytes in {} chunks of {chunk}: {:?}",
+            chunks.len(),
+            started.elapsed()
+        );
         if result.is_err() {
             // No copy may outlive the borrows; a device that is gone runs nothing more.
             let _ = self.src.wait_idle();

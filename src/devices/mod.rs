@@ -124,8 +124,7 @@ impl DeviceUsage {
         if let Some(d) = self.driver {
             return Some(d.available() + self.reserved.saturating_sub(self.allocated));
         }
-        self.device_memory
-            .map(|m| m.saturating_sub(self.allocated))
+        self.device_memory.map(|m| m.saturating_sub(self.allocated))
     }
 }
 
@@ -218,7 +217,8 @@ impl DeviceSet {
             if config.arena.name.is_empty() {
                 config.arena.name = format!("device{i}");
             }
-            runtimes.push(Runtime::new(gpu, config).map_err(|e| on_device(i, &gpu.info().name, e))?);
+            runtimes
+                .push(Runtime::new(gpu, config).map_err(|e| on_device(i, &gpu.info().name, e))?);
         }
         Self::from_runtimes(runtimes, options.transfer.clone())
     }
@@ -227,7 +227,10 @@ impl DeviceSet {
     /// renderer). Two runtimes on the same device are refused.
     pub fn from_runtimes(devices: Vec<Runtime>, transfer: TransferConfig) -> Result<DeviceSet> {
         for (i, a) in devices.iter().enumerate() {
-            if let Some(j) = devices[..i].iter().position(|b| b.gpu().same_device(a.gpu())) {
+            if let Some(j) = devices[..i]
+                .iter()
+                .position(|b| b.gpu().same_device(a.gpu()))
+            {
                 return Err(Error::invalid(
                     format!("runtimes {j} and {i} of a device set share one device"),
                     "give each device of a set one runtime",
@@ -375,7 +378,13 @@ impl DeviceSet {
     ) -> Result<()> {
         let (s, d) = (self.device_of(src)?, self.device_of(dst)?);
         check_range("source", src, src_offset, len, wgpu::BufferUsages::COPY_SRC)?;
-        check_range("destination", dst, dst_offset, len, wgpu::BufferUsages::COPY_DST)?;
+        check_range(
+            "destination",
+            dst,
+            dst_offset,
+            len,
+            wgpu::BufferUsages::COPY_DST,
+        )?;
         if len == 0 || src.is_virtual() || dst.is_virtual() {
             return Ok(());
         }
@@ -398,11 +407,7 @@ impl DeviceSet {
     ) -> Result<()> {
         if src.len() != dst.len() {
             return Err(Error::invalid(
-                format!(
-                    "copy of {} elements into {} elements",
-                    src.len(),
-                    dst.len()
-                ),
+                format!("copy of {} elements into {} elements", src.len(), dst.len()),
                 "pass allocations of the same length",
             ));
         }
@@ -504,7 +509,7 @@ fn check_range(
             "pass a range inside the allocation",
         ));
     }
-    if offset % 4 != 0 || len % 4 != 0 {
+    if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
         return Err(Error::invalid(
             format!("a copy of {len} bytes at {what} offset {offset}"),
             "offsets and lengths of copies between devices must be multiples of 4",

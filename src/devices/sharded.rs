@@ -98,6 +98,8 @@ pub struct AllReduceReport {
     pub seconds: f64,
     /// Devices.
     pub devices: usize,
+    /// Of `seconds`, the reduce-scatter's copies and additions.
+    pub reduce_scatter_seconds: f64,
 }
 
 impl AllReduceReport {
@@ -244,7 +246,9 @@ impl DeviceSet {
 
     /// The whole array back on the host, each shard downloaded on a thread of its own.
     pub fn gather<T: bytemuck::Pod + Send + Sync>(&self, sharded: &Sharded<T>) -> Result<Vec<T>> {
-        let parts = self.each_shard(sharded, |shard| self.device(shard.device).download(&shard.data))?;
+        let parts = self.each_shard(sharded, |shard| {
+            self.device(shard.device).download(&shard.data)
+        })?;
         Ok(parts.concat())
     }
 
@@ -255,14 +259,20 @@ impl DeviceSet {
         label: &str,
     ) -> Result<Vec<Typed<T>>> {
         let replicas = self.per_device(|_, rt| rt.alloc::<T>(data.len(), label))?;
-        self.parallel(replicas.len(), |i| self.device(i).upload(&replicas[i], data))?;
+        self.parallel(replicas.len(), |i| {
+            self.device(i).upload(&replicas[i], data)
+        })?;
         Ok(replicas)
     }
 
     /// Copies of `src` (on one device of the set) on every device, in device order; the
     /// source's own device gets a copy too. The copies go device to device
     /// ([`copy`](Self::copy)), all at once.
-    pub fn replicate<T: bytemuck::Pod>(&self, src: &Typed<T>, label: &str) -> Result<Vec<Typed<T>>> {
+    pub fn replicate<T: bytemuck::Pod>(
+        &self,
+        src: &Typed<T>,
+        label: &str,
+    ) -> Result<Vec<Typed<T>>> {
         let from = self.device_of(src.allocation())?;
         let replicas = self.per_device(|_, rt| rt.alloc::<T>(src.len(), label))?;
         self.parallel(replicas.len(), |i| {
@@ -271,7 +281,11 @@ impl DeviceSet {
                 // and destination in one arena block).
                 let bytes = (src.len() * std::mem::size_of::<T>()) as u64;
                 let mut batch = self.device(i).kernels().batch();
-                batch.copy(bytes.div_ceil(4), src.allocation(), replicas[i].allocation())?;
+                batch.copy(
+                    bytes.div_ceil(4),
+                    src.allocation(),
+                    replicas[i].allocation(),
+                )?;
                 batch.submit().map(|_| ())
             } else {
                 self.copy_typed(src, &replicas[i])
@@ -301,7 +315,10 @@ impl DeviceSet {
         let n = self.len();
         if replicas.len() != n {
             return Err(Error::invalid(
-                format!("{} arrays for an all-reduce over {n} devices", replicas.len()),
+                format!(
+                    "{} arrays for an all-reduce over {n} devices",
+                    replicas.len()
+                ),
                 "pass one array per device, in device order",
             ));
         }
@@ -309,27 +326,36 @@ impl DeviceSet {
             let on = self.device_of(r.allocation())?;
             if on != i {
                 return Err(Error::invalid(
-                    format!("array {i} of the all-reduce ('{}') lives on device {on}", r.allocation().label()),
+                    format!(
+                        "array {i} of the all-reduce ('{}') lives on device {on}",
+                        r.allocation().label()
+                    ),
                     "pass one array per device, in device order",
                 ));
             }
             if r.len() != replicas[0].len() {
                 return Err(Error::invalid(
-                    format!("all-reduce arrays of {} and {} elements", replicas[0].len(), r.len()),
+                    format!(
+                        "all-reduce arrays of {} and {} elements",
+                        replicas[0].len(),
+                        r.len()
+                    ),
                     "every device's array must have the same length",
                 ));
             }
         }
         let len = replicas[0].len();
         let start = Instant::now();
-        let report = |start: Instant| AllReduceReport {
+        let report = |start: Instant, reduce_scatter_seconds: f64| AllReduceReport {
             bytes: (len * 4) as u64,
             seconds: start.elapsed().as_secs_f64(),
             devices: n,
+            reduce_scatter_seconds,
         };
         if n == 1 || len == 0 {
-            return Ok(report(start));
+            return Ok(report(start, 0.0));
         }
+        log::debug!("all-reduce of {len} floats: checks {:?}", start.elapsed());
         let segments: Vec<Range<usize>> = (0..n).map(|k| k * len / n..(k + 1) * len / n).collect();
         let widest = segments.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
         let scratch = self.per_device(|_, rt| rt.alloc::<f32>(widest, "all-reduce: received"))?;
@@ -343,12 +369,18 @@ impl DeviceSet {
                     .add_pool(SUM_POOL, Default::default())
                     .or_else(|e| arena.pool(SUM_POOL).ok_or(e))?,
             };
-            arena.alloc_in(pool, widest as u64 * 4, "all-reduce: sum")?.typed::<f32>()
+            arena
+                .alloc_in(pool, widest as u64 * 4, "all-reduce: sum")?
+                .typed::<f32>()
         })?;
+        log::debug!("all-reduce: scratch allocated {:?}", start.elapsed());
         for (d, r) in replicas.iter().enumerate() {
             if r.allocation().buffer() == sums[d].allocation().buffer() {
                 return Err(Error::invalid(
-                    format!("all-reduce array '{}' lies in the pool '{SUM_POOL}'", r.allocation().label()),
+                    format!(
+                        "all-reduce array '{}' lies in the pool '{SUM_POOL}'",
+                        r.allocation().label()
+                    ),
                     "allocate the arrays of an all-reduce from another pool",
                 ));
             }
@@ -358,29 +390,39 @@ impl DeviceSet {
         // adds it into its own.
         for step in 0..n - 1 {
             let segment = |i: usize| &segments[(i + n - step) % n];
-            self.parallel(n, |i| {
+            for i in 0..n {
                 let (offset, size) = bytes(segment(i));
                 let to = (i + 1) % n;
-                self.copy((replicas[i].allocation(), offset), (scratch[to].allocation(), 0), size)
-            })?;
-            for to in 0..n {
-                let from = (to + n - 1) % n;
-                let seg = segment(from);
-                if seg.is_empty() {
-                    continue;
+                let t = Instant::now();
+                self.copy(
+                    (replicas[i].allocation(), offset),
+                    (scratch[to].allocation(), 0),
+                    size,
+                )?;
+                log::debug!(
+                    "all-reduce: reduce-scatter step {step}, {i} -> {to}: {:?}",
+                    t.elapsed()
+                );
+                if size > 0 {
+                    self.add_into(to, replicas[to], segment(i), &scratch[to], &sums[to])?;
                 }
-                self.add_into(to, replicas[to], seg, &scratch[to], &sums[to])?;
             }
         }
+        let reduce_scatter_seconds = start.elapsed().as_secs_f64();
+        log::debug!("all-reduce: reduce-scatter done {:?}", start.elapsed());
         // All-gather: at step s device i sends its finished segment (i + 1 - s) mod n on.
         for step in 0..n - 1 {
-            self.parallel(n, |i| {
+            for i in 0..n {
                 let (offset, size) = bytes(&segments[(i + 1 + n - step) % n]);
                 let to = (i + 1) % n;
-                self.copy((replicas[i].allocation(), offset), (replicas[to].allocation(), offset), size)
-            })?;
+                self.copy(
+                    (replicas[i].allocation(), offset),
+                    (replicas[to].allocation(), offset),
+                    size,
+                )?;
+            }
         }
-        Ok(report(start))
+        Ok(report(start, reduce_scatter_seconds))
     }
 
     /// On device `d`: `replica[seg] += received[..seg.len()]`, through `sum` (the kernels
@@ -398,7 +440,10 @@ impl DeviceSet {
         let (offset, size) = (seg.start as u64 * 4, seg.len() as u64 * 4);
         let (Some(received), Some(sum_part)) = (received.first(seg.len()), sum.first(seg.len()))
         else {
-            return Err(Error::invalid("an all-reduce segment wider than its scratch", "report this bug"));
+            return Err(Error::invalid(
+                "an all-reduce segment wider than its scratch",
+                "report this bug",
+            ));
         };
         let mut batch = rt.batch();
         let r = replica.allocation();
@@ -425,7 +470,10 @@ impl DeviceSet {
 
     /// One value per device, made in device order; the first error (naming its device)
     /// drops what was made.
-    fn per_device<V>(&self, mut make: impl FnMut(usize, &crate::Runtime) -> Result<V>) -> Result<Vec<V>> {
+    fn per_device<V>(
+        &self,
+        mut make: impl FnMut(usize, &crate::Runtime) -> Result<V>,
+    ) -> Result<Vec<V>> {
         self.runtimes()
             .iter()
             .enumerate()
@@ -439,13 +487,24 @@ impl DeviceSet {
             return Ok(vec![f(0)?]);
         }
         std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..n).map(|i| scope.spawn({
-                let f = &f;
-                move || f(i)
-            })).collect();
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    scope.spawn({
+                        let f = &f;
+                        move || f(i)
+                    })
+                })
+                .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::invalid("a device's thread panicked", "see the panic message above"))))
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::invalid(
+                            "a device's thread panicked",
+                            "see the panic message above",
+                        ))
+                    })
+                })
                 .collect()
         })
     }
@@ -460,14 +519,23 @@ impl DeviceSet {
             let on = self.device_of(shard.data.allocation())?;
             if on != shard.device {
                 return Err(Error::invalid(
-                    format!("a shard says device {} but lives on device {on}", shard.device),
+                    format!(
+                        "a shard says device {} but lives on device {on}",
+                        shard.device
+                    ),
                     "pass a Sharded made by this set",
                 ));
             }
         }
         self.parallel(sharded.shards.len(), |k| {
             let shard = &sharded.shards[k];
-            f(shard).map_err(|e| on_device(shard.device, &self.device(shard.device).gpu().info().name, e))
+            f(shard).map_err(|e| {
+                on_device(
+                    shard.device,
+                    &self.device(shard.device).gpu().info().name,
+                    e,
+                )
+            })
         })
     }
 }

@@ -77,7 +77,9 @@ impl HostMemory {
     /// `None` if the host refuses.
     pub(crate) fn new(len: u64, align: u64) -> Option<HostMemory> {
         let align = usize::try_from(align.max(64)).ok()?;
-        let len = usize::try_from(len.max(1)).ok()?.checked_next_multiple_of(align)?;
+        let len = usize::try_from(len.max(1))
+            .ok()?
+            .checked_next_multiple_of(align)?;
         let layout = std::alloc::Layout::from_size_align(len, align).ok()?;
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
@@ -296,7 +298,10 @@ impl HostBuffer {
         let align = gpu.host_import_alignment()?;
         let size = host.len();
         let addr = host.ptr.as_ptr() as u64;
-        if !addr.is_multiple_of(align) || !size.is_multiple_of(align) || size > gpu.limits().max_buffer_size {
+        if !addr.is_multiple_of(align)
+            || !size.is_multiple_of(align)
+            || size > gpu.limits().max_buffer_size
+        {
             log::debug!("host import {label}: {size} bytes at {addr:#x} not aligned to {align}");
             return None;
         }
@@ -320,7 +325,8 @@ impl HostBuffer {
                 log::debug!("host import {label}: pointer properties: {queried}");
                 return None;
             }
-            let mut external_info = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
+            let mut external_info =
+                vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
             let info = vk::BufferCreateInfo::default()
                 .size(size)
                 .usage(vk_usage)
@@ -440,15 +446,16 @@ unsafe fn wrap(
             raw_buffer,
             Box::new(move || drop(held)),
         );
-        gpu.device().create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
-            hal_buffer,
-            &wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage,
-                mapped_at_creation: false,
-            },
-        )
+        gpu.device()
+            .create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
+                hal_buffer,
+                &wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                },
+            )
     }
 }
 

@@ -44,7 +44,8 @@ fn open_with_host_import(
         let hal_adapter = adapter.as_hal::<wgpu::hal::api::Vulkan>()?;
         if !hal_adapter
             .physical_device_capabilities()
-            .supports_extension(EXTENSION) {
+            .supports_extension(EXTENSION)
+        {
             return None;
         }
         let add = Box::new(|args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
@@ -101,6 +102,7 @@ pub(super) fn alignment(_device: &wgpu::Device) -> Option<u64> {
 impl Gpu {
     /// The alignment of host memory this device imports, where vramkit opened it with
     /// `VK_EXT_external_memory_host`.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) fn host_import_alignment(&self) -> Option<u64> {
         self.inner.host_import_alignment
     }

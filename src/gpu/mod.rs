@@ -20,11 +20,15 @@ mod work_done;
 
 pub use driver_memory::{DriverMemory, DriverMemoryReader};
 pub use lifecycle::LifecycleGuard;
-pub use select::{parse_backends, GpuOptions};
+// For the device set, which the browser build has not.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) use select::rank;
+pub use select::{parse_backends, GpuOptions};
 pub use timer::{Timing, TimingSource};
 
-pub(crate) use host_buffer::{HostBuffer, HostMemory, HostPlacement};
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use host_buffer::HostMemory;
+pub(crate) use host_buffer::{HostBuffer, HostPlacement};
 pub(crate) use work_done::{Epoch, WorkDone};
 
 use std::sync::Arc;
@@ -122,6 +126,7 @@ struct GpuInner {
     driver_memory_reader: crate::lock_rank::Mutex<Option<DriverMemoryReader>>,
     /// The alignment of host memory this device can import (`VK_EXT_external_memory_host`
     /// enabled when vramkit opened it), or `None`.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     host_import_alignment: Option<u64>,
 }
 
@@ -204,12 +209,13 @@ impl Gpu {
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
-        let (device, queue) = host_import::request_device(adapter, &desc)
-            .await
-            .map_err(|source| Error::RequestDevice {
-                adapter: info.name.clone(),
-                source,
-            })?;
+        let (device, queue) =
+            host_import::request_device(adapter, &desc)
+                .await
+                .map_err(|source| Error::RequestDevice {
+                    adapter: info.name.clone(),
+                    source,
+                })?;
         let gpu = Self::build(Some(instance), device, queue, info, matrix_units);
         // vramkit owns this device, so the device-lost callback is ours.
         lost::LostState::install(&gpu.inner.lost, &gpu.inner.device);
@@ -308,10 +314,7 @@ impl Gpu {
                 device_memory,
                 submits: submit::SubmitGate::default(),
                 lost: Arc::default(),
-                driver_memory_reader: crate::lock_rank::Mutex::new(
-                    crate::lock_rank::LEAF,
-                    None,
-                ),
+                driver_memory_reader: crate::lock_rank::Mutex::new(crate::lock_rank::LEAF, None),
                 host_import_alignment,
                 id: {
                     static NEXT: std::sync::atomic::AtomicU64 =
