@@ -191,6 +191,45 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
             }
         }
     }
+    // A bucket of three arrays, one of them empty, sums as the arrays one by one would.
+    let lens = [1000usize, 0, 77_777];
+    let parts: Vec<Vec<Vec<f32>>> = (0..set.len())
+        .map(|d| {
+            lens.iter()
+                .enumerate()
+                .map(|(k, &n)| random_f32(n, 50 + 10 * d as u64 + k as u64))
+                .collect()
+        })
+        .collect();
+    let arrays: Vec<Vec<_>> = parts
+        .iter()
+        .enumerate()
+        .map(|(d, per)| {
+            per.iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| set.device(d).alloc_from(p, "bucketed").unwrap())
+                .collect()
+        })
+        .collect();
+    let buckets: Vec<Vec<_>> = arrays.iter().map(|list| list.iter().collect()).collect();
+    let report = set.all_reduce_sum_bucket(&buckets).unwrap();
+    assert_eq!(report.bytes, (1000 + 77_777) * 4);
+    let filled: Vec<usize> = lens.iter().copied().filter(|&n| n > 0).collect();
+    for (d, list) in arrays.iter().enumerate() {
+        for (k, a) in list.iter().enumerate() {
+            let got = set.device(d).download(a).unwrap();
+            let which = if k == 0 { 0 } else { 2 };
+            assert_eq!(got.len(), filled[k]);
+            for (i, g) in got.iter().enumerate() {
+                let exact: f64 = parts.iter().map(|p| p[which][i] as f64).sum();
+                let magnitude: f64 = parts.iter().map(|p| (p[which][i] as f64).abs()).sum();
+                assert!((*g as f64 - exact).abs() <= f32::EPSILON as f64 * magnitude + 1e-30);
+            }
+        }
+    }
+    // Lists of different lengths on the two devices are refused.
+    let uneven: Vec<Vec<_>> = vec![buckets[0].clone(), buckets[1][..1].to_vec()];
+    assert!(set.all_reduce_sum_bucket(&uneven).is_err());
     // Integer values: exact.
     let ints: Vec<Vec<f32>> = (0..set.len())
         .map(|d| {

@@ -11,12 +11,16 @@
 //!   the host's links to the GPUs run at once.
 //! - **All-reduce (sum, f32)** is a ring: the array is cut into one segment per device;
 //!   in `N - 1` reduce-scatter steps every device sends one segment to the next through
-//!   the set's copies (all `N` copies at once, each GPU uploading and downloading at the
-//!   same time) and the receiver adds it into its own copy with the `axpy` kernel; in
-//!   `N - 1` all-gather steps the finished segments travel round the ring. Each device
+//!   the set's copies and the receiver adds it into its own copy with the `axpy` kernel;
+//!   in `N - 1` all-gather steps the finished segments travel round the ring. Each device
 //!   sends and receives `2 (N - 1) / N` of the array in all, the least any all-reduce
-//!   moves; the rate is reported as NCCL reports it, algorithm bytes per second (array
-//!   bytes / time) and bus bytes per second (that times `2 (N - 1) / N`).
+//!   moves. The copies run one at a time, each pipelined between its two devices: a
+//!   device's one queue carries a download and an upload no faster together than one
+//!   after the other (two H200s: 45-50 GB/s either way), and two threads waiting on one
+//!   device at once stalled each other. The rate is reported as NCCL reports it: array
+//!   bytes per second (algbw) and that times `2 (N - 1) / N` (busbw).
+//! - **Buckets** ([`DeviceSet::all_reduce_sum_bucket`]) sum several arrays as one, as
+//!   PyTorch's data-parallel training does with gradients: fewer, larger copies.
 //!
 //! # Numerics
 //! Every element of the result is the same sum on every device, added in ring order: for
@@ -34,7 +38,40 @@ use crate::arena::Typed;
 use crate::{Error, Result};
 
 /// The pool of each device's arena that holds an all-reduce's running sums.
-const SUM_POOL: &str = "vramkit all-reduce";
+const SUM_POOL: &str = "vramkit all-reduce: sums";
+/// The pool of the buckets of [`DeviceSet::all_reduce_sum_bucket`] (not the sums' pool:
+/// a segment is copied between the two with buffer copies).
+const BUCKET_POOL: &str = "vramkit all-reduce: buckets";
+
+/// Fails if an array lies in the same buffer as its device's scratch of `pool` (only
+/// possible for arrays allocated from vramkit's own all-reduce pools): buffer copies
+/// between the two would be refused.
+fn same_buffer_refused(arrays: &[&Typed<f32>], scratch: &[Typed<f32>], pool: &str) -> Result<()> {
+    for (a, s) in arrays.iter().zip(scratch) {
+        if a.allocation().buffer() == s.allocation().buffer() {
+            return Err(Error::invalid(
+                format!(
+                    "all-reduce array '{}' lies in the pool '{pool}'",
+                    a.allocation().label()
+                ),
+                "allocate the arrays of an all-reduce from another pool",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The pool `name` of `rt`'s arena, added with default settings the first time.
+fn own_pool(rt: &crate::Runtime, name: &str) -> Result<crate::arena::PoolId> {
+    let arena = rt.arena();
+    match arena.pool(name) {
+        Some(pool) => Ok(pool),
+        // Another thread may add it at the same moment: then take theirs.
+        None => arena
+            .add_pool(name, Default::default())
+            .or_else(|e| arena.pool(name).ok_or(e)),
+    }
+}
 
 /// How [`DeviceSet::scatter`] and [`DeviceSet::alloc_sharded`] divide rows.
 #[derive(Clone, Debug, PartialEq)]
@@ -275,7 +312,9 @@ impl DeviceSet {
     ) -> Result<Vec<Typed<T>>> {
         let from = self.device_of(src.allocation())?;
         let replicas = self.per_device(|_, rt| rt.alloc::<T>(src.len(), label))?;
-        self.parallel(replicas.len(), |i| {
+        // One copy at a time (see the module docs: threads waiting on the source device
+        // at once stall each other).
+        (0..replicas.len()).try_for_each(|i| {
             if i == from {
                 // On the source's device: the copy kernel (a buffer copy refuses source
                 // and destination in one arena block).
@@ -312,104 +351,190 @@ impl DeviceSet {
         arrays: impl IntoIterator<Item = &'a Typed<f32>>,
     ) -> Result<AllReduceReport> {
         let replicas: Vec<&Typed<f32>> = arrays.into_iter().collect();
+        self.check_replicas(&replicas.iter().map(|r| vec![*r]).collect::<Vec<_>>())?;
+        let start = Instant::now();
+        let reduce_scatter = self.ring(&replicas, start)?;
+        Ok(AllReduceReport {
+            bytes: (replicas[0].len() * 4) as u64,
+            seconds: start.elapsed().as_secs_f64(),
+            devices: self.len(),
+            reduce_scatter_seconds: reduce_scatter,
+        })
+    }
+
+    /// [`all_reduce_sum`](Self::all_reduce_sum) of several arrays at once, as one: a
+    /// *bucket*, as PyTorch's data-parallel training sums a model's gradients.
+    /// `per_device[d]` lists device `d`'s arrays; every device lists arrays of the same
+    /// lengths in the same order. Each device copies its arrays into one buffer (at its
+    /// memory's speed), the ring sums that buffer, and the sums are copied back: fewer,
+    /// larger copies between devices than one all-reduce per array.
+    ///
+    /// ```no_run
+    /// use vramkit::devices::DeviceSet;
+    /// let set = DeviceSet::open()?;
+    /// let w1 = set.broadcast(&vec![1.0f32; 1 << 20], "dw1")?;
+    /// let w2 = set.broadcast(&vec![2.0f32; 1 << 10], "dw2")?;
+    /// let buckets: Vec<Vec<_>> = (0..set.len()).map(|d| vec![&w1[d], &w2[d]]).collect();
+    /// set.all_reduce_sum_bucket(&buckets)?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn all_reduce_sum_bucket(
+        &self,
+        per_device: &[Vec<&Typed<f32>>],
+    ) -> Result<AllReduceReport> {
+        self.check_replicas(per_device)?;
+        let start = Instant::now();
+        let lens: Vec<usize> = per_device[0].iter().map(|a| a.len()).collect();
+        let total: usize = lens.iter().sum();
+        let report = |reduce_scatter_seconds| AllReduceReport {
+            bytes: (total * 4) as u64,
+            seconds: start.elapsed().as_secs_f64(),
+            devices: self.len(),
+            reduce_scatter_seconds,
+        };
+        if self.len() == 1 || total == 0 {
+            return Ok(report(0.0));
+        }
+        let buckets = self.per_device(|_, rt| {
+            own_pool(rt, BUCKET_POOL)
+                .and_then(|pool| {
+                    rt.arena()
+                        .alloc_in(pool, total as u64 * 4, "all-reduce: bucket")
+                })?
+                .typed::<f32>()
+        })?;
+        for (list, bucket) in per_device.iter().zip(&buckets) {
+            for a in list {
+                same_buffer_refused(&[a], std::slice::from_ref(bucket), BUCKET_POOL)?;
+            }
+        }
+        // Into the buckets, the ring, and back out; each device's copies in one batch.
+        let fill = |d: usize, into_bucket: bool| -> Result<()> {
+            let rt = self.device(d);
+            let mut batch = rt.batch();
+            let bucket = buckets[d].allocation();
+            let mut offset = 0u64;
+            for a in &per_device[d] {
+                let bytes = a.len() as u64 * 4;
+                let (array, at) = (a.allocation(), a.allocation().offset());
+                let encoder = batch.untyped().encoder();
+                if into_bucket {
+                    encoder.copy_buffer_to_buffer(
+                        array.buffer(),
+                        at,
+                        bucket.buffer(),
+                        bucket.offset() + offset,
+                        bytes,
+                    );
+                } else {
+                    encoder.copy_buffer_to_buffer(
+                        bucket.buffer(),
+                        bucket.offset() + offset,
+                        array.buffer(),
+                        at,
+                        bytes,
+                    );
+                }
+                offset += bytes;
+            }
+            batch.submit().map(|_| ())
+        };
+        for d in 0..self.len() {
+            fill(d, true).map_err(|e| on_device(d, &self.device(d).gpu().info().name, e))?;
+        }
+        let reduce_scatter = self.ring(&buckets.iter().collect::<Vec<_>>(), start)?;
+        for d in 0..self.len() {
+            fill(d, false).map_err(|e| on_device(d, &self.device(d).gpu().info().name, e))?;
+        }
+        Ok(report(reduce_scatter))
+    }
+
+    /// Fails unless `per_device` holds one list of arrays per device, in device order,
+    /// each on its device, none in vramkit's all-reduce pools, and every device's list of
+    /// the same lengths.
+    fn check_replicas(&self, per_device: &[Vec<&Typed<f32>>]) -> Result<()> {
         let n = self.len();
-        if replicas.len() != n {
+        if per_device.len() != n {
             return Err(Error::invalid(
                 format!(
                     "{} arrays for an all-reduce over {n} devices",
-                    replicas.len()
+                    per_device.len()
                 ),
-                "pass one array per device, in device order",
+                "pass one array (or bucket) per device, in device order",
             ));
         }
-        for (i, r) in replicas.iter().enumerate() {
-            let on = self.device_of(r.allocation())?;
-            if on != i {
-                return Err(Error::invalid(
-                    format!(
-                        "array {i} of the all-reduce ('{}') lives on device {on}",
-                        r.allocation().label()
-                    ),
-                    "pass one array per device, in device order",
-                ));
+        let shape = |list: &Vec<&Typed<f32>>| list.iter().map(|a| a.len()).collect::<Vec<_>>();
+        for (d, list) in per_device.iter().enumerate() {
+            for a in list {
+                let on = self.device_of(a.allocation())?;
+                if on != d {
+                    return Err(Error::invalid(
+                        format!(
+                            "array '{}' of device {d}'s part of the all-reduce lives on device {on}",
+                            a.allocation().label()
+                        ),
+                        "pass one array (or bucket) per device, in device order",
+                    ));
+                }
             }
-            if r.len() != replicas[0].len() {
+            if shape(list) != shape(&per_device[0]) {
                 return Err(Error::invalid(
                     format!(
-                        "all-reduce arrays of {} and {} elements",
-                        replicas[0].len(),
-                        r.len()
+                        "all-reduce arrays of lengths {:?} on device 0 and {:?} on device {d}",
+                        shape(&per_device[0]),
+                        shape(list)
                     ),
-                    "every device's array must have the same length",
+                    "every device's arrays must have the same lengths",
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The ring of the module docs over `replicas` (checked); returns the seconds from
+    /// `start` to the end of its reduce-scatter.
+    fn ring(&self, replicas: &[&Typed<f32>], start: Instant) -> Result<f64> {
+        let n = self.len();
         let len = replicas[0].len();
-        let start = Instant::now();
-        let report = |start: Instant, reduce_scatter_seconds: f64| AllReduceReport {
-            bytes: (len * 4) as u64,
-            seconds: start.elapsed().as_secs_f64(),
-            devices: n,
-            reduce_scatter_seconds,
-        };
         if n == 1 || len == 0 {
-            return Ok(report(start, 0.0));
+            return Ok(0.0);
         }
-        log::debug!("all-reduce of {len} floats: checks {:?}", start.elapsed());
         let segments: Vec<Range<usize>> = (0..n).map(|k| k * len / n..(k + 1) * len / n).collect();
         let widest = segments.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
         let scratch = self.per_device(|_, rt| rt.alloc::<f32>(widest, "all-reduce: received"))?;
         // In a pool of their own: the segment is copied between the array and its sum
         // with buffer copies, which refuse source and destination in one buffer.
         let sums = self.per_device(|_, rt| {
-            let arena = rt.arena();
-            let pool = match arena.pool(SUM_POOL) {
-                Some(pool) => pool,
-                None => arena
-                    .add_pool(SUM_POOL, Default::default())
-                    .or_else(|e| arena.pool(SUM_POOL).ok_or(e))?,
-            };
-            arena
-                .alloc_in(pool, widest as u64 * 4, "all-reduce: sum")?
+            own_pool(rt, SUM_POOL)
+                .and_then(|pool| {
+                    rt.arena()
+                        .alloc_in(pool, widest as u64 * 4, "all-reduce: sum")
+                })?
                 .typed::<f32>()
         })?;
-        log::debug!("all-reduce: scratch allocated {:?}", start.elapsed());
-        for (d, r) in replicas.iter().enumerate() {
-            if r.allocation().buffer() == sums[d].allocation().buffer() {
-                return Err(Error::invalid(
-                    format!(
-                        "all-reduce array '{}' lies in the pool '{SUM_POOL}'",
-                        r.allocation().label()
-                    ),
-                    "allocate the arrays of an all-reduce from another pool",
-                ));
-            }
-        }
+        same_buffer_refused(replicas, &sums, SUM_POOL)?;
         let bytes = |r: &Range<usize>| (r.start as u64 * 4, r.len() as u64 * 4);
         // Reduce-scatter: at step s device i sends segment (i - s) mod n to i + 1, which
-        // adds it into its own.
+        // adds it into its own. One copy at a time: each device has one queue, which
+        // carries a download and an upload no faster together than one after the other
+        // (two H200s: 45-50 GB/s either way), and two threads waiting on one device at
+        // once stalled each other (a 32 MiB copy took 11-15 ms instead of 1.7).
         for step in 0..n - 1 {
             let segment = |i: usize| &segments[(i + n - step) % n];
             for i in 0..n {
                 let (offset, size) = bytes(segment(i));
                 let to = (i + 1) % n;
-                let t = Instant::now();
                 self.copy(
                     (replicas[i].allocation(), offset),
                     (scratch[to].allocation(), 0),
                     size,
                 )?;
-                log::debug!(
-                    "all-reduce: reduce-scatter step {step}, {i} -> {to}: {:?}",
-                    t.elapsed()
-                );
                 if size > 0 {
                     self.add_into(to, replicas[to], segment(i), &scratch[to], &sums[to])?;
                 }
             }
         }
-        let reduce_scatter_seconds = start.elapsed().as_secs_f64();
-        log::debug!("all-reduce: reduce-scatter done {:?}", start.elapsed());
+        let reduce_scatter = start.elapsed().as_secs_f64();
         // All-gather: at step s device i sends its finished segment (i + 1 - s) mod n on.
         for step in 0..n - 1 {
             for i in 0..n {
@@ -422,7 +547,7 @@ impl DeviceSet {
                 )?;
             }
         }
-        Ok(report(start, reduce_scatter_seconds))
+        Ok(reduce_scatter)
     }
 
     /// On device `d`: `replica[seg] += received[..seg.len()]`, through `sum` (the kernels
