@@ -37,6 +37,14 @@ fn neighbour(bytes: u64, hold: f64) -> Result<()> {
     let start = Instant::now();
     while taken < bytes && start.elapsed() < Duration::from_secs(120) {
         let size = step.min(bytes - taken);
+        // A polite neighbour: it takes only what the driver says is free, with 1 GiB to
+        // spare. One that retried refused allocations got stuck once (BENCHMARKS.md,
+        // Several GPUs), and wgpu loses a device on some out-of-memory paths.
+        let free = gpu.driver_memory().map_or(u64::MAX, |m| m.available());
+        if free < size + GIB {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
         let made = gpu.scoped("the neighbour's allocation", || {
             gpu.device().create_buffer(&wgpu::BufferDescriptor {
                 label: Some("neighbour"),
@@ -59,9 +67,10 @@ fn neighbour(bytes: u64, hold: f64) -> Result<()> {
                     start.elapsed().as_secs_f64()
                 );
             }
-            // The GPU is full for now: the other process gives memory back as its
-            // budget shrinks; try again shortly.
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                println!("neighbour: allocation refused: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
     gpu.wait_idle()?;
@@ -150,7 +159,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
                         .and_then(|b| b.parse().ok())
                         .unwrap_or(last);
                 }
-                if line.starts_with("neighbour: done") {
+                if line.starts_with("neighbour: done") || line.contains("refused") {
                     println!("{line}");
                 }
             }
@@ -205,7 +214,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             Some(c) => c.try_wait().ok().flatten().is_some(),
             None => start.elapsed() > Duration::from_secs(6),
         };
-        if iterations % 10 == 0 || done {
+        if iterations % 50 == 0 || done {
             let m = gpu.driver_memory();
             println!(
                 "t {:5.2} s: budget {:6.2} GiB, reserved {:6.2} GiB, driver budget {}",
