@@ -28,6 +28,27 @@ fn set() -> &'static DeviceSet {
     })
 }
 
+/// A set of `count` devices of its own (a loss or a reader installed there reaches no other
+/// test).
+fn fresh_set(count: usize) -> DeviceSet {
+    DeviceSet::open_with(&DeviceSetOptions {
+        count: Some(count),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// A set of fresh runtimes on `set`'s devices, copying as `transfer` says.
+fn on_the_same_gpus(set: &DeviceSet, transfer: TransferConfig) -> DeviceSet {
+    DeviceSet::from_runtimes(
+        (0..set.len())
+            .map(|i| vramkit::Runtime::new(set.device(i).gpu(), RuntimeConfig::default()).unwrap())
+            .collect(),
+        transfer,
+    )
+    .unwrap()
+}
+
 fn random_f32(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = SmallRng::seed_from_u64(seed);
     (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
@@ -71,31 +92,25 @@ fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
     let shared_path = set.shares_host_memory(0, 1).unwrap();
     eprintln!("copies share host memory: {shared_path}");
     // A set that copies on the host between two staging buffers, on the same devices.
-    let fallback = DeviceSet::from_runtimes(
-        (0..2)
-            .map(|i| vramkit::Runtime::new(set.device(i).gpu(), RuntimeConfig::default()).unwrap())
-            .collect(),
+    let fallback = on_the_same_gpus(
+        set,
         TransferConfig {
             shared_host_memory: false,
             chunk: Some(1 << 20),
             depth: 3,
             overlap: true,
         },
-    )
-    .unwrap();
+    );
     assert!(!fallback.shares_host_memory(1, 0).unwrap());
     // And one that copies one chunk after the other (the serial host path).
-    let serial = DeviceSet::from_runtimes(
-        (0..2)
-            .map(|i| vramkit::Runtime::new(set.device(i).gpu(), RuntimeConfig::default()).unwrap())
-            .collect(),
+    let serial = on_the_same_gpus(
+        set,
         TransferConfig {
             chunk: Some(1 << 20),
             overlap: false,
             ..Default::default()
         },
-    )
-    .unwrap();
+    );
     for (k, len) in [1usize, 1000, (3 << 20) / 4 + 7, 5 << 20]
         .into_iter()
         .enumerate()
@@ -311,11 +326,7 @@ fn misuse_is_a_typed_error_naming_the_device_and_loses_nothing() {
 #[test]
 fn a_lost_device_fails_its_own_work_and_the_other_continues() {
     common::gpu();
-    let set = DeviceSet::open_with(&DeviceSetOptions {
-        count: Some(2),
-        ..Default::default()
-    })
-    .unwrap();
+    let set = fresh_set(2);
     let data = random_f32(4096, 5);
     let on0 = set.device(0).alloc_from(&data, "x").unwrap();
     let on1 = set.device(1).alloc::<f32>(4096, "y").unwrap();
@@ -345,11 +356,7 @@ fn a_lost_device_fails_its_own_work_and_the_other_continues() {
 #[test]
 fn a_live_budget_follows_the_driver_and_gives_cache_back() {
     common::gpu();
-    let set = DeviceSet::open_with(&DeviceSetOptions {
-        count: Some(1),
-        ..Default::default()
-    })
-    .unwrap();
+    let set = fresh_set(1);
     let rt = set.device(0);
     // A simulated driver: 256 MiB budget for this process, until a neighbour takes 192.
     let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));

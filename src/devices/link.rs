@@ -202,20 +202,9 @@ impl Link {
                 if let Some(index) = downs[i].take() {
                     self.src.wait_for(index)?;
                 }
-                let slot = &self.slots[i % depth];
-                if !slot.shared {
-                    let n = (r.end - r.start) as usize;
-                    // SAFETY: the source's copy into `on_src` has completed (waited for
-                    // above) and `on_dst`'s last upload completed before this slot was
-                    // refilled: no GPU work touches either range now.
-                    unsafe {
-                        crate::stream::host_copy::copy_parallel(
-                            slot.on_dst.bytes_mut(0..n),
-                            slot.on_src.bytes(0..n),
-                            rayon::current_num_threads(),
-                        );
-                    }
-                }
+                // SAFETY: the source's copy into the slot has completed (waited for
+                // above) and its last upload completed before the slot was refilled.
+                unsafe { self.across_host(i % depth, r) };
                 ups[i] = Some(self.upload(dst, dst_offset, i % depth, r)?);
                 let refill = i + depth - 1;
                 if i >= 1 && refill < chunks.len() {
@@ -236,12 +225,38 @@ impl Link {
             chunks.len(),
             started.elapsed()
         );
+        self.settle(result)
+    }
+
+    /// `result`, after waiting for both devices where it is an error: no copy may
+    /// outlive the caller's borrows (a device that is gone runs nothing more).
+    fn settle(&self, result: Result<()>) -> Result<()> {
         if result.is_err() {
-            // No copy may outlive the borrows; a device that is gone runs nothing more.
             let _ = self.src.wait_idle();
             let _ = self.dst.wait_idle();
         }
         result
+    }
+
+    /// Where the slot is two staging buffers, copies chunk `r`'s bytes from the source's
+    /// buffer to the destination's on the host (shared memory needs nothing).
+    ///
+    /// # Safety
+    /// No GPU work may use the slot's bytes meanwhile: the source's copy into it has
+    /// completed and the destination's last upload out of it too.
+    unsafe fn across_host(&self, slot: usize, r: &Range<u64>) {
+        let slot = &self.slots[slot];
+        if !slot.shared {
+            let n = (r.end - r.start) as usize;
+            // SAFETY: the caller's promise.
+            unsafe {
+                crate::stream::host_copy::copy_parallel(
+                    slot.on_dst.bytes_mut(0..n),
+                    slot.on_src.bytes(0..n),
+                    rayon::current_num_threads(),
+                );
+            }
+        }
     }
 
     /// [`copy`](Self::copy) one slot-sized chunk after the other: download, wait, host
@@ -252,33 +267,19 @@ impl Link {
         (dst, dst_offset): (&Allocation, u64),
         len: u64,
     ) -> Result<()> {
-        let slot = &self.slots[0];
         let result = (|| {
             let mut start = 0;
             while start < len {
                 let r = start..(start + self.chunk).min(len);
                 self.src.wait_for(self.download(src, src_offset, 0, &r)?)?;
-                if !slot.shared {
-                    let n = (r.end - r.start) as usize;
-                    // SAFETY: both copies that touch the slot have completed.
-                    unsafe {
-                        crate::stream::host_copy::copy_parallel(
-                            slot.on_dst.bytes_mut(0..n),
-                            slot.on_src.bytes(0..n),
-                            rayon::current_num_threads(),
-                        );
-                    }
-                }
+                // SAFETY: both copies that touch the slot have completed.
+                unsafe { self.across_host(0, &r) };
                 self.dst.wait_for(self.upload(dst, dst_offset, 0, &r)?)?;
                 start = r.end;
             }
             Ok(())
         })();
-        if result.is_err() {
-            let _ = self.src.wait_idle();
-            let _ = self.dst.wait_idle();
-        }
-        result
+        self.settle(result)
     }
 
     /// Submits the copy of chunk `r` of `src` into slot `slot` on the source device.
@@ -289,8 +290,7 @@ impl Link {
         slot: usize,
         r: &Range<u64>,
     ) -> Result<wgpu::SubmissionIndex> {
-        copy_on(
-            &self.src,
+        self.src.submit_copy(
             "copying between devices: the source's download",
             (src.buffer(), src.offset() + src_offset + r.start),
             (self.slots[slot].on_src.buffer(), 0),
@@ -306,29 +306,11 @@ impl Link {
         slot: usize,
         r: &Range<u64>,
     ) -> Result<wgpu::SubmissionIndex> {
-        copy_on(
-            &self.dst,
+        self.dst.submit_copy(
             "copying between devices: the destination's upload",
             (self.slots[slot].on_dst.buffer(), 0),
             (dst.buffer(), dst.offset() + dst_offset + r.start),
             r.end - r.start,
         )
     }
-}
-
-/// Records and submits one buffer copy on `gpu`.
-fn copy_on(
-    gpu: &Gpu,
-    during: &str,
-    (src, src_offset): (&wgpu::Buffer, u64),
-    (dst, dst_offset): (&wgpu::Buffer, u64),
-    len: u64,
-) -> Result<wgpu::SubmissionIndex> {
-    let mut encoder = gpu
-        .device()
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some(during),
-        });
-    encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, len);
-    gpu.scoped(during, || gpu.submit([encoder.finish()]))
 }

@@ -527,13 +527,7 @@ fn check_range(
 /// The adapters of the best kind present that pass `options`' name filter (discrete GPUs
 /// where any, else integrated, ...), in enumeration order.
 fn best_adapters(adapters: Vec<wgpu::Adapter>, options: &GpuOptions) -> Result<Vec<wgpu::Adapter>> {
-    let seen: Vec<String> = adapters
-        .iter()
-        .map(|a| {
-            let i = a.get_info();
-            format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
-        })
-        .collect();
+    let seen = crate::gpu::seen(&adapters);
     let wanted = options.adapter_name.as_ref().map(|n| n.to_lowercase());
     let matching: Vec<wgpu::Adapter> = adapters
         .into_iter()
@@ -550,7 +544,7 @@ fn best_adapters(adapters: Vec<wgpu::Adapter>, options: &GpuOptions) -> Result<V
     else {
         return Err(Error::NoAdapter {
             selection: options.describe(),
-            seen: seen.join(", "),
+            seen,
             hint: crate::gpu::INSTALL_HINT.to_string(),
         });
     };

@@ -21,9 +21,9 @@ mod work_done;
 pub use driver_memory::{DriverMemory, DriverMemoryReader};
 pub use lifecycle::LifecycleGuard;
 // For the device set, which the browser build has not.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) use select::rank;
 pub use select::{parse_backends, GpuOptions};
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use select::{rank, seen};
 pub use timer::{Timing, TimingSource};
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -110,13 +110,7 @@ pub(crate) fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
 
 /// Picks the best adapter among `adapters` that passes the filters.
 pub(crate) fn choose(adapters: Vec<wgpu::Adapter>, options: &GpuOptions) -> Result<wgpu::Adapter> {
-    let seen: Vec<String> = adapters
-        .iter()
-        .map(|a| {
-            let i = a.get_info();
-            format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
-        })
-        .collect();
+    let seen = seen(&adapters);
     let wanted = options.adapter_name.as_ref().map(|n| n.to_lowercase());
     let best = adapters
         .into_iter()
@@ -141,9 +135,21 @@ pub(crate) fn choose(adapters: Vec<wgpu::Adapter>, options: &GpuOptions) -> Resu
     };
     best.ok_or_else(|| Error::NoAdapter {
         selection: options.describe(),
-        seen: seen.join(", "),
+        seen,
         hint,
     })
+}
+
+/// Every adapter enumerated, for "no adapter" errors: name, backend and type of each.
+pub(crate) fn seen(adapters: &[wgpu::Adapter]) -> String {
+    adapters
+        .iter()
+        .map(|a| {
+            let i = a.get_info();
+            format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

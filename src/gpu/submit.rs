@@ -107,6 +107,24 @@ impl Gpu {
         self.submit_counted(buffers).1
     }
 
+    /// Records one buffer copy in its own command buffer and submits it inside an error
+    /// scope (`during` names it in errors); the caller checked the ranges.
+    pub(crate) fn submit_copy(
+        &self,
+        during: &str,
+        (src, src_offset): (&wgpu::Buffer, u64),
+        (dst, dst_offset): (&wgpu::Buffer, u64),
+        len: u64,
+    ) -> crate::Result<wgpu::SubmissionIndex> {
+        let mut encoder = self
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some(during),
+            });
+        encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, len);
+        self.scoped(during, || self.submit([encoder.finish()]))
+    }
+
     /// `Queue::write_buffer`, serialised with vramkit's submits: a write racing another
     /// thread's `Queue::submit` can lose a barrier in wgpu-core 30 (module docs of
     /// `gpu::submit`). The bytes land before the next submission's commands, as with wgpu.

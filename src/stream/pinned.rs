@@ -199,13 +199,7 @@ fn copy_and_wait(
     (dst, dst_offset): (&wgpu::Buffer, u64),
     len: u64,
 ) -> Result<()> {
-    let mut encoder = gpu
-        .device()
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some(during),
-        });
-    encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, len);
-    let index = gpu.scoped(during, || gpu.submit([encoder.finish()]))?;
+    let index = gpu.submit_copy(during, (src, src_offset), (dst, dst_offset), len)?;
     if let Err(e) = gpu.wait_for(index) {
         // Keep the promise before reporting: no copy may outlive the borrow. If even this
         // fails, the device is gone and runs nothing more.
