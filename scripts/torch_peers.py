@@ -134,6 +134,18 @@ def main():
     print(f"torch_matmul_fp16_tflops: {2 * m ** 3 / t / 1e12:.1f}")
     del a, b, ah, bh
 
+    # Batched products at vramkit's `bench kernels` attention shapes: 32 heads,
+    # scores = Q K^T (2048 x 128 by 128 x 2048) and out = P V (2048 x 2048 by 2048 x 128).
+    heads, seq, dh = 32, 2048, 128
+    for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16")):
+        q = torch.randn(heads, seq, dh, device=dev, dtype=dtype)
+        kt = torch.randn(heads, dh, seq, device=dev, dtype=dtype)
+        p = torch.randn(heads, seq, seq, device=dev, dtype=dtype)
+        v = torch.randn(heads, seq, dh, device=dev, dtype=dtype)
+        t = bench(lambda: (torch.bmm(q, kt), torch.bmm(p, v)), calls=10)
+        print(f"torch_bmm_{name}_tflops: {4 * heads * seq * seq * dh / t / 1e12:.1f}")
+        del q, kt, p, v
+
     # The caching allocator's own alloc+free (host time, as vramkit's arena is measured).
     for size in (256, 1 << 20, 64 << 20):
         for _ in range(100):

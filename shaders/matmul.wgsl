@@ -12,16 +12,23 @@
 // Edges: loads past m, n or k read 0 and stores past m or n are skipped; only the staging
 // and the final stores test bounds, the inner loop does not.
 
+// Batches (`Batch::bmm`): workgroup_id.z picks the product; a, b and c of product z start
+// stride_a * z, stride_b * z and stride_c * z elements in (all 0 for one product).
 struct Params {
     m: u32,
     n: u32,
     k: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
     _pad3: u32,
     _pad4: u32,
 }
+
+// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
+var<private> za: u32;
+var<private> zb: u32;
+var<private> zc: u32;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<In>;
@@ -39,7 +46,7 @@ fn store_row(r: u32, col: u32, lo: vec4<f32>, hi: vec4<f32>) {
         return;
     }
     let n = params.n;
-    let base = r * n;
+    let base = zc + r * n;
     for (var j = 0u; j < 4u; j++) {
         if col + j < n {
             c[base + col + j] = lo[j];
@@ -56,6 +63,9 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>,
     let m = params.m;
     let n = params.n;
     let k = params.k;
+    za = wg.z * params.stride_a;
+    zb = wg.z * params.stride_b;
+    zc = wg.z * params.stride_c;
     let row0 = wg.y * 128u;
     let col0 = wg.x * 128u;
     let tr = t / 16u;
@@ -86,7 +96,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>,
         let ar = row0 + a_row;
         if ar < m {
             let ak = k0 + a_k;
-            let base = ar * k + ak;
+            let base = za + ar * k + ak;
             if ak + 3u < k {
                 av = vec4<f32>(load_a(base), load_a(base + 1u), load_a(base + 2u), load_a(base + 3u));
             } else {
@@ -108,7 +118,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>,
         let bk = k0 + b_k;
         if bk < k {
             let bc = col0 + b_col;
-            let base = bk * n + bc;
+            let base = zb + bk * n + bc;
             if bc + 3u < n {
                 bv = vec4<f32>(load_b(base), load_b(base + 1u), load_b(base + 2u), load_b(base + 3u));
             } else {

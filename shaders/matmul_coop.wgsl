@@ -25,16 +25,24 @@
 // (bindings 1 and 2: eight halves per element, read-only where neither shares a buffer
 // with `c`) and `c` (binding 3, f32).
 
+// Batches (`Batch::bmm`): workgroup_id.z picks the product; a and b of product z start
+// stride_a * z and stride_b * z eight-half units in, c stride_c * z elements (all 0 for one
+// product; the host keeps the input strides multiples of 8 halves for this kernel).
 struct Params {
     m: u32,
     n: u32,
     k: u32,
-    p3: u32,
-    p4: u32,
-    p5: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
     p6: u32,
     p7: u32,
 }
+
+// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
+var<private> za: u32;
+var<private> zb: u32;
+var<private> zc: u32;
 
 @group(0) @binding(0) var<uniform> params: Params;
 
@@ -56,20 +64,20 @@ var<workgroup> slices: array<f16, 13568>;   // B_AT + STEP_K * B_STRIDE
 /// Eight halves of a (row, col) of `a`, zero outside m x k.
 fn load_a(row: u32, col: u32) -> vec4<u32> {
     if !GUARDED {
-        return a[(row * params.k + col) / 8u];
+        return a[za + (row * params.k + col) / 8u];
     }
     let ok = row < params.m && col < params.k;
-    let i = select(0u, (row * params.k + col) / 8u, ok);
+    let i = select(0u, za + (row * params.k + col) / 8u, ok);
     return select(vec4<u32>(0u), a[i], ok);
 }
 
 /// Eight halves of b at (row, col), zero outside k x n.
 fn load_b(row: u32, col: u32) -> vec4<u32> {
     if !GUARDED {
-        return b[(row * params.n + col) / 8u];
+        return b[zb + (row * params.n + col) / 8u];
     }
     let ok = row < params.k && col < params.n;
-    let i = select(0u, (row * params.n + col) / 8u, ok);
+    let i = select(0u, zb + (row * params.n + col) / 8u, ok);
     return select(vec4<u32>(0u), b[i], ok);
 }
 
@@ -90,7 +98,7 @@ fn store(acc: Acc, row: u32, col: u32) {
     // emit expressions written inline there.
     let n = params.n;
     if row < params.m && col < n {
-        let at = row * n + col;
+        let at = zc + row * n + col;
         coopStoreT(acc, &c[at], n);
     }
 }
@@ -101,6 +109,9 @@ fn matmul(
     @builtin(subgroup_id) sg: u32,
     @builtin(local_invocation_index) li: u32,
 ) {
+    za = wg.z * params.stride_a;
+    zb = wg.z * params.stride_b;
+    zc = wg.z * params.stride_c;
     let row0 = wg.y * TILE_M;
     let col0 = wg.x * TILE_N;
     // This subgroup's 64 x 64 block within the tile.

@@ -15,16 +15,24 @@
 // Edges: loads past m, n or k read 0 (k and n are multiples of 4, so a four-element load is
 // wholly inside or outside) and stores past m or n are skipped.
 
+// Batches (`Batch::bmm`): workgroup_id.z picks the product; a, b and c of product z start
+// stride_a * z, stride_b * z and stride_c * z four-element units in (all 0 for one
+// product; the host keeps batch strides multiples of 4 elements for this kernel).
 struct Params {
     m: u32,
     n: u32,
     k: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
     _pad3: u32,
     _pad4: u32,
 }
+
+// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
+var<private> za: u32;
+var<private> zb: u32;
+var<private> zc: u32;
 
 @group(0) @binding(0) var<uniform> params: Params;
 // The prefix declares `a` (binding 1) and `b` (binding 2) as arrays of `In4`, read-only
@@ -42,7 +50,7 @@ var<workgroup> Bs: array<vec4<f32>, 512>;
 fn load_a4(row: u32, q: u32) -> vec4<f32> {
     let k4 = params.k / 4u;
     if row < params.m && q < k4 {
-        return widen4(a[row * k4 + q]);
+        return widen4(a[za + row * k4 + q]);
     }
     return vec4<f32>(0.0);
 }
@@ -51,7 +59,7 @@ fn load_a4(row: u32, q: u32) -> vec4<f32> {
 fn load_b4(row: u32, q: u32) -> vec4<f32> {
     let n4 = params.n / 4u;
     if row < params.k && q < n4 {
-        return widen4(b[row * n4 + q]);
+        return widen4(b[zb + row * n4 + q]);
     }
     return vec4<f32>(0.0);
 }
@@ -63,10 +71,10 @@ fn store_row(r: u32, q: u32, lo: vec4<f32>, hi: vec4<f32>) {
         return;
     }
     if q < n4 {
-        c[r * n4 + q] = lo;
+        c[zc + r * n4 + q] = lo;
     }
     if q + 16u < n4 {
-        c[r * n4 + q + 16u] = hi;
+        c[zc + r * n4 + q + 16u] = hi;
     }
 }
 
@@ -74,6 +82,9 @@ fn store_row(r: u32, q: u32, lo: vec4<f32>, hi: vec4<f32>) {
 fn matmul(@builtin(workgroup_id) wg: vec3<u32>,
           @builtin(local_invocation_index) t: u32) {
     let k = params.k;
+    za = wg.z * params.stride_a;
+    zb = wg.z * params.stride_b;
+    zc = wg.z * params.stride_c;
     let row0 = wg.y * 128u;
     let col0 = wg.x * 128u;
     let tr = t / 16u;

@@ -542,6 +542,131 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
 }
 
 #[test]
+fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
+    let config = vramkit::ArenaConfig {
+        guard_bytes: 256,
+        ..Default::default()
+    };
+    let arena = Arena::new(gpu(), config).unwrap();
+    let mut r = rng();
+    for kernels in variants(&arena) {
+        // (count, m, n, k, pad between products, b shared by every product)
+        for (count, m, n, k, pad, shared_b) in [
+            (1usize, 5usize, 7usize, 3usize, 0usize, false),
+            (3, 1, 9, 1, 0, false),
+            (3, 9, 1, 5, 0, true),
+            // Attention-like: heads side by side, each (m x k) by (k x n).
+            (4, 64, 64, 16, 0, false),
+            (4, 32, 48, 16, 8, false),
+            // Multiples of 16 and 8 with strides the matrix units take (pad of 16), and
+            // a pad of 3 that sends the batch to the portable kernel.
+            (3, 48, 32, 24, 16, false),
+            (2, 48, 32, 24, 3, false),
+            (5, 20, 24, 12, 0, true),
+        ] {
+            let shape = MatmulShape {
+                m: m as u64,
+                k: k as u64,
+                n: n as u64,
+            };
+            let (sa, sb, sc) = (
+                m * k + pad,
+                if shared_b { 0 } else { k * n + pad },
+                m * n + pad,
+            );
+            let batch = vramkit::kernels::MatmulBatch {
+                count: count as u64,
+                stride_a: sa as u64,
+                stride_b: sb as u64,
+                stride_c: sc as u64,
+            };
+            let (la, lb, lc) = (
+                (count - 1) * sa + m * k,
+                (count - 1) * sb + k * n,
+                (count - 1) * sc + m * n,
+            );
+            let a = random_f32(&mut r, la);
+            let b = random_f32(&mut r, lb);
+            let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+            let (aa, ba) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"));
+            let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
+            let (c32, c16) = (
+                poisoned(&arena, lc, "c"),
+                poisoned(&arena, lc, "c from f16"),
+            );
+            let mut recorded = kernels.batch();
+            recorded
+                .bmm(MatmulInput::F32, shape, batch, &aa, &ba, &c32)
+                .unwrap();
+            recorded
+                .bmm(MatmulInput::F16, shape, batch, &aha, &bha, &c16)
+                .unwrap();
+            recorded.submit().unwrap();
+            let widen = |h: &[u16]| -> Vec<f32> {
+                h.iter()
+                    .map(|&v| half::f16::from_bits(v).to_f32())
+                    .collect()
+            };
+            let (a16, b16) = (widen(&ah), widen(&bh));
+            let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));
+            let what = format!(
+                "{count} x {m}x{n}x{k} pad {pad} shared b {shared_b} {:?}",
+                kernels.options()
+            );
+            for z in 0..count {
+                let (oa, ob, oc) = (z * sa, z * sb, z * sc);
+                check_matmul(
+                    &g32[oc..oc + m * n],
+                    &a[oa..oa + m * k],
+                    &b[ob..ob + k * n],
+                    (m, n, k),
+                    &format!("f32 [{z}] {what}"),
+                );
+                check_matmul(
+                    &g16[oc..oc + m * n],
+                    &a16[oa..oa + m * k],
+                    &b16[ob..ob + k * n],
+                    (m, n, k),
+                    &format!("f16 [{z}] {what}"),
+                );
+                // The padding between outputs is never written.
+                if z + 1 < count {
+                    assert!(
+                        g32[oc + m * n..oc + sc].iter().all(|v| v.is_nan()),
+                        "{what}: padding written"
+                    );
+                }
+            }
+        }
+    }
+    // Bad batches: outputs that overlap, an operand too short for the last product, none.
+    let shape = MatmulShape { m: 4, k: 4, n: 4 };
+    let (a, b, c) = (
+        upload(&arena, &[0.0f32; 64], "a"),
+        upload(&arena, &[0.0f32; 64], "b"),
+        poisoned(&arena, 64, "c"),
+    );
+    let kernels = &variants(&arena)[0];
+    let mut recorded = kernels.batch();
+    let overlapping = vramkit::kernels::MatmulBatch {
+        stride_c: 8,
+        ..vramkit::kernels::MatmulBatch::packed(4, shape)
+    };
+    assert!(recorded
+        .bmm(MatmulInput::F32, shape, overlapping, &a, &b, &c)
+        .is_err());
+    let too_many = vramkit::kernels::MatmulBatch::packed(5, shape);
+    assert!(recorded
+        .bmm(MatmulInput::F32, shape, too_many, &a, &b, &c)
+        .is_err());
+    let none = vramkit::kernels::MatmulBatch::packed(0, shape);
+    assert!(recorded
+        .bmm(MatmulInput::F32, shape, none, &a, &b, &c)
+        .is_err());
+    assert!(arena.check_guards().unwrap().is_empty());
+}
+
+#[test]
 fn matmul_rejects_bad_shapes_and_overlap() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let kernels = Kernels::new(&arena).unwrap();

@@ -508,6 +508,183 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     }
     drop((a, b, ah, bh, c));
 
+    // Batched products at the shapes of attention: per head, scores = Q K^T (L x D by
+    // D x L) and out = P V (L x L by L x D); 32 heads of L = 2048, D = 128 on GPUs.
+    let (heads, l, dh) = if gpu.is_cpu() {
+        (4u64, 128u64, 32u64)
+    } else {
+        (32, 2048, 128)
+    };
+    let scores = MatmulShape { m: l, k: dh, n: l };
+    let values = MatmulShape { m: l, k: l, n: dh };
+    let mut seed = 7u64;
+    let mut random = |n: u64| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    };
+    let host = [
+        random(heads * l * dh),
+        random(heads * dh * l),
+        random(heads * l * l),
+        random(heads * l * dh),
+    ];
+    let upload = |data: &[f32], half: bool, label: &str| {
+        let bytes: Vec<u8> = if half {
+            bytemuck::cast_slice(&to_half(data)).to_vec()
+        } else {
+            bytemuck::cast_slice(data).to_vec()
+        };
+        let alloc = arena.alloc(bytes.len() as u64, label).expect("bmm operand");
+        q.write_buffer(alloc.buffer(), alloc.offset(), &bytes);
+        alloc
+    };
+    let out_scores = arena
+        .alloc(4 * heads * l * l, "bmm scores")
+        .expect("scores");
+    let out_values = arena.alloc(4 * heads * l * dh, "bmm out").expect("out");
+    for (name, input, half) in [
+        ("bmm_f32", MatmulInput::F32, false),
+        ("bmm_f16", MatmulInput::F16, true),
+    ] {
+        let ops: Vec<_> = host
+            .iter()
+            .zip(["q", "k^T", "p", "v"])
+            .map(|(h, n)| upload(h, half, n))
+            .collect();
+        // A macro, not a closure: each use is a closure of its own whose borrows of the
+        // operands live as long as the batch `time_batch` makes.
+        macro_rules! both {
+            () => {
+                |batch: &mut vramkit::kernels::Batch<'_>| {
+                    batch
+                        .bmm(
+                            input,
+                            scores,
+                            vramkit::kernels::MatmulBatch::packed(heads, scores),
+                            &ops[0],
+                            &ops[1],
+                            &out_scores,
+                        )
+                        .expect("record")
+                        .bmm(
+                            input,
+                            values,
+                            vramkit::kernels::MatmulBatch::packed(heads, values),
+                            &ops[2],
+                            &ops[3],
+                            &out_values,
+                        )
+                        .expect("record");
+                }
+            };
+        }
+        // The uploads and the previous case's CPU checks let the GPU's clock fall: warm
+        // it again on this case's own products before timing them.
+        warm_until_steady(name, figures, || time_batch(&kernels, mm_reps, both!()));
+        let secs = time_batch(&kernels, mm_reps, both!());
+        // Each product alone too: their shapes differ (n = L against n = D).
+        for (part, shape, (x, y), out) in [
+            ("scores", scores, (&ops[0], &ops[1]), &out_scores),
+            ("values", values, (&ops[2], &ops[3]), &out_values),
+        ] {
+            let secs = time_batch(&kernels, mm_reps, |batch| {
+                batch
+                    .bmm(
+                        input,
+                        shape,
+                        vramkit::kernels::MatmulBatch::packed(heads, shape),
+                        x,
+                        y,
+                        out,
+                    )
+                    .expect("record");
+            });
+            let tflops = (heads * shape.flops()) as f64 / secs / 1e12;
+            figures.add(
+                format!("kernel_{name}_{part}_tflops"),
+                format!("{tflops:.2}"),
+            );
+        }
+        // Spot checks of both products in the last head against the CPU (on the inputs
+        // as the kernel saw them: rounded to f16 for the f16 product).
+        let seen = |v: &[f32]| -> Vec<f32> {
+            if half {
+                v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+            } else {
+                v.to_vec()
+            }
+        };
+        let (qh, kh, ph, vh) = (
+            seen(&host[0]),
+            seen(&host[1]),
+            seen(&host[2]),
+            seen(&host[3]),
+        );
+        let got_s = vramkit::readback::read_as::<f32>(
+            gpu,
+            out_scores.buffer(),
+            out_scores.offset(),
+            (heads * l * l) as usize,
+        )
+        .expect("read");
+        let got_o = vramkit::readback::read_as::<f32>(
+            gpu,
+            out_values.buffer(),
+            out_values.offset(),
+            (heads * l * dh) as usize,
+        )
+        .expect("read");
+        let z = (heads - 1) as usize;
+        let (l, dh) = (l as usize, dh as usize);
+        for s in 0..16 {
+            let (i, j) = ((s * 131) % l, (s * 977) % l);
+            let want: f64 = (0..dh)
+                .map(|p| qh[z * l * dh + i * dh + p] as f64 * kh[z * dh * l + p * l + j] as f64)
+                .sum();
+            let mag: f64 = (0..dh)
+                .map(|p| {
+                    (qh[z * l * dh + i * dh + p] as f64 * kh[z * dh * l + p * l + j] as f64).abs()
+                })
+                .sum();
+            let got = got_s[z * l * l + i * l + j] as f64;
+            assert!(
+                (got - want).abs() <= 1e-4 * mag + 1e-6,
+                "{name} scores[{z}][{i}][{j}] = {got}, want {want}"
+            );
+            let j = j % dh;
+            let want: f64 = (0..l)
+                .map(|p| ph[z * l * l + i * l + p] as f64 * vh[z * l * dh + p * dh + j] as f64)
+                .sum();
+            let mag: f64 = (0..l)
+                .map(|p| {
+                    (ph[z * l * l + i * l + p] as f64 * vh[z * l * dh + p * dh + j] as f64).abs()
+                })
+                .sum();
+            let got = got_o[z * l * dh + i * dh + j] as f64;
+            assert!(
+                (got - want).abs() <= 1e-4 * mag + 1e-6,
+                "{name} out[{z}][{i}][{j}] = {got}, want {want}"
+            );
+        }
+        let flops = 2.0 * (heads as f64) * 2.0 * (l * l * dh) as f64;
+        let tflops = flops / secs / 1e12;
+        println!(
+            "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
+            name,
+            format!("{heads}x{l}x{l}x{dh}"),
+            secs * 1e3,
+            tflops
+        );
+        figures.add(format!("kernel_{name}_tflops"), format!("{tflops:.2}"));
+    }
+    drop((out_scores, out_values));
+
     // CPU cost of recording a dispatch inside a batch (small n, nothing waits on the GPU).
     let small = arena.alloc_typed::<f32>(1024, "small").expect("small");
     let small_y = arena.alloc_typed::<f32>(1024, "small y").expect("small y");

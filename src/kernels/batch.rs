@@ -262,7 +262,7 @@ impl<'a> Batch<'a> {
         pipeline: &wgpu::ComputePipeline,
         params: Params,
         io: Bindings,
-        (gx, gy): (u32, u32),
+        (gx, gy, gz): (u32, u32, u32),
     ) -> Result<()> {
         self.reserve_slots(1)?;
         if self.dry {
@@ -299,7 +299,7 @@ impl<'a> Batch<'a> {
         let pass = self.pass();
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[offset]);
-        pass.dispatch_workgroups(gx, gy, 1);
+        pass.dispatch_workgroups(gx, gy, gz);
         if timed {
             self.pass = None;
         }
@@ -320,6 +320,22 @@ impl<'a> Batch<'a> {
         Ok(())
     }
 
+    /// [`record`](Self::record) on a 3-D grid: `groups.2` copies of the 2-D grid, told
+    /// apart by `workgroup_id.z` (a batch of independent problems).
+    pub(super) fn record_3d(
+        &mut self,
+        shader: &shaders::Shader,
+        entry: &'static str,
+        params: Params,
+        io: Bindings,
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
+        let pipeline = self.kernels.pipeline(shader, entry, &io)?;
+        self.dispatch(entry, &pipeline, params, io, groups)?;
+        self.dispatches += 1;
+        Ok(())
+    }
+
     /// Dispatches `entry` of `shader` on `io`, in the pipeline layout `io` asks for, without
     /// counting a kernel (one kernel may take several dispatches).
     pub(super) fn run(
@@ -331,7 +347,7 @@ impl<'a> Batch<'a> {
         groups: (u32, u32),
     ) -> Result<()> {
         let pipeline = self.kernels.pipeline(shader, entry, &io)?;
-        self.dispatch(entry, &pipeline, params, io, groups)
+        self.dispatch(entry, &pipeline, params, io, (groups.0, groups.1, 1))
     }
 
     /// The encoder, to record copies or passes of your own between kernels. Ends the

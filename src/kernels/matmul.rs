@@ -1,4 +1,6 @@
-//! Matrix products: f32, and f16 inputs with f32 accumulation.
+//! Matrix products: f32, and f16 inputs with f32 accumulation; one product
+//! ([`Batch::matmul`]) or a batch of them with strides ([`Batch::bmm`], one dispatch whose
+//! third grid dimension picks the product).
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA).
@@ -44,6 +46,48 @@ pub struct MatmulShape {
     pub n: u64,
 }
 
+/// How a batch of products lies in its allocations ([`Batch::bmm`]): how many, and how
+/// many elements one product's operand starts after the previous one's.
+///
+/// ```
+/// use vramkit::kernels::{matmul::MatmulBatch, MatmulShape};
+/// let shape = MatmulShape { m: 64, k: 32, n: 16 };
+/// let packed = MatmulBatch::packed(8, shape);
+/// assert_eq!((packed.stride_a, packed.stride_b, packed.stride_c), (64 * 32, 32 * 16, 64 * 16));
+/// // Every product multiplies by the same b:
+/// let shared_b = MatmulBatch { stride_b: 0, ..packed };
+/// # let _ = shared_b;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulBatch {
+    /// Number of products.
+    pub count: u64,
+    /// Elements from one product's `a` to the next's (0: every product reads one `a`).
+    pub stride_a: u64,
+    /// Elements from one product's `b` to the next's (0: every product reads one `b`).
+    pub stride_b: u64,
+    /// Elements from one product's `c` to the next's; at least m x n (outputs never
+    /// overlap) when there is more than one product.
+    pub stride_c: u64,
+}
+
+impl MatmulBatch {
+    /// `count` products stored one after the other in each allocation.
+    pub fn packed(count: u64, shape: MatmulShape) -> MatmulBatch {
+        MatmulBatch {
+            count,
+            stride_a: shape.m * shape.k,
+            stride_b: shape.k * shape.n,
+            stride_c: shape.m * shape.n,
+        }
+    }
+
+    /// Floating-point operations of the whole batch.
+    pub fn flops(&self, shape: MatmulShape) -> u64 {
+        self.count * shape.flops()
+    }
+}
+
 impl MatmulShape {
     /// Floating-point operations of the product (a multiply and an add per term).
     pub fn flops(&self) -> u64 {
@@ -78,33 +122,133 @@ impl<'a> Batch<'a> {
         b: &'a Allocation,
         c: &'a Allocation,
     ) -> Result<&mut Self> {
+        self.bmm(input, dims, MatmulBatch::packed(1, dims), a, b, c)
+    }
+
+    /// A batch of independent products `c[z] = a[z] * b[z]` for `z` in `0..batch.count`,
+    /// each `a[z]` (m x k), `b[z]` (k x n) and `c[z]` (m x n) row-major and starting
+    /// `z * stride` elements into its allocation ([`MatmulBatch`]): `torch.bmm`, and with
+    /// strides the shapes of attention (heads side by side, or one operand shared with
+    /// stride 0). One dispatch for the whole batch (`workgroup_id.z` picks the product),
+    /// with the kernel [`matmul`](Self::matmul) picks for one product of this shape, as
+    /// long as the strides keep each product's rows as aligned as the kernel loads them
+    /// (multiples of 8 elements for the matrix units, of 4 for the four-element kernel);
+    /// otherwise the portable kernel.
+    ///
+    /// Errors: a shape or count of 0, outputs that overlap each other (`stride_c < m x n`
+    /// with more than one product) or an input, an allocation too short for the last
+    /// product, more products than a grid dimension allows.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// # use vramkit::{kernels::{Kernels, matmul::{MatmulBatch, MatmulInput}, MatmulShape}, Arena, Gpu};
+    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
+    /// # let kernels = Kernels::new(&arena)?;
+    /// // 32 heads: (2048 x 128) x (128 x 2048) each.
+    /// let shape = MatmulShape { m: 2048, k: 128, n: 2048 };
+    /// let heads = MatmulBatch::packed(32, shape);
+    /// let q = arena.alloc(4 * 32 * 2048 * 128, "q")?;
+    /// let kt = arena.alloc(4 * 32 * 128 * 2048, "k^T")?;
+    /// let scores = arena.alloc(4 * 32 * 2048 * 2048, "scores")?;
+    /// let mut batch = kernels.batch();
+    /// batch.bmm(MatmulInput::F32, shape, heads, &q, &kt, &scores)?;
+    /// batch.submit()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn bmm(
+        &mut self,
+        input: MatmulInput,
+        dims: MatmulShape,
+        batch: MatmulBatch,
+        a: &'a Allocation,
+        b: &'a Allocation,
+        c: &'a Allocation,
+    ) -> Result<&mut Self> {
         let MatmulShape { m, k, n } = dims;
+        let MatmulBatch {
+            count,
+            stride_a,
+            stride_b,
+            stride_c,
+        } = batch;
         let elem = match input {
             MatmulInput::F32 => 4,
             MatmulInput::F16 => 2,
         };
-        self.check_len(a, shape(m, k, "matmul input a")?, elem, "a")?;
-        self.check_len(b, shape(k, n, "matmul input b")?, elem, "b")?;
-        self.check_f32(c, shape(m, n, "matmul output c")?, "c")?;
+        let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
+        if count == 0 || count > max {
+            return Err(Error::invalid(
+                format!("a batch of {count} products"),
+                format!("pass between 1 and {max} products (the grid's third dimension)"),
+            ));
+        }
+        let (mk, kn, mn) = (
+            shape(m, k, "matmul input a")?,
+            shape(k, n, "matmul input b")?,
+            shape(m, n, "matmul output c")?,
+        );
+        if count > 1 && stride_c < mn {
+            return Err(Error::invalid(
+                format!("products' outputs {stride_c} elements apart, each {m} x {n}"),
+                "give each product's output its own m x n elements (stride_c >= m * n)",
+            ));
+        }
+        // Elements up to the end of the last product's operand.
+        let reach = |stride: u64, one: u64, what: &str| {
+            (count - 1)
+                .checked_mul(stride)
+                .and_then(|v| v.checked_add(one))
+                .filter(|&v| v <= u32::MAX as u64)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("{what} of {count} products {stride} elements apart reach past 2^32 - 1 elements"),
+                        "split the batch",
+                    )
+                })
+        };
+        self.check_len(a, reach(stride_a, mk, "input a")?, elem, "a")?;
+        self.check_len(b, reach(stride_b, kn, "input b")?, elem, "b")?;
+        self.check_f32(c, reach(stride_c, mn, "output c")?, "c")?;
         check_no_overlap(a, c, false, "matmul")?;
         check_no_overlap(b, c, false, "matmul")?;
+        // Whether the strides keep every product's operands where a kernel that loads
+        // `unit_in` input elements (and stores `unit_out` outputs) at a time indexes them.
+        let aligned = |unit_in: u64, unit_out: u64| {
+            count == 1
+                || (stride_a.is_multiple_of(unit_in)
+                    && stride_b.is_multiple_of(unit_in)
+                    && stride_c.is_multiple_of(unit_out))
+        };
         let coop = input == MatmulInput::F16
             && self.kernels.matrix_units
             && m.is_multiple_of(16)
             && n.is_multiple_of(16)
-            && k.is_multiple_of(8);
+            && k.is_multiple_of(8)
+            && aligned(8, 16);
         let (tile_m, tile_n) = if coop { COOP_TILE } else { (TILE, TILE) };
         let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
-        let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
         if gx > max || gy > max {
             return Err(Error::invalid(
                 format!("a {m} x {n} matmul output needs {gy} x {gx} tiles, over {max}"),
                 "split the output",
             ));
         }
-        let params: Params = [m as u32, n as u32, k as u32, 0, 0, 0, 0, 0];
+        // Strides in the units each kernel indexes its operands in (one product: 0).
+        let strides = |unit_in: u64, unit_out: u64| {
+            if count == 1 {
+                [0, 0, 0]
+            } else {
+                [
+                    (stride_a / unit_in) as u32,
+                    (stride_b / unit_in) as u32,
+                    (stride_c / unit_out) as u32,
+                ]
+            }
+        };
+        let params_with =
+            |[sa, sb, sc]: [u32; 3]| -> Params { [m as u32, n as u32, k as u32, sa, sb, sc, 0, 0] };
         let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
-        let groups = (gx as u32, gy as u32);
+        let groups = (gx as u32, gy as u32, count as u32);
         if coop {
             let io = io.reading_x_and_y_only();
             let whole_tiles =
@@ -112,17 +256,17 @@ impl<'a> Batch<'a> {
             let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
                 [usize::from(io.access == Access::ReadOnlyXY)];
             return self
-                .record(shader, "matmul", params, io, groups)
+                .record_3d(shader, "matmul", params_with(strides(8, 1)), io, groups)
                 .map(|_| self);
         }
-        if !k.is_multiple_of(4) || !n.is_multiple_of(4) {
+        if !k.is_multiple_of(4) || !n.is_multiple_of(4) || !aligned(4, 4) {
             let shader = match (input, self.kernels.native_f16) {
                 (MatmulInput::F32, _) => &shaders::MATMUL_F32,
                 (MatmulInput::F16, true) => &shaders::MATMUL_F16_NATIVE,
                 (MatmulInput::F16, false) => &shaders::MATMUL_F16_PACKED,
             };
             return self
-                .record(shader, "matmul", params, io, groups)
+                .record_3d(shader, "matmul", params_with(strides(1, 1)), io, groups)
                 .map(|_| self);
         }
         // Inputs in buffers of their own are bound read-only (see `Shared` in mod.rs).
@@ -133,7 +277,7 @@ impl<'a> Batch<'a> {
             (MatmulInput::F16, false) => &shaders::MATMUL_VEC4_F16_PACKED,
         };
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
-        self.record(shader, "matmul", params, io, groups)?;
+        self.record_3d(shader, "matmul", params_with(strides(4, 4)), io, groups)?;
         Ok(self)
     }
 }

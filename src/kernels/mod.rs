@@ -41,7 +41,7 @@ pub use batch::Batch;
 use batch::{check_count, check_no_overlap, shape};
 use bind::{Access, BindCache, Bindings, Bound};
 pub use elementwise::{Binary, Unary};
-pub use matmul::{MatmulInput, MatmulShape};
+pub use matmul::{MatmulBatch, MatmulInput, MatmulShape};
 pub use reduce::Reduce;
 pub use scan::{ScanKind, ScanType};
 pub use typed::{MatmulElement, ScanElement, TypedBatch};

@@ -315,6 +315,63 @@ impl<'a> TypedBatch<'a> {
         Ok(self)
     }
 
+    /// A batch of products `c[z] = a[z] * b[z]` laid out as `batch` says (`a[z]` m x k,
+    /// `b[z]` k x n of `f32` or `f16`, `c[z]` m x n f32; see [`Batch::bmm`]). Each operand
+    /// must hold exactly up to the end of its last product.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// use vramkit::kernels::{matmul::MatmulBatch, MatmulShape};
+    /// let rt = vramkit::Runtime::headless()?;
+    /// let shape = MatmulShape { m: 2, k: 3, n: 2 };
+    /// let heads = MatmulBatch::packed(4, shape);
+    /// let a = rt.alloc_from(&[1.0f32; 4 * 6], "a")?;
+    /// let b = rt.alloc_from(&[1.0f32; 4 * 6], "b")?;
+    /// let c = rt.alloc::<f32>(4 * 4, "c")?;
+    /// let mut batch = rt.batch();
+    /// batch.bmm(shape, heads, &a, &b, &c)?;
+    /// batch.submit()?;
+    /// assert_eq!(rt.download(&c)?, vec![3.0; 16]);
+    /// # Ok(()) }
+    /// ```
+    pub fn bmm<T: MatmulElement>(
+        &mut self,
+        shape: MatmulShape,
+        batch: super::matmul::MatmulBatch,
+        a: impl Into<Op<'a, T>>,
+        b: impl Into<Op<'a, T>>,
+        c: impl Into<Op<'a, f32>>,
+    ) -> Result<&mut Self> {
+        let (a, b, c) = (a.into(), b.into(), c.into());
+        let MatmulShape { m, k, n } = shape;
+        let last = batch.count.saturating_sub(1);
+        for (name, len, stride, one) in [
+            ("a", a.len(), batch.stride_a, m.saturating_mul(k)),
+            ("b", b.len(), batch.stride_b, k.saturating_mul(n)),
+            ("c", c.len(), batch.stride_c, m.saturating_mul(n)),
+        ] {
+            let reach = last.saturating_mul(stride).saturating_add(one);
+            if reach != len as u64 {
+                return Err(Error::invalid(
+                    format!(
+                        "bmm: {name} holds {len} elements, but {} products {stride} apart end at {reach}",
+                        batch.count
+                    ),
+                    "pass operands that end with the last product",
+                ));
+            }
+        }
+        self.batch.bmm(
+            T::INPUT,
+            shape,
+            batch,
+            a.allocation(),
+            b.allocation(),
+            c.allocation(),
+        )?;
+        Ok(self)
+    }
+
     /// `y[i] = f16(x[i])`.
     pub fn to_f16(
         &mut self,
