@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use vramkit::arena::Budget;
-use vramkit::devices::{DeviceSet, DeviceSetOptions, Split, TransferConfig};
+use vramkit::devices::{DeviceSet, DeviceSetOptions, Split, TransferConfig, TransferPath};
 use vramkit::{DriverMemory, Error, RuntimeConfig};
 
 /// Two devices, at least: every adapter of the best kind, or two on the one adapter.
@@ -20,7 +20,7 @@ fn set() -> &'static DeviceSet {
     SET.get_or_init(|| {
         let set = DeviceSet::open_with(&DeviceSetOptions {
             count: Some(2),
-            ..Default::default()
+            ..DeviceSetOptions::from_env().unwrap()
         })
         .expect("two devices");
         eprintln!("device set:\n{}", set.summary());
@@ -33,7 +33,7 @@ fn set() -> &'static DeviceSet {
 fn fresh_set(count: usize) -> DeviceSet {
     DeviceSet::open_with(&DeviceSetOptions {
         count: Some(count),
-        ..Default::default()
+        ..DeviceSetOptions::from_env().unwrap()
     })
     .unwrap()
 }
@@ -95,7 +95,7 @@ fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
     let fallback = on_the_same_gpus(
         set,
         TransferConfig {
-            shared_host_memory: false,
+            path: TransferPath::HostCopy,
             chunk: Some(1 << 20),
             depth: 3,
             overlap: true,
@@ -111,12 +111,21 @@ fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
             ..Default::default()
         },
     );
+    // And wgpu's portable means (what Metal, DX12 and GL get).
+    let portable = on_the_same_gpus(
+        set,
+        TransferConfig {
+            path: TransferPath::Portable,
+            chunk: Some(1 << 20),
+            ..Default::default()
+        },
+    );
     for (k, len) in [1usize, 1000, (3 << 20) / 4 + 7, 5 << 20]
         .into_iter()
         .enumerate()
     {
         for (s, d) in [(0, 1), (1, 0)] {
-            for which in [set, &fallback, &serial] {
+            for which in [set, &fallback, &serial, &portable] {
                 let data = random_f32(len, k as u64 * 10 + s as u64);
                 let src = which.device(s).alloc_from(&data, "src").unwrap();
                 let dst = which.device(d).alloc::<f32>(len + 16, "dst").unwrap();
@@ -302,7 +311,7 @@ fn misuse_is_a_typed_error_naming_the_device_and_loses_nothing() {
     let small = DeviceSet::open_with(&DeviceSetOptions {
         count: Some(2),
         runtime: config,
-        ..Default::default()
+        ..DeviceSetOptions::from_env().unwrap()
     })
     .unwrap();
     let err = small

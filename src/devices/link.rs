@@ -2,13 +2,17 @@
 //! directly, chunked so that one GPU's download and the other's upload run at once.
 //!
 //! # How it works
-//! A link from device `s` to device `d` owns `depth` slots of `chunk` bytes of host
-//! memory. Where both devices were opened with `VK_EXT_external_memory_host`
-//! (`gpu::host_import`), a slot is *one* host allocation imported into both devices as a
-//! buffer: `s` copies a chunk of the source into it, and `d` copies the same bytes out of
-//! it, with no copy on the host. Elsewhere a slot is two staging buffers (`HostBuffer`,
-//! each in its device's system memory) and the host copies between them, on the
-//! parallel copy threads of `stream::host_copy`.
+//! A link from device `s` to device `d` owns `depth` slots of `chunk` bytes, of one of
+//! three kinds ([`TransferPath`]):
+//! - where both devices were opened with `VK_EXT_external_memory_host`
+//!   (`gpu::host_import`), a slot is *one* host allocation imported into both devices as
+//!   a buffer: `s` copies a chunk of the source into it, and `d` copies the same bytes out
+//!   of it, with no copy on the host;
+//! - elsewhere on Vulkan, two staging buffers (`HostBuffer`, each in its device's system
+//!   memory) and a host copy between them, on the parallel copy threads of
+//!   `stream::host_copy`;
+//! - on other backends (Metal, DX12, GL), a mapped read-back buffer on `s`, whose chunk is
+//!   handed to `d` as a queued write (`Queue::write_buffer`): what wgpu offers everywhere.
 //!
 //! The chunks are a pipeline. All slots start filling on `s`; then, for chunk `i`: wait
 //! for its download on `s`, submit its upload on `d`, then wait for chunk `i - 1`'s upload
@@ -31,7 +35,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::gpu::{HostBuffer, HostMemory, HostPlacement};
-use crate::{Allocation, Error, Gpu, Result};
+use crate::{Allocation, Gpu, Result};
 
 /// The smallest chunk a copy is cut into (unless a slot is smaller). On two H200s, 32 MiB
 /// copies read 32.7 GB/s with 8 MiB chunks, 34.0 with 4 and 28.8 with 16, and the
@@ -48,10 +52,8 @@ pub struct TransferConfig {
     /// Chunks in flight per link (at least 2; 3 or more keeps the source busy while the
     /// destination's last upload is waited for). Default 4.
     pub depth: usize,
-    /// Use one host allocation imported into both devices where they can
-    /// (`VK_EXT_external_memory_host`); `false` forces the host copy between two staging
-    /// buffers, for comparison. Default `true`.
-    pub shared_host_memory: bool,
+    /// Which way the bytes go through the host; [`TransferPath::Fastest`] by default.
+    pub path: TransferPath,
     /// Overlap the source's downloads with the destination's uploads (the pipeline of the
     /// module docs). `false` copies one chunk after the other, each downloaded and then
     /// uploaded, for comparison: the serial host path. Default `true`.
@@ -63,20 +65,53 @@ impl Default for TransferConfig {
         TransferConfig {
             chunk: None,
             depth: 4,
-            shared_host_memory: true,
+            path: TransferPath::Fastest,
             overlap: true,
         }
     }
 }
 
-/// One slot of host memory: what the source copies into and the destination out of.
-struct Slot {
-    /// The source device's buffer of the slot.
-    on_src: HostBuffer,
-    /// The destination's buffer: the same memory imported again, or a second staging
-    /// buffer the host copies into.
-    on_dst: HostBuffer,
-    shared: bool,
+/// Which way a copy between devices goes through the host ([`TransferConfig::path`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TransferPath {
+    /// The fastest the devices allow: one host allocation imported into both (Vulkan with
+    /// `VK_EXT_external_memory_host`), else [`HostCopy`](Self::HostCopy) where both are
+    /// Vulkan, else [`Portable`](Self::Portable).
+    #[default]
+    Fastest,
+    /// Two staging buffers in host memory each GPU copies directly, and a copy between
+    /// them on the host (Vulkan; elsewhere [`Portable`](Self::Portable)).
+    HostCopy,
+    /// wgpu's own means on every backend (Metal, DX12, GL): the source's chunk read back
+    /// through a mapped buffer, the destination's written with `Queue::write_buffer`. Two
+    /// host copies per chunk.
+    Portable,
+}
+
+/// One slot: what the source copies into and the destination copies out of.
+enum Slot {
+    /// One host allocation imported into both devices: nothing to do on the host.
+    Shared {
+        on_src: HostBuffer,
+        on_dst: HostBuffer,
+    },
+    /// A staging buffer on each device and a host copy between them.
+    Staged {
+        on_src: HostBuffer,
+        on_dst: HostBuffer,
+    },
+    /// A mapped read-back buffer on the source; the destination gets a queued write.
+    Mapped { readback: wgpu::Buffer },
+}
+
+impl Slot {
+    /// The buffer the source's download lands in.
+    fn src_buffer(&self) -> &wgpu::Buffer {
+        match self {
+            Slot::Shared { on_src, .. } | Slot::Staged { on_src, .. } => on_src.buffer(),
+            Slot::Mapped { readback } => readback,
+        }
+    }
 }
 
 /// Host memory and buffers for copies from one device to another; see the module docs.
@@ -99,7 +134,7 @@ impl Link {
             .next_multiple_of(4);
         let depth = config.depth.max(2);
         let import_align = match (src.host_import_alignment(), dst.host_import_alignment()) {
-            (Some(a), Some(b)) if config.shared_host_memory => Some(a.max(b)),
+            (Some(a), Some(b)) if config.path == TransferPath::Fastest => Some(a.max(b)),
             _ => None,
         };
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
@@ -110,36 +145,34 @@ impl Link {
                 let host = Arc::new(HostMemory::new(chunk, align)?);
                 let on_src = HostBuffer::import(src, &host, usage, &label)?;
                 let on_dst = HostBuffer::import(dst, &host, usage, &label)?;
-                Some(Slot {
-                    on_src,
-                    on_dst,
-                    shared: true,
-                })
+                Some(Slot::Shared { on_src, on_dst })
             });
-            let slot = match imported {
-                Some(slot) => slot,
-                None => {
-                    let staging = |gpu: &Gpu| {
-                        HostBuffer::new(gpu, chunk, usage, HostPlacement::System, &label)
-                            .ok_or_else(|| {
-                                Error::invalid(
-                                    format!(
-                                        "{} bytes of host staging on {} for a copy between \
-                                         devices",
-                                        chunk,
-                                        gpu.info().name
-                                    ),
-                                    "transfers between devices need Vulkan host-visible memory \
-                                     and enough host RAM; try a smaller TransferConfig::chunk",
-                                )
-                            })
-                    };
-                    Slot {
-                        on_src: staging(src)?,
-                        on_dst: staging(dst)?,
-                        shared: false,
-                    }
+            let staged = || {
+                if config.path == TransferPath::Portable {
+                    return None;
                 }
+                let staging =
+                    |gpu: &Gpu| HostBuffer::new(gpu, chunk, usage, HostPlacement::System, &label);
+                Some(Slot::Staged {
+                    on_src: staging(src)?,
+                    on_dst: staging(dst)?,
+                })
+            };
+            let slot = match imported.or_else(staged) {
+                Some(slot) => slot,
+                None => Slot::Mapped {
+                    readback: src.scoped(
+                        "a read-back buffer for copies between devices",
+                        || {
+                            src.device().create_buffer(&wgpu::BufferDescriptor {
+                                label: Some(&label),
+                                size: chunk,
+                                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                                mapped_at_creation: false,
+                            })
+                        },
+                    )?,
+                },
             };
             slots.push(slot);
         }
@@ -148,10 +181,10 @@ impl Link {
             src.info().name,
             dst.info().name,
             crate::fmt_bytes(chunk),
-            if slots.iter().all(|s| s.shared) {
-                "of host memory imported into both devices"
-            } else {
-                "of staging with a host copy between them"
+            match slots.first() {
+                Some(Slot::Shared { .. }) => "of host memory imported into both devices",
+                Some(Slot::Staged { .. }) => "of staging with a host copy between them",
+                _ => "of mapped read-back buffers and queued writes",
             }
         );
         Ok(Link {
@@ -165,7 +198,7 @@ impl Link {
 
     /// Whether the slots are host memory shared by both devices (no host copy).
     pub(crate) fn shares_host_memory(&self) -> bool {
-        self.slots.iter().all(|s| s.shared)
+        self.slots.iter().all(|s| matches!(s, Slot::Shared { .. }))
     }
 
     /// Copies `len` bytes of `src` at `src_offset` to `dst` at `dst_offset`; see the
@@ -202,10 +235,9 @@ impl Link {
                 if let Some(index) = downs[i].take() {
                     self.src.wait_for(index)?;
                 }
-                // SAFETY: the source's copy into the slot has completed (waited for
-                // above) and its last upload completed before the slot was refilled.
-                unsafe { self.across_host(i % depth, r) };
-                ups[i] = Some(self.upload(dst, dst_offset, i % depth, r)?);
+                // The source's copy into the slot has completed (waited for above) and
+                // its last upload completed before the slot was refilled.
+                ups[i] = Some(self.land(dst, dst_offset, i % depth, r)?);
                 let refill = i + depth - 1;
                 if i >= 1 && refill < chunks.len() {
                     if let Some(index) = ups[i - 1].take() {
@@ -238,27 +270,6 @@ impl Link {
         result
     }
 
-    /// Where the slot is two staging buffers, copies chunk `r`'s bytes from the source's
-    /// buffer to the destination's on the host (shared memory needs nothing).
-    ///
-    /// # Safety
-    /// No GPU work may use the slot's bytes meanwhile: the source's copy into it has
-    /// completed and the destination's last upload out of it too.
-    unsafe fn across_host(&self, slot: usize, r: &Range<u64>) {
-        let slot = &self.slots[slot];
-        if !slot.shared {
-            let n = (r.end - r.start) as usize;
-            // SAFETY: the caller's promise.
-            unsafe {
-                crate::stream::host_copy::copy_parallel(
-                    slot.on_dst.bytes_mut(0..n),
-                    slot.on_src.bytes(0..n),
-                    rayon::current_num_threads(),
-                );
-            }
-        }
-    }
-
     /// [`copy`](Self::copy) one slot-sized chunk after the other: download, wait, host
     /// copy where needed, upload, wait.
     fn copy_serially(
@@ -272,9 +283,7 @@ impl Link {
             while start < len {
                 let r = start..(start + self.chunk).min(len);
                 self.src.wait_for(self.download(src, src_offset, 0, &r)?)?;
-                // SAFETY: both copies that touch the slot have completed.
-                unsafe { self.across_host(0, &r) };
-                self.dst.wait_for(self.upload(dst, dst_offset, 0, &r)?)?;
+                self.dst.wait_for(self.land(dst, dst_offset, 0, &r)?)?;
                 start = r.end;
             }
             Ok(())
@@ -293,24 +302,49 @@ impl Link {
         self.src.submit_copy(
             "copying between devices: the source's download",
             (src.buffer(), src.offset() + src_offset + r.start),
-            (self.slots[slot].on_src.buffer(), 0),
+            (self.slots[slot].src_buffer(), 0),
             r.end - r.start,
         )
     }
 
-    /// Submits the copy of slot `slot` into chunk `r` of `dst` on the destination.
-    fn upload(
+    /// Moves chunk `r`, which the source has finished copying into slot `slot`, on to
+    /// `dst`: submits the destination's copy out of shared memory, copies between the
+    /// staging buffers on the host first, or reads the mapped chunk back and queues it as
+    /// a write. The slot's last upload has completed.
+    fn land(
         &self,
         dst: &Allocation,
         dst_offset: u64,
         slot: usize,
         r: &Range<u64>,
     ) -> Result<wgpu::SubmissionIndex> {
-        self.dst.submit_copy(
-            "copying between devices: the destination's upload",
-            (self.slots[slot].on_dst.buffer(), 0),
-            (dst.buffer(), dst.offset() + dst_offset + r.start),
-            r.end - r.start,
-        )
+        const DURING: &str = "copying between devices: the destination's upload";
+        let n = r.end - r.start;
+        let at = dst.offset() + dst_offset + r.start;
+        let on_dst = match &self.slots[slot] {
+            Slot::Shared { on_dst, .. } => on_dst,
+            Slot::Staged { on_src, on_dst } => {
+                // SAFETY: no GPU work uses either buffer's bytes now (the caller's
+                // promise), and this thread is the link's only user.
+                unsafe {
+                    crate::stream::host_copy::copy_parallel(
+                        on_dst.bytes_mut(0..n as usize),
+                        on_src.bytes(0..n as usize),
+                        rayon::current_num_threads(),
+                    );
+                }
+                on_dst
+            }
+            Slot::Mapped { readback } => {
+                let bytes = self.src.map_read(readback, 0, n)?;
+                self.dst.write_buffer(dst.buffer(), at, &bytes);
+                // The queued write goes to the GPU with the next submission.
+                return self
+                    .dst
+                    .scoped(DURING, || self.dst.submit(std::iter::empty()));
+            }
+        };
+        self.dst
+            .submit_copy(DURING, (on_dst.buffer(), 0), (dst.buffer(), at), n)
     }
 }

@@ -18,7 +18,8 @@
 //! - **Copies between devices** ([`DeviceSet::copy`]) go through host memory that both
 //!   GPUs copy directly, chunked so that one GPU's download and the other's upload
 //!   overlap: one host allocation imported into both devices where Vulkan allows
-//!   (`VK_EXT_external_memory_host`), else two staging buffers and a host copy (`link.rs`).
+//!   (`VK_EXT_external_memory_host`), else two staging buffers and a host copy, else (Metal,
+//!   DX12, GL) a mapped read-back and a queued write (`link.rs`).
 //!   wgpu has no peer-to-peer path (a resource of one device is a validation error on
 //!   another), so NVLink and PCIe peer copies are out of reach.
 //! - **Sharded arrays** ([`Sharded`], `sharded.rs`): a typed array split along its
@@ -48,7 +49,7 @@
 mod link;
 mod sharded;
 
-pub use link::TransferConfig;
+pub use link::{TransferConfig, TransferPath};
 pub use sharded::{AllReduceReport, Shard, Sharded, Split};
 
 use std::collections::HashMap;
