@@ -779,3 +779,106 @@ fn f16_casts_round_trip_and_match_the_half_crate() {
         }
     }
 }
+
+/// The f16-input product against an f64 product of the f32 values before rounding, at
+/// each k: within the bound `matmul.rs` states, `(2^-10 + 2^-21) + k 2^-24 / (1 - k 2^-24)`
+/// times `sum_k |a| |b|` (rounding both inputs to f16, then f32 accumulation in any order;
+/// the products of two f16 values are exact in f32). Prints the largest error seen.
+#[test]
+fn the_f16_product_stays_within_its_stated_error_bound_at_each_k() {
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let kernels = Kernels::new(&arena).unwrap();
+    let mut r = rng();
+    let (m, n) = (32usize, 32usize);
+    for k in [8usize, 64, 512, 4096] {
+        let a = random_f32(&mut r, m * k);
+        let b = random_f32(&mut r, k * n);
+        let (aa, ba) = (
+            upload(&arena, &to_f16_bits(&a), "a"),
+            upload(&arena, &to_f16_bits(&b), "b"),
+        );
+        let c = poisoned(&arena, m * n, "c");
+        let mut batch = kernels.batch();
+        let shape = MatmulShape {
+            m: m as u64,
+            k: k as u64,
+            n: n as u64,
+        };
+        batch.matmul(MatmulInput::F16, shape, &aa, &ba, &c).unwrap();
+        batch.submit().unwrap();
+        let got = read::<f32>(&c, m * n);
+        let u32_ = 2f64.powi(-24);
+        let gamma = k as f64 * u32_ / (1.0 - k as f64 * u32_);
+        let bound = 2f64.powi(-10) + 2f64.powi(-21) + gamma * (1.0 + 2f64.powi(-10));
+        let mut worst = 0f64;
+        for i in 0..m {
+            for j in 0..n {
+                let (mut want, mut mag) = (0f64, 0f64);
+                for p in 0..k {
+                    let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                    want += t;
+                    mag += t.abs();
+                }
+                let err = (got[i * n + j] as f64 - want).abs() / mag;
+                worst = worst.max(err);
+            }
+        }
+        eprintln!(
+            "f16 product, k = {k}: largest error {worst:.2e} of sum|a||b| (bound {bound:.2e}, matrix units: {})",
+            gpu().has_matrix_units()
+        );
+        assert!(
+            worst <= bound,
+            "k = {k}: error {worst:e} over the bound {bound:e}"
+        );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// Any shape and batch layout (odd sizes, one row or column, k = 1, tall and skinny,
+    /// padded or shared operands): every product matches the CPU, f32 and f16, on the
+    /// fastest kernels the device has (they fall back where a shape or stride needs it).
+    #[test]
+    fn any_shape_and_batch_layout_matches_the_cpu(
+        m in 1usize..=140,
+        n in 1usize..=140,
+        k in 1usize..=70,
+        count in 1usize..=3,
+        pad in proptest::sample::select(vec![0usize, 1, 4, 8, 16]),
+        shared_b: bool,
+        seed: u64,
+    ) {
+        use rand::SeedableRng;
+        let arena = Arena::new(gpu(), Default::default()).unwrap();
+        let kernels = Kernels::new(&arena).unwrap();
+        let mut r = rand::rngs::SmallRng::seed_from_u64(seed);
+        let (sa, sb, sc) = (m * k + pad, if shared_b { 0 } else { k * n + pad }, m * n + pad);
+        let (la, lb, lc) = ((count - 1) * sa + m * k, (count - 1) * sb + k * n, (count - 1) * sc + m * n);
+        let a: Vec<f32> = (0..la).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let b: Vec<f32> = (0..lb).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let shape = MatmulShape { m: m as u64, k: k as u64, n: n as u64 };
+        let layout = vramkit::kernels::MatmulBatch {
+            count: count as u64,
+            stride_a: sa as u64,
+            stride_b: sb as u64,
+            stride_c: sc as u64,
+        };
+        let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+        let (aa, ba, aha, bha) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"), upload(&arena, &ah, "a16"), upload(&arena, &bh, "b16"));
+        let (c32, c16) = (poisoned(&arena, lc, "c"), poisoned(&arena, lc, "c16"));
+        let mut batch = kernels.batch();
+        batch.bmm(MatmulInput::F32, shape, layout, &aa, &ba, &c32).unwrap();
+        batch.bmm(MatmulInput::F16, shape, layout, &aha, &bha, &c16).unwrap();
+        batch.submit().unwrap();
+        let widen = |h: &[u16]| -> Vec<f32> { h.iter().map(|&v| half::f16::from_bits(v).to_f32()).collect() };
+        let (a16, b16) = (widen(&ah), widen(&bh));
+        let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));
+        for z in 0..count {
+            let (oa, ob, oc) = (z * sa, z * sb, z * sc);
+            let what = format!("[{z}] {count} x {m}x{n}x{k}, pad {pad}, shared b {shared_b}");
+            check_matmul(&g32[oc..oc + m * n], &a[oa..oa + m * k], &b[ob..ob + k * n], (m, n, k), &format!("f32 {what}"));
+            check_matmul(&g16[oc..oc + m * n], &a16[oa..oa + m * k], &b16[ob..ob + k * n], (m, n, k), &format!("f16 {what}"));
+        }
+    }
+}
