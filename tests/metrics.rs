@@ -334,3 +334,31 @@ fn transfers_count_their_bytes_once() {
     assert_eq!(get("vramkit_uploaded_bytes_total"), 4196.0, "{m:?}");
     assert_eq!(get("vramkit_downloaded_bytes_total"), 8492.0, "{m:?}");
 }
+
+/// A device set's arenas publish with `device="i"` beside their name, so one dashboard
+/// tells the GPUs of a host apart.
+#[test]
+fn a_device_sets_metrics_carry_the_device_index() {
+    common::gpu();
+    let set = vramkit::devices::DeviceSet::open_with(&vramkit::devices::DeviceSetOptions {
+        count: Some(2),
+        ..vramkit::devices::DeviceSetOptions::from_env().unwrap()
+    })
+    .unwrap();
+    let _held = set.device(1).alloc::<f32>(1 << 16, "on device 1").unwrap();
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || set.publish_metrics());
+    let seen = capture.0.lock().unwrap();
+    for device in 0..2 {
+        let key = format!("vramkit_live_allocations{{arena=device{device},device={device}}}");
+        assert!(
+            seen.contains_key(&key),
+            "no {key} in {:?}",
+            seen.keys().collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        seen["vramkit_live_allocations{arena=device1,device=1}"],
+        1.0
+    );
+}
