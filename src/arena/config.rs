@@ -28,7 +28,7 @@ pub struct ArenaConfig {
     /// Name used in logs, reports and buffer labels. Empty (the default): `arena-N`, N
     /// counting the arenas of the process, so two runtimes' reports tell which is which.
     pub name: String,
-    /// The device's index in a [`DeviceSet`](crate::devices::DeviceSet), which sets it:
+    /// The device's index in a `DeviceSet` (`vramkit::devices`, native only), which sets it:
     /// the summary names it and metrics carry the label `device="i"`. `None` elsewhere.
     pub device_index: Option<usize>,
     /// Budget for reserved bytes over all pools.

@@ -17,7 +17,7 @@ use crate::alloc::AllocError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An error on one device of a [`DeviceSet`](crate::devices::DeviceSet): which one,
+    /// An error on one device of a `DeviceSet` (`vramkit::devices`, native only): which one,
     /// and what happened there (`source`: out of memory under that device's budget, a
     /// lost device, ...).
     #[error("device {device} ('{adapter}'): {source}")]
