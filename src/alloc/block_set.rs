@@ -339,8 +339,10 @@ impl<A: SubAllocator> BlockSet<A> {
             self.shared_block_size(need, align, room)
         };
         if self.policy.release_empty_before_grow {
-            let over_peak =
-                (self.stats.reserved + block_size).saturating_sub(self.stats.peak_reserved);
+            // Saturating: a dedicated block near u64::MAX is refused just below, after
+            // the empty blocks went back; the sum must not overflow before that.
+            let over_peak = (self.stats.reserved.saturating_add(block_size))
+                .saturating_sub(self.stats.peak_reserved);
             self.release_empty_for(over_peak, &mut release);
         }
         // A retry below may ask for an eighth more: the totals must stay countable.
