@@ -49,6 +49,15 @@ fn on_the_same_gpus(set: &DeviceSet, transfer: TransferConfig) -> DeviceSet {
     .unwrap()
 }
 
+/// `parts[d]` uploaded to device `d`, for each device.
+fn per_device(set: &DeviceSet, parts: &[Vec<f32>], label: &str) -> Vec<vramkit::arena::Typed<f32>> {
+    parts
+        .iter()
+        .enumerate()
+        .map(|(d, p)| set.device(d).alloc_from(p, label).unwrap())
+        .collect()
+}
+
 fn random_f32(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = SmallRng::seed_from_u64(seed);
     (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
@@ -186,11 +195,7 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
         let parts: Vec<Vec<f32>> = (0..set.len())
             .map(|d| random_f32(len, seed * 7 + d as u64))
             .collect();
-        let replicas: Vec<_> = parts
-            .iter()
-            .enumerate()
-            .map(|(d, p)| set.device(d).alloc_from(p, "grad").unwrap())
-            .collect();
+        let replicas = per_device(set, &parts, "grad");
         let report = set.all_reduce_sum(&replicas).unwrap();
         assert_eq!(report.bytes, len as u64 * 4);
         let first = set.device(0).download(&replicas[0]).unwrap();
@@ -262,11 +267,7 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
                 .collect()
         })
         .collect();
-    let replicas: Vec<_> = ints
-        .iter()
-        .enumerate()
-        .map(|(d, p)| set.device(d).alloc_from(p, "ints").unwrap())
-        .collect();
+    let replicas = per_device(set, &ints, "ints");
     set.all_reduce_sum(&replicas).unwrap();
     let got = set.device(1).download(&replicas[1]).unwrap();
     for (i, g) in got.iter().enumerate() {

@@ -403,17 +403,24 @@ fn to_f16_bits(x: &[f32]) -> Vec<u16> {
         .collect()
 }
 
+/// Element (i, j) of `a x b` (a: _ x k, b: k x n, row-major) in f64, and `sum_k |a| |b|`.
+fn dot_and_magnitude(
+    a: &[f32],
+    b: &[f32],
+    (n, k): (usize, usize),
+    (i, j): (usize, usize),
+) -> (f64, f64) {
+    (0..k)
+        .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+        .fold((0.0, 0.0), |(w, m), t| (w + t, m + t.abs()))
+}
+
 /// Checks `c` against an f64 product of the (already rounded) inputs, relative to
 /// sum_k |a||b| per element: the error bound of an f32 dot product.
 fn check_matmul(got: &[f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize), what: &str) {
     for i in 0..m {
         for j in 0..n {
-            let (mut want, mut mag) = (0f64, 0f64);
-            for p in 0..k {
-                let t = a[i * k + p] as f64 * b[p * n + j] as f64;
-                want += t;
-                mag += t.abs();
-            }
+            let (want, mag) = dot_and_magnitude(a, b, (n, k), (i, j));
             let g = got[i * n + j] as f64;
             let err = (g - want).abs() / mag.max(1e-30);
             assert!(
@@ -813,12 +820,7 @@ fn the_f16_product_stays_within_its_stated_error_bound_at_each_k() {
         let mut worst = 0f64;
         for i in 0..m {
             for j in 0..n {
-                let (mut want, mut mag) = (0f64, 0f64);
-                for p in 0..k {
-                    let t = a[i * k + p] as f64 * b[p * n + j] as f64;
-                    want += t;
-                    mag += t.abs();
-                }
+                let (want, mag) = dot_and_magnitude(&a, &b, (n, k), (i, j));
                 let err = (got[i * n + j] as f64 - want).abs() / mag;
                 worst = worst.max(err);
             }

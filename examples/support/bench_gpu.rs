@@ -605,7 +605,9 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
                     )
                     .expect("record");
             });
-            let tflops = (heads * shape.flops()) as f64 / secs / 1e12;
+            let tflops = vramkit::kernels::MatmulBatch::packed(heads, shape).flops(shape) as f64
+                / secs
+                / 1e12;
             figures.add(
                 format!("kernel_{name}_{part}_tflops"),
                 format!("{tflops:.2}"),
@@ -640,40 +642,31 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             (heads * l * dh) as usize,
         )
         .expect("read");
+        // Element (i, j) of the last head's `a x b` (a: rows x k, b: k x cols, both
+        // row-major and packed head after head) against `got`, relative to sum |a||b|.
         let z = (heads - 1) as usize;
+        let check = |what: &str,
+                     (a, b, got): (&[f32], &[f32], &[f32]),
+                     (rows, k, cols): (usize, usize, usize),
+                     (i, j): (usize, usize)| {
+            let (a, b) = (&a[z * rows * k..], &b[z * k * cols..]);
+            let terms = (0..k).map(|p| a[i * k + p] as f64 * b[p * cols + j] as f64);
+            let (want, mag) = terms.fold((0.0, 0.0), |(w, m), t| (w + t, m + t.abs()));
+            let got = got[z * rows * cols + i * cols + j] as f64;
+            assert!(
+                (got - want).abs() <= 1e-4 * mag + 1e-6,
+                "{name} {what}[{z}][{i}][{j}] = {got}, want {want}"
+            );
+        };
         let (l, dh) = (l as usize, dh as usize);
         for s in 0..16 {
             let (i, j) = ((s * 131) % l, (s * 977) % l);
-            let want: f64 = (0..dh)
-                .map(|p| qh[z * l * dh + i * dh + p] as f64 * kh[z * dh * l + p * l + j] as f64)
-                .sum();
-            let mag: f64 = (0..dh)
-                .map(|p| {
-                    (qh[z * l * dh + i * dh + p] as f64 * kh[z * dh * l + p * l + j] as f64).abs()
-                })
-                .sum();
-            let got = got_s[z * l * l + i * l + j] as f64;
-            assert!(
-                (got - want).abs() <= 1e-4 * mag + 1e-6,
-                "{name} scores[{z}][{i}][{j}] = {got}, want {want}"
-            );
-            let j = j % dh;
-            let want: f64 = (0..l)
-                .map(|p| ph[z * l * l + i * l + p] as f64 * vh[z * l * dh + p * dh + j] as f64)
-                .sum();
-            let mag: f64 = (0..l)
-                .map(|p| {
-                    (ph[z * l * l + i * l + p] as f64 * vh[z * l * dh + p * dh + j] as f64).abs()
-                })
-                .sum();
-            let got = got_o[z * l * dh + i * dh + j] as f64;
-            assert!(
-                (got - want).abs() <= 1e-4 * mag + 1e-6,
-                "{name} out[{z}][{i}][{j}] = {got}, want {want}"
-            );
+            check("scores", (&qh, &kh, &got_s), (l, dh, l), (i, j));
+            check("out", (&ph, &vh, &got_o), (l, l, dh), (i, j % dh));
         }
-        let flops = 2.0 * (heads as f64) * 2.0 * (l * l * dh) as f64;
-        let tflops = flops / secs / 1e12;
+        let flops = vramkit::kernels::MatmulBatch::packed(heads, scores).flops(scores)
+            + vramkit::kernels::MatmulBatch::packed(heads, values).flops(values);
+        let tflops = flops as f64 / secs / 1e12;
         println!(
             "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
             name,

@@ -524,12 +524,13 @@ fn resolve_budget(gpu: &Gpu, budget: Budget) -> Result<Option<u64>> {
                     "pass e.g. Budget::FractionOfDevice(0.8)",
                 ));
             }
-            let reported = match budget {
-                // An installed reader may know the size where the backend does not.
+            // An installed reader may know the size where the backend does not (read
+            // only then: the live budget reads the driver itself right after).
+            let reported = || match budget {
                 Budget::FractionOfAvailable(_) => gpu.driver_memory().map(|m| m.total),
                 _ => None,
             };
-            let total = gpu.device_memory().or(reported).ok_or_else(|| {
+            let total = gpu.device_memory().or_else(reported).ok_or_else(|| {
                 Error::invalid(
                     format!(
                         "{:?} does not report the device's memory size",

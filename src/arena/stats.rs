@@ -247,17 +247,15 @@ impl Arena {
         let mut out = String::new();
         let line = "=".repeat(76);
         let _ = writeln!(out, "{line}");
-        let device = match self.shared().config.device_index {
-            Some(i) => format!("device {i} ("),
-            None => String::new(),
+        let adapter = &self.gpu().info().name;
+        let on = match self.shared().config.device_index {
+            Some(i) => format!("device {i} ({adapter})"),
+            None => adapter.clone(),
         };
         let _ = writeln!(
             out,
-            " vramkit arena '{}' on {}{}{}",
-            self.shared().config.name,
-            device,
-            self.gpu().info().name,
-            if device.is_empty() { "" } else { ")" }
+            " vramkit arena '{}' on {on}",
+            self.shared().config.name
         );
         let _ = writeln!(out, "{line}");
         let _ = writeln!(out, " {:<28} {:>14} {:>14}", "metric", "current", "peak");

@@ -43,34 +43,39 @@ const SUM_POOL: &str = "vramkit all-reduce: sums";
 /// a segment is copied between the two with buffer copies).
 const BUCKET_POOL: &str = "vramkit all-reduce: buckets";
 
-/// Fails if an array lies in the same buffer as its device's scratch of `pool` (only
-/// possible for arrays allocated from vramkit's own all-reduce pools): buffer copies
+/// Fails if `array` lies in the same buffer as `scratch`, its device's buffer from `pool`
+/// (only possible for arrays allocated from vramkit's own all-reduce pools): buffer copies
 /// between the two would be refused.
-fn same_buffer_refused(arrays: &[&Typed<f32>], scratch: &[Typed<f32>], pool: &str) -> Result<()> {
-    for (a, s) in arrays.iter().zip(scratch) {
-        if a.allocation().buffer() == s.allocation().buffer() {
-            return Err(Error::invalid(
-                format!(
-                    "all-reduce array '{}' lies in the pool '{pool}'",
-                    a.allocation().label()
-                ),
-                "allocate the arrays of an all-reduce from another pool",
-            ));
-        }
+fn same_buffer_refused(array: &Typed<f32>, scratch: &Typed<f32>, pool: &str) -> Result<()> {
+    if array.allocation().buffer() == scratch.allocation().buffer() {
+        return Err(Error::invalid(
+            format!(
+                "all-reduce array '{}' lies in the pool '{pool}'",
+                array.allocation().label()
+            ),
+            "allocate the arrays of an all-reduce from another pool",
+        ));
     }
     Ok(())
 }
 
-/// The pool `name` of `rt`'s arena, added with default settings the first time.
-fn own_pool(rt: &crate::Runtime, name: &str) -> Result<crate::arena::PoolId> {
+/// `len` floats from the pool `pool` of `rt`'s arena, which is added with default settings
+/// the first time.
+fn alloc_in_own_pool(
+    rt: &crate::Runtime,
+    pool: &str,
+    len: usize,
+    label: &str,
+) -> Result<Typed<f32>> {
     let arena = rt.arena();
-    match arena.pool(name) {
-        Some(pool) => Ok(pool),
+    let pool = match arena.pool(pool) {
+        Some(id) => id,
         // Another thread may add it at the same moment: then take theirs.
         None => arena
-            .add_pool(name, Default::default())
-            .or_else(|e| arena.pool(name).ok_or(e)),
-    }
+            .add_pool(pool, Default::default())
+            .or_else(|e| arena.pool(pool).ok_or(e))?,
+    };
+    arena.alloc_in(pool, len as u64 * 4, label)?.typed::<f32>()
 }
 
 /// How [`DeviceSet::scatter`] and [`DeviceSet::alloc_sharded`] divide rows.
@@ -354,12 +359,7 @@ impl DeviceSet {
         self.check_replicas(&replicas.iter().map(|r| vec![*r]).collect::<Vec<_>>())?;
         let start = Instant::now();
         let reduce_scatter = self.ring(&replicas, start)?;
-        Ok(AllReduceReport {
-            bytes: (replicas[0].len() * 4) as u64,
-            seconds: start.elapsed().as_secs_f64(),
-            devices: self.len(),
-            reduce_scatter_seconds: reduce_scatter,
-        })
+        Ok(self.report(replicas[0].len(), start, reduce_scatter))
     }
 
     /// [`all_reduce_sum`](Self::all_reduce_sum) of several arrays at once, as one: a
@@ -384,28 +384,15 @@ impl DeviceSet {
     ) -> Result<AllReduceReport> {
         self.check_replicas(per_device)?;
         let start = Instant::now();
-        let lens: Vec<usize> = per_device[0].iter().map(|a| a.len()).collect();
-        let total: usize = lens.iter().sum();
-        let report = |reduce_scatter_seconds| AllReduceReport {
-            bytes: (total * 4) as u64,
-            seconds: start.elapsed().as_secs_f64(),
-            devices: self.len(),
-            reduce_scatter_seconds,
-        };
+        let total: usize = per_device[0].iter().map(|a| a.len()).sum();
         if self.len() == 1 || total == 0 {
-            return Ok(report(0.0));
+            return Ok(self.report(total, start, 0.0));
         }
-        let buckets = self.per_device(|_, rt| {
-            own_pool(rt, BUCKET_POOL)
-                .and_then(|pool| {
-                    rt.arena()
-                        .alloc_in(pool, total as u64 * 4, "all-reduce: bucket")
-                })?
-                .typed::<f32>()
-        })?;
+        let buckets = self
+            .per_device(|_, rt| alloc_in_own_pool(rt, BUCKET_POOL, total, "all-reduce: bucket"))?;
         for (list, bucket) in per_device.iter().zip(&buckets) {
             for a in list {
-                same_buffer_refused(&[a], std::slice::from_ref(bucket), BUCKET_POOL)?;
+                same_buffer_refused(a, bucket, BUCKET_POOL)?;
             }
         }
         // Into the buckets, the ring, and back out; each device's copies in one batch.
@@ -446,7 +433,17 @@ impl DeviceSet {
         for d in 0..self.len() {
             fill(d, false).map_err(|e| on_device(d, &self.device(d).gpu().info().name, e))?;
         }
-        Ok(report(reduce_scatter))
+        Ok(self.report(total, start, reduce_scatter))
+    }
+
+    /// The report of an all-reduce of `len` floats that began at `start`.
+    fn report(&self, len: usize, start: Instant, reduce_scatter_seconds: f64) -> AllReduceReport {
+        AllReduceReport {
+            bytes: (len * 4) as u64,
+            seconds: start.elapsed().as_secs_f64(),
+            devices: self.len(),
+            reduce_scatter_seconds,
+        }
     }
 
     /// Fails unless `per_device` holds one list of arrays per device, in device order,
@@ -504,15 +501,11 @@ impl DeviceSet {
         let scratch = self.per_device(|_, rt| rt.alloc::<f32>(widest, "all-reduce: received"))?;
         // In a pool of their own: the segment is copied between the array and its sum
         // with buffer copies, which refuse source and destination in one buffer.
-        let sums = self.per_device(|_, rt| {
-            own_pool(rt, SUM_POOL)
-                .and_then(|pool| {
-                    rt.arena()
-                        .alloc_in(pool, widest as u64 * 4, "all-reduce: sum")
-                })?
-                .typed::<f32>()
-        })?;
-        same_buffer_refused(replicas, &sums, SUM_POOL)?;
+        let sums =
+            self.per_device(|_, rt| alloc_in_own_pool(rt, SUM_POOL, widest, "all-reduce: sum"))?;
+        for (replica, sum) in replicas.iter().zip(&sums) {
+            same_buffer_refused(replica, sum, SUM_POOL)?;
+        }
         let bytes = |r: &Range<usize>| (r.start as u64 * 4, r.len() as u64 * 4);
         // Reduce-scatter: at step s device i sends segment (i - s) mod n to i + 1, which
         // adds it into its own. One copy at a time: each device has one queue, which

@@ -20,7 +20,7 @@
 //!
 //! # Cost
 //! One Vulkan query (a few microseconds; no allocation, no lock of vramkit held): callers
-//! rate-limit it (the arena reads at most once per `live_budget_interval`).
+//! rate-limit it (the arena reads at most once per `ArenaConfig::budget_refresh`).
 
 use std::sync::Arc;
 

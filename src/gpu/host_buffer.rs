@@ -215,25 +215,12 @@ impl HostBuffer {
             let alloc = vk::MemoryAllocateInfo::default()
                 .allocation_size(requirements.size)
                 .memory_type_index(type_index);
-            let memory = match device.allocate_memory(&alloc, None) {
-                Ok(m) => m,
-                Err(e) => {
-                    log::debug!(
-                        "host buffer {label}: vkAllocateMemory of {size} bytes failed: {e}"
-                    );
-                    device.destroy_buffer(raw_buffer, None);
-                    return None;
-                }
-            };
-            let mapped = device
-                .bind_buffer_memory(raw_buffer, memory, 0)
-                .and_then(|()| {
-                    device.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
-                });
+            let memory = allocate_bound(device, raw_buffer, &alloc, label)?;
+            let mapped = device.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty());
             let ptr = match mapped.map(|p| NonNull::new(p.cast::<u8>())) {
                 Ok(Some(p)) => p,
                 failed => {
-                    log::debug!("host buffer {label}: binding or mapping failed: {failed:?}");
+                    log::debug!("host buffer {label}: mapping failed: {failed:?}");
                     device.free_memory(memory, None);
                     device.destroy_buffer(raw_buffer, None);
                     return None;
@@ -352,20 +339,7 @@ impl HostBuffer {
                 .allocation_size(size)
                 .memory_type_index(type_index)
                 .push_next(&mut import);
-            let memory = match device.allocate_memory(&alloc, None) {
-                Ok(m) => m,
-                Err(e) => {
-                    log::debug!("host import {label}: vkAllocateMemory failed: {e}");
-                    device.destroy_buffer(raw_buffer, None);
-                    return None;
-                }
-            };
-            if let Err(e) = device.bind_buffer_memory(raw_buffer, memory, 0) {
-                log::debug!("host import {label}: binding failed: {e}");
-                device.free_memory(memory, None);
-                device.destroy_buffer(raw_buffer, None);
-                return None;
-            }
+            let memory = allocate_bound(device, raw_buffer, &alloc, label)?;
             let backing = std::sync::Arc::new(Backing {
                 device: device.clone(),
                 buffer: raw_buffer,
@@ -420,6 +394,41 @@ impl HostBuffer {
         let start = range.start.min(end);
         // SAFETY: as for `bytes_mut`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), end - start) }
+    }
+}
+
+/// Allocates memory as `alloc` says and binds `raw_buffer` to it from offset 0; on a
+/// failure frees what it made, destroys `raw_buffer` and logs why (at debug level).
+///
+/// # Safety
+/// `raw_buffer` was made on `device` and is bound to nothing yet; `alloc` is valid for it.
+#[cfg(vulkan_hal)]
+unsafe fn allocate_bound(
+    device: &ash::Device,
+    raw_buffer: vk::Buffer,
+    alloc: &vk::MemoryAllocateInfo,
+    label: &str,
+) -> Option<vk::DeviceMemory> {
+    // SAFETY: the caller's promise; each handle is released once, on its failure path.
+    unsafe {
+        let memory = match device.allocate_memory(alloc, None) {
+            Ok(m) => m,
+            Err(e) => {
+                log::debug!(
+                    "host buffer {label}: vkAllocateMemory of {} bytes failed: {e}",
+                    alloc.allocation_size
+                );
+                device.destroy_buffer(raw_buffer, None);
+                return None;
+            }
+        };
+        if let Err(e) = device.bind_buffer_memory(raw_buffer, memory, 0) {
+            log::debug!("host buffer {label}: binding failed: {e}");
+            device.free_memory(memory, None);
+            device.destroy_buffer(raw_buffer, None);
+            return None;
+        }
+        Some(memory)
     }
 }
 

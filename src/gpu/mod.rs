@@ -20,8 +20,8 @@ mod work_done;
 
 pub use driver_memory::{DriverMemory, DriverMemoryReader};
 pub use lifecycle::LifecycleGuard;
-// For the device set, which the browser build has not.
 pub use select::{parse_backends, GpuOptions};
+// For the device set, which the browser build has not.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use select::{rank, seen};
 pub use timer::{Timing, TimingSource};

@@ -7,7 +7,6 @@
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
-
 //!
 //! # Numerics
 //! Every kernel accumulates in f32. The portable and four-element kernels sum each output's
@@ -20,8 +19,9 @@
 //! f32 summation in any order at most `g(k)` of the sum of magnitudes. For f32 inputs the
 //! bound is `g(k) x sum_k |a| |b|` (no TF32). `tests/kernels_math.rs` checks the f16 bound
 //! at k = 8 to 4096 (largest errors 4.4e-4 down to 1.6e-5 of `sum |a| |b|` on lavapipe,
-//! 3.8e-4 down to 2.0e-5 on the H100's matrix units: the inputs' rounding dominates) and every product of the property tests within 1e-5 of
-//! `sum |a| |b|` against the rounded inputs.
+//! 3.8e-4 down to 2.0e-5 on the H100's matrix units: the inputs' rounding dominates) and
+//! every product of the property tests within 1e-5 of `sum |a| |b|` against the rounded
+//! inputs.
 
 use super::{check_no_overlap, shape, Access, Batch, Bindings, Bound, Params};
 use crate::arena::Allocation;

@@ -23,8 +23,8 @@
 
 use half::f16;
 
-use super::MatmulShape;
 use super::{Batch, Binary, MatmulInput, Reduce, ScanKind, ScanType, Unary};
+use super::{MatmulBatch, MatmulShape};
 use crate::arena::Elements;
 use crate::{Error, Result};
 
@@ -291,28 +291,7 @@ impl<'a> TypedBatch<'a> {
         b: impl Into<Op<'a, T>>,
         c: impl Into<Op<'a, f32>>,
     ) -> Result<&mut Self> {
-        let (a, b, c) = (a.into(), b.into(), c.into());
-        let MatmulShape { m, k, n } = shape;
-        for (name, len, rows, cols) in [
-            ("a", a.len(), m, k),
-            ("b", b.len(), k, n),
-            ("c", c.len(), m, n),
-        ] {
-            if rows.checked_mul(cols) != Some(len as u64) {
-                return Err(Error::invalid(
-                    format!("matmul: {name} holds {len} elements, not {rows} x {cols}"),
-                    "pass operands of exactly the shapes given",
-                ));
-            }
-        }
-        self.batch.matmul(
-            T::INPUT,
-            shape,
-            a.allocation(),
-            b.allocation(),
-            c.allocation(),
-        )?;
-        Ok(self)
+        self.bmm(shape, MatmulBatch::packed(1, shape), a, b, c)
     }
 
     /// A batch of products `c[z] = a[z] * b[z]` laid out as `batch` says (`a[z]` m x k,
@@ -337,7 +316,7 @@ impl<'a> TypedBatch<'a> {
     pub fn bmm<T: MatmulElement>(
         &mut self,
         shape: MatmulShape,
-        batch: super::matmul::MatmulBatch,
+        batch: MatmulBatch,
         a: impl Into<Op<'a, T>>,
         b: impl Into<Op<'a, T>>,
         c: impl Into<Op<'a, f32>>,
@@ -345,19 +324,28 @@ impl<'a> TypedBatch<'a> {
         let (a, b, c) = (a.into(), b.into(), c.into());
         let MatmulShape { m, k, n } = shape;
         let last = batch.count.saturating_sub(1);
-        for (name, len, stride, one) in [
-            ("a", a.len(), batch.stride_a, m.saturating_mul(k)),
-            ("b", b.len(), batch.stride_b, k.saturating_mul(n)),
-            ("c", c.len(), batch.stride_c, m.saturating_mul(n)),
+        for (name, len, stride, (rows, cols)) in [
+            ("a", a.len(), batch.stride_a, (m, k)),
+            ("b", b.len(), batch.stride_b, (k, n)),
+            ("c", c.len(), batch.stride_c, (m, n)),
         ] {
-            let reach = last.saturating_mul(stride).saturating_add(one);
-            if reach != len as u64 {
-                return Err(Error::invalid(
+            let reach = rows
+                .checked_mul(cols)
+                .and_then(|one| last.checked_mul(stride)?.checked_add(one));
+            if reach != Some(len as u64) {
+                let what = if batch.count == 1 {
+                    format!("matmul: {name} holds {len} elements, not {rows} x {cols}")
+                } else {
                     format!(
-                        "bmm: {name} holds {len} elements, but {} products {stride} apart end at {reach}",
-                        batch.count
-                    ),
-                    "pass operands that end with the last product",
+                        "bmm: {name} holds {len} elements, but {} products of {rows} x {cols}, \
+                         {stride} apart, end at element {}",
+                        batch.count,
+                        reach.map_or_else(|| "past 2^64".to_string(), |r| r.to_string())
+                    )
+                };
+                return Err(Error::invalid(
+                    what,
+                    "pass operands of exactly the shapes given, ending with the last product",
                 ));
             }
         }
