@@ -245,6 +245,48 @@ fn many_threads_upload(block_memory: BlockMemory) {
     }
 }
 
+/// Eight threads through a ring of two mapped staging buffers: every slot is handed from
+/// thread to thread constantly, half the time by its map callback and half by a thread
+/// that waited for its copy. A thread that waited must not touch a slot the callback
+/// already gave to another thread (probing it opened a view beside that thread's write,
+/// which wgpu refused as aliasing: a failed upload in CI).
+#[test]
+fn a_ring_of_two_hands_its_buffers_between_eight_threads() {
+    let arena = staged_arena();
+    let up = Arc::new(Uploader::new(
+        gpu(),
+        UploaderConfig {
+            max_staging: 2 * 4096,
+            host_staging: false,
+            ..small_ring(false)
+        },
+    ));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (arena, up) = (arena.clone(), up.clone());
+            std::thread::spawn(move || {
+                let mut r = rng();
+                let dst = arena.alloc(3 * 4096, "t").unwrap();
+                let mut expected = vec![0u8; 3 * 4096];
+                for _ in 0..150 {
+                    let len = r.gen_range(1..6000usize);
+                    let offset = r.gen_range(0..(3 * 4096 - len)) as u64;
+                    let mut data = vec![0u8; len];
+                    r.fill_bytes(&mut data);
+                    up.upload(&dst, offset, &data).unwrap();
+                    expected[offset as usize..offset as usize + len].copy_from_slice(&data);
+                }
+                let got =
+                    readback::read_buffer(gpu(), dst.buffer(), dst.offset(), 3 * 4096).unwrap();
+                assert!(got == expected, "thread {t}: the last bytes of each range");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
 /// Direct host writes into host-visible blocks keep queue order: bytes queued with
 /// `Queue::write_buffer` before an upload land before it (the direct path must submit them
 /// first, or they would overwrite the upload at the next submit), and a kernel submitted

@@ -134,6 +134,27 @@ impl Ring {
         }
     }
 
+    /// Puts `slot` back on the free list after a blocking wait for its copy of `lease`
+    /// returned, if the buffer says the CPU owns it again (`Staging::owned_after_wait`).
+    ///
+    /// The lease is checked first: its callback may already have brought the slot back
+    /// and another thread taken it and be writing it, and asking a buffer in someone
+    /// else's hands whether it is mapped opens a view of its first bytes beside theirs
+    /// (wgpu then refuses their write as aliasing: seen as a failed upload under four
+    /// threads in CI). While the lease is current the slot is on no free list, and the
+    /// ring's lock, held here, keeps it so.
+    fn reclaim_after_wait(&mut self, slot: usize, lease: u64) {
+        if lease == 0 || self.lease.get(slot) != Some(&lease) {
+            return;
+        }
+        let owned = self.buffers[slot]
+            .as_ref()
+            .is_some_and(Staging::owned_after_wait);
+        if owned {
+            self.reclaim(slot, lease, Instant::now());
+        }
+    }
+
     /// Reclaims every slot whose callback has reported it back since the last call.
     fn take_returned(&mut self, returned: &mpsc::Receiver<Returned>) {
         while let Ok((slot, lease, back)) = returned.try_recv() {
@@ -652,13 +673,7 @@ impl Uploader {
             match oldest {
                 Some((index, slot, lease)) => {
                     self.gpu.wait_for(index)?;
-                    let mut ring = self.ring.lock();
-                    let owned = ring.buffers[slot]
-                        .as_ref()
-                        .is_some_and(Staging::owned_after_wait);
-                    if owned {
-                        ring.reclaim(slot, lease, Instant::now());
-                    }
+                    self.ring.lock().reclaim_after_wait(slot, lease);
                 }
                 // Another thread is waiting for the oldest copy and takes its buffer back.
                 None => self.gpu.wait_idle()?,
