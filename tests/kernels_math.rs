@@ -473,6 +473,10 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             (144, 528, 1032),
             // Whole tiles, two each way, three steps along k (the unguarded variant).
             (256, 512, 96),
+            // Narrow outputs take 256 x 128 tiles (matmul_coop_tall.wgsl): one whole tile
+            // (unguarded), then edges in all three.
+            (256, 128, 96),
+            (272, 112, 40),
         ] {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);
@@ -570,6 +574,8 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
             (3, 48, 32, 24, 16, false),
             (2, 48, 32, 24, 3, false),
             (5, 20, 24, 12, 0, true),
+            // Attention's narrow products (n = 128: the matrix units' 256 x 128 tiles).
+            (2, 256, 128, 32, 16, false),
         ] {
             let shape = MatmulShape {
                 m: m as u64,

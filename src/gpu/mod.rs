@@ -591,7 +591,8 @@ fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
-/// The cooperative matmul's workgroup: 256 invocations and 27 KiB of workgroup memory.
+/// The cooperative matmuls' workgroups: 256 invocations and up to 28.5 KiB of workgroup
+/// memory (`matmul_coop_tall.wgsl`).
 fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
     limits.max_compute_invocations_per_workgroup >= 256
         && limits.max_compute_workgroup_size_x >= 256

@@ -3,7 +3,9 @@
 //! third grid dimension picks the product).
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
-//!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA).
+//!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
+//!   128 x 256 tiles, or `matmul_coop_tall.wgsl`'s 256 x 128 where those pad the output
+//!   less (n <= 128, as in attention).
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
@@ -31,8 +33,20 @@ use crate::{shaders, Error, Result};
 const TILE: u64 = 128;
 /// Rows and columns of C one workgroup of `matmul_coop.wgsl` computes.
 const COOP_TILE: (u64, u64) = (128, 256);
-/// Workgroup memory of `matmul_coop.wgsl`: its 128 x 40 and 32 x 264 f16 slices.
-pub(crate) const COOP_WORKGROUP_BYTES: u32 = (128 * 40 + 32 * 264) * 2;
+/// Rows and columns of C one workgroup of `matmul_coop_tall.wgsl` computes.
+const COOP_TALL_TILE: (u64, u64) = (256, 128);
+/// Workgroup memory of the larger matrix-unit kernel, `matmul_coop_tall.wgsl`: its 256 x 40
+/// and 32 x 136 f16 slices (`matmul_coop.wgsl` stages 128 x 40 and 32 x 264).
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = (256 * 40 + 32 * 136) * 2;
+
+/// Whether the matrix units take an m x n output in 256 x 128 tiles rather than 128 x 256:
+/// where that pads it less (narrow outputs such as attention's n = 128, which fills half a
+/// wide tile: 2.3x faster on an H200, BENCHMARKS.md). Ties go to the wide tile, about 10 %
+/// faster on whole tiles.
+fn coop_tall(m: u64, n: u64) -> bool {
+    let padded = |(tm, tn): (u64, u64)| m.div_ceil(tm) * tm * (n.div_ceil(tn) * tn);
+    padded(COOP_TALL_TILE) < padded(COOP_TILE)
+}
 
 /// Element type of matmul inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,7 +254,12 @@ impl<'a> Batch<'a> {
             && n.is_multiple_of(16)
             && k.is_multiple_of(8)
             && aligned(8, 16);
-        let (tile_m, tile_n) = if coop { COOP_TILE } else { (TILE, TILE) };
+        let tall = coop && coop_tall(m, n);
+        let (tile_m, tile_n) = match (coop, tall) {
+            (true, true) => COOP_TALL_TILE,
+            (true, false) => COOP_TILE,
+            (false, _) => (TILE, TILE),
+        };
         let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
         if gx > max || gy > max {
             return Err(Error::invalid(
@@ -268,7 +287,7 @@ impl<'a> Batch<'a> {
             let io = io.reading_x_and_y_only();
             let whole_tiles =
                 m.is_multiple_of(tile_m) && n.is_multiple_of(tile_n) && k.is_multiple_of(32);
-            let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
+            let shader = &shaders::MATMUL_COOP_F16[usize::from(tall)][usize::from(whole_tiles)]
                 [usize::from(io.access == Access::ReadOnlyXY)];
             return self
                 .record_3d(shader, "matmul", params_with(strides(8, 1)), io, groups)
@@ -294,5 +313,22 @@ impl<'a> Batch<'a> {
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
         self.record_3d(shader, "matmul", params_with(strides(4, 4)), io, groups)?;
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coop_tall;
+
+    #[test]
+    fn the_matrix_units_take_the_tile_that_pads_the_output_least() {
+        // Attention's n = 128 half fills a 128 x 256 tile.
+        assert!(coop_tall(2048, 128));
+        assert!(coop_tall(4096, 384));
+        // Squares and ties keep the wide tile.
+        assert!(!coop_tall(4096, 4096));
+        assert!(!coop_tall(16, 16));
+        // Few rows: 256-row tiles would pad more.
+        assert!(!coop_tall(128, 128));
     }
 }

@@ -651,9 +651,10 @@ macro_rules! coop_bindings {
 pub(crate) const MATRIX_UNITS: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP);
-/// One matmul_coop.wgsl variant: input access and whether loads test bounds.
+/// One matrix-unit matmul variant: its tile file, input access and whether loads test
+/// bounds.
 macro_rules! matmul_coop {
-    ($name:literal, $access:literal, $guarded:literal) => {
+    ($name:literal, $tile:literal, $access:literal, $guarded:literal) => {
         shader_value!(
             $name,
             [
@@ -661,41 +662,89 @@ macro_rules! matmul_coop {
                 "const GUARDED: bool = ",
                 $guarded,
                 ";\n",
-                file!("matmul_coop.wgsl")
+                file!("matmul_coop_common.wgsl"),
+                file!($tile)
             ],
             MATRIX_UNITS,
             true
         )
     };
 }
-/// Trusted (compiled without injected checks, [`Shader::unchecked`]): each invocation
-/// writes eight halves of the staged slices at `row * 40 + col` (`row < 128`, `col <= 24`:
-/// at most 5111, below b's slice at 5120) and `5120 + row * 264 + col` (`row < 32`, `col <=
-/// 248`: at most 13559 of 13568), and fragments read 16 x 16 from offsets whose last
-/// element is the same 5111 and 13559; every load of `a`/`b` is behind `row < m && col < k`
-/// (`row < k && col < n`) and reads element 0 otherwise, every fragment store behind `row <
-/// m && col < n` with both multiples of 16, and the host checks the three allocations'
-/// sizes. The whole-tiles variant drops the load tests only where the host found m, n and k
-/// multiples of 128, 256 and 32: a workgroup's rows and columns then lie inside, slices
-/// start below `k` and end at most at `k`, and the next slice loads behind `next < k`.
-/// Loops count to `k` by 32 and to 32 by 16.
+/// Trusted (compiled without injected checks, [`Shader::unchecked`]). `matmul_coop.wgsl`
+/// (128 x 256 tiles): each invocation writes eight halves of the staged slices at `row *
+/// 40 + col` (`row < 128`, `col <= 24`: at most 5111, below b's slice at 5120) and `5120 +
+/// row * 264 + col` (`row < 32`, `col <= 248`: at most 13559 of 13568), and fragments read
+/// 16 x 16 from offsets whose last element is the same 5111 and 13559.
+/// `matmul_coop_tall.wgsl` (256 x 128 tiles): writes at `row * 40 + col` (`row < 256`, `col
+/// <= 24`: at most 10231, below b's slice at 10240) and `10240 + row * 136 + col` (`row <
+/// 32`, `col <= 120`: at most 14583 of 14592); fragments end at the same 10231 and 14583.
+/// In both, every load of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and
+/// reads element 0 otherwise, every fragment store behind `row < m && col < n` with both
+/// multiples of 16, and the host checks the three allocations' sizes. The whole-tiles
+/// variants drop the load tests only where the host found m, n and k multiples of the tile
+/// and 32: a workgroup's rows and columns then lie inside, slices start below `k` and end
+/// at most at `k`, and the next slice loads behind `next < k`. Loops count to `k` by 32
+/// and to 32 by 16.
 ///
 /// Matmul of f16 inputs on the matrix units (cooperative matrices, f32 accumulators), by
-/// `[whole tiles][read-only inputs]`: loads tested against the bounds, then not (m a
-/// multiple of 128, n of 256, k of 32); inputs writable (the shared layout), then
-/// read-only.
-pub const MATMUL_COOP_F16: [[Shader; 2]; 2] = [
+/// `[tall tiles][whole tiles][read-only inputs]`: 128 x 256 tiles, then 256 x 128
+/// (`matmul_coop_tall.wgsl`); loads tested against the bounds, then not (m, n and k
+/// multiples of the tile and 32); inputs writable (the shared layout), then read-only.
+pub const MATMUL_COOP_F16: [[[Shader; 2]; 2]; 2] = [
     [
-        matmul_coop!("matmul_coop.wgsl", "read_write", "true"),
-        matmul_coop!("matmul_coop.wgsl (read-only inputs)", "read", "true"),
+        [
+            matmul_coop!("matmul_coop.wgsl", "matmul_coop.wgsl", "read_write", "true"),
+            matmul_coop!(
+                "matmul_coop.wgsl (read-only inputs)",
+                "matmul_coop.wgsl",
+                "read",
+                "true"
+            ),
+        ],
+        [
+            matmul_coop!(
+                "matmul_coop.wgsl (whole tiles)",
+                "matmul_coop.wgsl",
+                "read_write",
+                "false"
+            ),
+            matmul_coop!(
+                "matmul_coop.wgsl (whole tiles, read-only inputs)",
+                "matmul_coop.wgsl",
+                "read",
+                "false"
+            ),
+        ],
     ],
     [
-        matmul_coop!("matmul_coop.wgsl (whole tiles)", "read_write", "false"),
-        matmul_coop!(
-            "matmul_coop.wgsl (whole tiles, read-only inputs)",
-            "read",
-            "false"
-        ),
+        [
+            matmul_coop!(
+                "matmul_coop_tall.wgsl",
+                "matmul_coop_tall.wgsl",
+                "read_write",
+                "true"
+            ),
+            matmul_coop!(
+                "matmul_coop_tall.wgsl (read-only inputs)",
+                "matmul_coop_tall.wgsl",
+                "read",
+                "true"
+            ),
+        ],
+        [
+            matmul_coop!(
+                "matmul_coop_tall.wgsl (whole tiles)",
+                "matmul_coop_tall.wgsl",
+                "read_write",
+                "false"
+            ),
+            matmul_coop!(
+                "matmul_coop_tall.wgsl (whole tiles, read-only inputs)",
+                "matmul_coop_tall.wgsl",
+                "read",
+                "false"
+            ),
+        ],
     ],
 ];
 shader!(
@@ -813,10 +862,14 @@ pub const ALL: &[Shader] = &[
     MATMUL_VEC4_F16_PACKED[1],
     MATMUL_VEC4_F16_NATIVE[0],
     MATMUL_VEC4_F16_NATIVE[1],
-    MATMUL_COOP_F16[0][0],
-    MATMUL_COOP_F16[0][1],
-    MATMUL_COOP_F16[1][0],
-    MATMUL_COOP_F16[1][1],
+    MATMUL_COOP_F16[0][0][0],
+    MATMUL_COOP_F16[0][0][1],
+    MATMUL_COOP_F16[0][1][0],
+    MATMUL_COOP_F16[0][1][1],
+    MATMUL_COOP_F16[1][0][0],
+    MATMUL_COOP_F16[1][0][1],
+    MATMUL_COOP_F16[1][1][0],
+    MATMUL_COOP_F16[1][1][1],
     CAST_F16_PACKED,
     CAST_F16_X8,
     PATCH_WORDS,
