@@ -476,3 +476,52 @@ fn a_shrinking_live_budget_spills_movables_to_the_host_and_keeps_their_bytes() {
     }
     gpu.set_driver_memory_reader(None);
 }
+
+/// An allocation over a live budget reads the driver again before it fails: memory a
+/// neighbour gave back since the last reading serves it, however long the interval
+/// between readings. Without that, the allocation failed until the next periodic reading.
+#[test]
+fn an_allocation_over_a_stale_live_budget_reads_the_driver_before_failing() {
+    common::gpu();
+    // A device of its own: the reader must reach this arena only.
+    let gpu = vramkit::Gpu::headless().unwrap();
+    let arena = vramkit::Arena::new(
+        &gpu,
+        vramkit::ArenaConfig {
+            budget_refresh: std::time::Duration::from_secs(3600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(192 << 20));
+    let seen = neighbour.clone();
+    let ours = arena.clone();
+    gpu.set_driver_memory_reader(Some(Arc::new(move || {
+        let total = 256u64 << 20;
+        Some(DriverMemory {
+            budget: total - seen.load(std::sync::atomic::Ordering::Relaxed),
+            usage: ours.stats().reserved,
+            total,
+            source: "test",
+        })
+    })));
+    // Half of the 64 MiB the neighbour leaves.
+    assert_eq!(
+        arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap(),
+        Some(32 << 20)
+    );
+    let small = arena.alloc(8 << 20, "small").unwrap();
+    // Still over after reading again: a typed error, and the arena goes on.
+    assert!(matches!(
+        arena.alloc(64 << 20, "too big"),
+        Err(Error::OutOfMemory(_))
+    ));
+    // The neighbour leaves; no periodic reading is due for an hour.
+    neighbour.store(0, std::sync::atomic::Ordering::Relaxed);
+    let big = arena
+        .alloc(64 << 20, "fits now")
+        .unwrap_or_else(|e| panic!("{e}\n{}", arena.summary()));
+    assert_eq!(arena.budget(), Some(128 << 20));
+    drop((small, big));
+    gpu.set_driver_memory_reader(None);
+}

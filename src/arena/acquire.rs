@@ -20,10 +20,11 @@
 //! # The steps
 //! A request first takes a cached range of its exact size, then places a range in an
 //! existing block, and only then grows; over a budget or quota it gives back cached ranges
-//! and the empty blocks in the way, waits for the oldest epoch of in-flight frees, asks an
-//! attached tier to evict movable allocations ([`super::Relief`], four times at most), waits
-//! again while frees are in flight (a bounded number of times), and only then fails with
-//! [`Error::OutOfMemory`] naming the limit.
+//! and the empty blocks in the way, reads a live budget again (once), waits for the oldest
+//! epoch of in-flight frees, asks an attached tier to evict movable allocations
+//! ([`super::Relief`], four times at most), waits again while frees are in flight (a
+//! bounded number of times), and only then fails with [`Error::OutOfMemory`] naming the
+//! limit.
 
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -61,6 +62,10 @@ pub(super) enum Step {
     /// gave any back, wait and collect as [`Step::Wait`] does (for whole blocks, first
     /// wait for all work, so pending frees do not hide empty blocks).
     Relieve { bytes: u64, whole_blocks: bool },
+    /// Release the lock, read the driver now for a live budget
+    /// ([`super::Budget::FractionOfAvailable`]), re-lock and decide again: the budget may
+    /// have grown since the last reading (a neighbour gave memory back).
+    Reread,
     /// Give up with this error; the arena is unchanged.
     Fail(Error),
 }
@@ -123,6 +128,8 @@ pub(super) struct Request<'a> {
     pub(super) retries: u32,
     /// A cached range of this size served it (recorded in the history).
     pub(super) reused: bool,
+    /// The live budget was read again for this request ([`Step::Reread`]).
+    pub(super) reread: bool,
 }
 
 /// Pending frees the allocation path lets gather before it polls and flushes instead of
@@ -292,6 +299,7 @@ impl Shared {
                     ready_checked: reuse,
                     retries: 0,
                     reused: false,
+                    reread: false,
                 };
                 let (got, locked) = self.place(st, &mut req)?;
                 st = locked;
@@ -413,6 +421,12 @@ impl Shared {
                         req.waits += 1;
                         st = self.wait_oldest_unlocked(st)?;
                     }
+                }
+                Step::Reread => {
+                    // Read with no lock of ours held (a reader may be foreign code).
+                    self.unlock(st);
+                    self.refresh_live_budget(true);
+                    st = self.state.lock();
                 }
                 Step::Fail(e) => {
                     self.unlock(st);
@@ -672,6 +686,16 @@ impl Shared {
         };
         if released > 0 || flushed > 0 {
             return Step::Again;
+        }
+        // A live budget is read at most every `budget_refresh`: before waiting, or moving
+        // anything to host memory, read it once more. A neighbour may have given back
+        // what this request needs since the last reading.
+        if matches!(limit, Limit::Budget)
+            && !req.reread
+            && self.live_on.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            req.reread = true;
+            return Step::Reread;
         }
         let in_flight = !st.sealed.is_empty() || !st.open.is_empty();
         // Frees in flight come back without moving a byte: wait for them once before

@@ -12,7 +12,10 @@
 //! a host renderer's textures) is subtracted, so the fraction is of everything the
 //! process may have. Readings are taken at most once per
 //! [`ArenaConfig::budget_refresh`](super::ArenaConfig::budget_refresh), on the
-//! allocation path and in [`Arena::maintain`], and at once by [`Arena::refresh_budget`].
+//! allocation path and in [`Arena::maintain`], and at once by [`Arena::refresh_budget`]
+//! and by an allocation that would cross the budget (once, before it waits for frees or
+//! asks the tiers to spill: a neighbour may have given memory back since the last
+//! reading).
 //!
 //! When the limit drops below what the arena reserves, the arena does what
 //! [`Arena::set_budget`] does (cached ranges and empty blocks go back to the device at
@@ -28,7 +31,8 @@
 //!
 //! # What it promises
 //! - The driver is read with no lock of the arena held (an installed reader is foreign
-//!   code), and never more often than the refresh interval, except on request.
+//!   code), and never more often than the refresh interval, except on request and once
+//!   per allocation that would cross the budget.
 //! - A reading changes only the budget: no allocation moves or fails because of it
 //!   (spilling is the tiers' ordinary eviction, and their allocations stay valid).
 
