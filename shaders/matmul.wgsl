@@ -12,25 +12,8 @@
 // Edges: loads past m, n or k read 0 and stores past m or n are skipped; only the staging
 // and the final stores test bounds, the inner loop does not.
 
-// Batches (`Batch::bmm`): workgroup_id.z picks the product; a, b and c of product z start
-// stride_a * z, stride_b * z and stride_c * z elements in (all 0 for one product).
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    stride_a: u32,
-    stride_b: u32,
-    stride_c: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
-
-// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
-var<private> za: u32;
-var<private> zb: u32;
-var<private> zc: u32;
-
-@group(0) @binding(0) var<uniform> params: Params;
+// `matmul_params.wgsl` (before this file) declares `params` (the shape and batch strides)
+// and `za`, `zb`, `zc`, where this workgroup's product starts.
 @group(0) @binding(1) var<storage, read_write> a: array<In>;
 @group(0) @binding(2) var<storage, read_write> b: array<In>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;

@@ -1,33 +1,13 @@
 // The parts of the matrix-unit products (`matmul_coop.wgsl`, 128 x 256 tiles, and
-// `matmul_coop_tall.wgsl`, 256 x 128) that do not depend on the tile: parameters, the
+// `matmul_coop_tall.wgsl`, 256 x 128) that do not depend on the tile: the fragment types, the
 // eight-half loads of a and b, staging into workgroup memory and the guarded store of one
 // accumulator. The tile file declares `slices` (its staged slices, f16) and sets `za`, `zb`
 // and `zc` first thing.
 
 // The prefix enables `f16` and `wgpu_cooperative_matrix`, sets `GUARDED` and declares `a`
 // and `b` (bindings 1 and 2: eight halves per element, read-only where neither shares a
-// buffer with `c`) and `c` (binding 3, f32).
-
-// Batches (`Batch::bmm`): workgroup_id.z picks the product; a and b of product z start
-// stride_a * z and stride_b * z eight-half units in, c stride_c * z elements (all 0 for one
-// product; the host keeps the input strides multiples of 8 halves for this kernel).
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    stride_a: u32,
-    stride_b: u32,
-    stride_c: u32,
-    p6: u32,
-    p7: u32,
-}
-
-// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
-var<private> za: u32;
-var<private> zb: u32;
-var<private> zc: u32;
-
-@group(0) @binding(0) var<uniform> params: Params;
+// buffer with `c`) and `c` (binding 3, f32); `matmul_params.wgsl` (before this file)
+// declares `params` and `za`, `zb`, `zc`.
 
 alias FragA = coop_mat16x16<f16, A>;
 alias FragB = coop_mat16x16<f16, B>;

@@ -15,26 +15,8 @@
 // Edges: loads past m, n or k read 0 (k and n are multiples of 4, so a four-element load is
 // wholly inside or outside) and stores past m or n are skipped.
 
-// Batches (`Batch::bmm`): workgroup_id.z picks the product; a, b and c of product z start
-// stride_a * z, stride_b * z and stride_c * z four-element units in (all 0 for one
-// product; the host keeps batch strides multiples of 4 elements for this kernel).
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    stride_a: u32,
-    stride_b: u32,
-    stride_c: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
-
-// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
-var<private> za: u32;
-var<private> zb: u32;
-var<private> zc: u32;
-
-@group(0) @binding(0) var<uniform> params: Params;
+// `matmul_params.wgsl` (before this file) declares `params` (the shape and batch strides)
+// and `za`, `zb`, `zc`, where this workgroup's product starts.
 // The prefix declares `a` (binding 1) and `b` (binding 2) as arrays of `In4`, read-only
 // where neither shares a buffer with `c` (the loads may then be cached and reordered: 10 %
 // faster for f32, 17 % for f16 on the H100), else read_write.

@@ -523,7 +523,7 @@ shader!(
     /// f32 matmul, 128x128 tiles, 8x8 outputs per invocation.
     MATMUL_F32 = "matmul.wgsl (f32)",
     ["alias In = f32;\nfn load_a(i: u32) -> f32 { return a[i]; }\nfn load_b(i: u32) -> f32 { return b[i]; }\n",
-     file!("matmul.wgsl")],
+     file!("matmul_params.wgsl"), file!("matmul.wgsl")],
     NONE, true
 );
 shader!(
@@ -532,7 +532,7 @@ shader!(
     /// Trusted: as [`MATMUL_F32`].
     MATMUL_F16_PACKED = "matmul.wgsl (f16 packed)",
     [h2_packed!(), f16_loads!(),
-     file!("matmul.wgsl")],
+     file!("matmul_params.wgsl"), file!("matmul.wgsl")],
     NONE, true
 );
 shader!(
@@ -541,7 +541,7 @@ shader!(
     /// Trusted: as [`MATMUL_F32`].
     MATMUL_F16_NATIVE = "matmul.wgsl (f16 native)",
     [h2_native!(), f16_loads!(),
-     file!("matmul.wgsl")],
+     file!("matmul_params.wgsl"), file!("matmul.wgsl")],
     wgpu::Features::SHADER_F16, true
 );
 /// Prefixes of matmul_vec4.wgsl: the four-element input type and its widening.
@@ -576,6 +576,7 @@ macro_rules! matmul_vec4 {
             [
                 in4!($input),
                 in4_bindings!($access),
+                file!("matmul_params.wgsl"),
                 file!("matmul_vec4.wgsl")
             ],
             $requires,
@@ -662,6 +663,7 @@ macro_rules! matmul_coop {
                 "const GUARDED: bool = ",
                 $guarded,
                 ";\n",
+                file!("matmul_params.wgsl"),
                 file!("matmul_coop_common.wgsl"),
                 file!($tile)
             ],

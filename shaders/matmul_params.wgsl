@@ -1,0 +1,23 @@
+// The parameters of every matmul kernel (binding 0). Batches (`Batch::bmm`):
+// workgroup_id.z picks the product; product z's a, b and c start stride_a * z, stride_b * z
+// and stride_c * z units in, each in the units its kernel indexes that operand with
+// (elements in `matmul.wgsl`, four elements in `matmul_vec4.wgsl`, eight halves for the
+// matrix units' a and b), all 0 for one product. The host keeps batch strides multiples
+// of those units.
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
+    _pad6: u32,
+    _pad7: u32,
+}
+
+// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
+var<private> za: u32;
+var<private> zb: u32;
+var<private> zc: u32;
+
+@group(0) @binding(0) var<uniform> params: Params;
