@@ -363,18 +363,17 @@ fn a_lost_device_fails_its_own_work_and_the_other_continues() {
     }
 }
 
-#[test]
-fn a_live_budget_follows_the_driver_and_gives_cache_back() {
-    common::gpu();
-    let set = fresh_set(1);
-    let rt = set.device(0);
-    // A simulated driver: 256 MiB budget for this process, until a neighbour takes 192.
-    let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let arena = rt.arena().clone();
+/// Installs a simulated driver on `gpu`: 256 MiB for the process less what `neighbour`
+/// holds, and the process's usage what `arena` reserves (the reader runs with no lock
+/// held). Tests remove it at their end (it holds the arena).
+fn simulate_driver(
+    gpu: &vramkit::Gpu,
+    arena: &vramkit::Arena,
+    neighbour: &Arc<std::sync::atomic::AtomicU64>,
+) {
     let seen = neighbour.clone();
-    // The process's usage is what the arena holds (the reader runs with no lock held).
     let ours = arena.clone();
-    rt.gpu().set_driver_memory_reader(Some(Arc::new(move || {
+    gpu.set_driver_memory_reader(Some(Arc::new(move || {
         let total = 256u64 << 20;
         Some(DriverMemory {
             budget: total - seen.load(std::sync::atomic::Ordering::Relaxed),
@@ -383,6 +382,17 @@ fn a_live_budget_follows_the_driver_and_gives_cache_back() {
             source: "test",
         })
     })));
+}
+
+#[test]
+fn a_live_budget_follows_the_driver_and_gives_cache_back() {
+    common::gpu();
+    let set = fresh_set(1);
+    let rt = set.device(0);
+    // A simulated driver: 256 MiB budget for this process, until a neighbour takes 192.
+    let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let arena = rt.arena().clone();
+    simulate_driver(rt.gpu(), &arena, &neighbour);
     let limit = arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap();
     assert_eq!(limit, Some(128 << 20));
     assert!(arena.is_budget_live());
@@ -426,17 +436,7 @@ fn a_shrinking_live_budget_spills_movables_to_the_host_and_keeps_their_bytes() {
     let arena = rt.arena().clone();
     let tiers = vramkit::tier::Tiers::new(&arena, Default::default()).unwrap();
     let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let seen = neighbour.clone();
-    let ours = arena.clone();
-    gpu.set_driver_memory_reader(Some(Arc::new(move || {
-        let total = 256u64 << 20;
-        Some(DriverMemory {
-            budget: total - seen.load(std::sync::atomic::Ordering::Relaxed),
-            usage: ours.stats().reserved,
-            total,
-            source: "test",
-        })
-    })));
+    simulate_driver(&gpu, &arena, &neighbour);
     arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap();
     let data: Vec<Vec<f32>> = (0..6).map(|i| random_f32(4 << 20, 100 + i)).collect();
     let movables: Vec<_> = data
@@ -494,17 +494,7 @@ fn an_allocation_over_a_stale_live_budget_reads_the_driver_before_failing() {
     )
     .unwrap();
     let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(192 << 20));
-    let seen = neighbour.clone();
-    let ours = arena.clone();
-    gpu.set_driver_memory_reader(Some(Arc::new(move || {
-        let total = 256u64 << 20;
-        Some(DriverMemory {
-            budget: total - seen.load(std::sync::atomic::Ordering::Relaxed),
-            usage: ours.stats().reserved,
-            total,
-            source: "test",
-        })
-    })));
+    simulate_driver(&gpu, &arena, &neighbour);
     // Half of the 64 MiB the neighbour leaves.
     assert_eq!(
         arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap(),
