@@ -515,3 +515,35 @@ fn an_allocation_over_a_stale_live_budget_reads_the_driver_before_failing() {
     drop((small, big));
     gpu.set_driver_memory_reader(None);
 }
+
+/// The allocation path takes a new reading once `budget_refresh` has passed, and not
+/// before (the test of whether one is due is an atomic load and a clock stamp).
+#[test]
+fn allocations_read_a_live_budget_again_once_a_reading_is_due() {
+    common::gpu();
+    let gpu = vramkit::Gpu::headless().unwrap();
+    let refresh = std::time::Duration::from_millis(50);
+    let arena = vramkit::Arena::new(
+        &gpu,
+        vramkit::ArenaConfig {
+            budget_refresh: refresh,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let neighbour = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    simulate_driver(&gpu, &arena, &neighbour);
+    let start = std::time::Instant::now();
+    arena.set_budget(Budget::FractionOfAvailable(0.5)).unwrap();
+    assert_eq!(arena.budget(), Some(128 << 20));
+    neighbour.store(128 << 20, std::sync::atomic::Ordering::Relaxed);
+    drop(arena.alloc(4096, "not due").unwrap());
+    if start.elapsed() < refresh {
+        // Read by set_budget less than the interval ago: not read again.
+        assert_eq!(arena.budget(), Some(128 << 20));
+    }
+    std::thread::sleep(refresh + std::time::Duration::from_millis(10));
+    drop(arena.alloc(4096, "due").unwrap());
+    assert_eq!(arena.budget(), Some(64 << 20), "{}", arena.summary());
+    gpu.set_driver_memory_reader(None);
+}

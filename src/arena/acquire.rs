@@ -690,10 +690,7 @@ impl Shared {
         // A live budget is read at most every `budget_refresh`: before waiting, or moving
         // anything to host memory, read it once more. A neighbour may have given back
         // what this request needs since the last reading.
-        if matches!(limit, Limit::Budget)
-            && !req.reread
-            && self.live_on.load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if matches!(limit, Limit::Budget) && !req.reread && self.is_live_budget() {
             req.reread = true;
             return Step::Reread;
         }

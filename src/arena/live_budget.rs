@@ -36,10 +36,16 @@
 //! - A reading changes only the budget: no allocation moves or fails because of it
 //!   (spilling is the tiers' ordinary eviction, and their allocations stay valid).
 
+use std::sync::atomic::Ordering;
+
 use web_time::{Duration, Instant};
 
 use super::{Arena, Budget, Shared};
+use crate::gpu::clock;
 use crate::{DriverMemory, Result};
+
+/// `Shared::live_due` of a fixed budget: never due.
+pub(super) const NOT_LIVE: u64 = u64::MAX;
 
 /// The live state of an arena's budget (under a leaf lock).
 #[derive(Debug, Default)]
@@ -59,6 +65,20 @@ pub(super) fn limit_for(fraction: f64, reading: &DriverMemory, reserved: u64) ->
 }
 
 impl Shared {
+    /// Whether the budget follows the driver.
+    pub(super) fn is_live_budget(&self) -> bool {
+        self.live_due.load(Ordering::Relaxed) != NOT_LIVE
+    }
+
+    /// Whether a live budget's next reading may be due: the allocation path's test. A
+    /// stamp is at most a tick behind the clock, so a reading may come a tick late;
+    /// [`refresh_live_budget`](Self::refresh_live_budget) decides exactly, under its lock.
+    #[inline]
+    pub(super) fn live_reading_due(&self) -> bool {
+        let due = self.live_due.load(Ordering::Relaxed);
+        due != NOT_LIVE && clock::now().nanos() >= due
+    }
+
     /// Reads the driver and applies the new limit if the budget is live and a reading is
     /// due (or `force`). Returns the budget in force.
     pub(super) fn refresh_live_budget(&self, force: bool) -> Option<u64> {
@@ -70,6 +90,13 @@ impl Shared {
                 return None;
             }
             live.next = Some(now + self.config.budget_refresh);
+            let refresh = u64::try_from(self.config.budget_refresh.as_nanos()).unwrap_or(u64::MAX);
+            // Below NOT_LIVE: a live budget is always due at some point.
+            let due = clock::now()
+                .nanos()
+                .saturating_add(refresh)
+                .min(NOT_LIVE - 1);
+            self.live_due.store(due, Ordering::Relaxed);
             fraction
         };
         // No lock of ours held: a reader installed by the application is foreign code.
@@ -138,7 +165,7 @@ impl Arena {
 
     /// Whether the budget follows the driver ([`Budget::FractionOfAvailable`]).
     pub fn is_budget_live(&self) -> bool {
-        self.shared().live.lock().fraction.is_some()
+        self.shared().is_live_budget()
     }
 
     /// Makes the budget live or fixed as `budget` says (from `set_budget`).
@@ -150,10 +177,9 @@ impl Arena {
         };
         live.next = None;
         live.last = None;
-        self.shared().live_on.store(
-            live.fraction.is_some(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        // Due at once when live (the first allocation or `maintain` reads the driver).
+        let due = if live.fraction.is_some() { 0 } else { NOT_LIVE };
+        self.shared().live_due.store(due, Ordering::Relaxed);
     }
 }
 

@@ -150,8 +150,10 @@ pub(crate) struct Shared {
     relief: Mutex<Option<std::sync::Weak<dyn Relief>>>,
     /// A live budget's fraction, next reading and last reading (`live_budget.rs`).
     live: Mutex<live_budget::LiveBudget>,
-    /// Whether the budget is live: the allocation path's check, without a lock.
-    live_on: std::sync::atomic::AtomicBool,
+    /// When the next reading of a live budget is due, on the clock of `gpu::clock`
+    /// (nanoseconds; [`live_budget::NOT_LIVE`]: the budget is fixed): the allocation
+    /// path's check, one atomic load and one stamp instead of a lock and a clock read.
+    live_due: std::sync::atomic::AtomicU64,
     /// Timed allocations not yet handed to the `metrics` recorder (`metrics.rs`).
     #[cfg(feature = "metrics")]
     latency_samples: Mutex<Vec<f64>>,
@@ -184,7 +186,7 @@ impl Arena {
             chained_callbacks: chained_callbacks(gpu),
             relief: Mutex::new(lock_rank::LEAF, None),
             live: Mutex::new(lock_rank::LEAF, Default::default()),
-            live_on: Default::default(),
+            live_due: std::sync::atomic::AtomicU64::new(live_budget::NOT_LIVE),
             #[cfg(feature = "metrics")]
             latency_samples: Mutex::new(lock_rank::LEAF, Vec::new()),
             config,
@@ -306,11 +308,7 @@ impl Arena {
     /// [`Error::OutOfMemory`]; the arena stays usable either way.
     pub fn alloc_in(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
         self.check_pool(pool)?;
-        if self
-            .shared()
-            .live_on
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if self.shared().live_reading_due() {
             self.shared().refresh_live_budget(false);
         }
         #[cfg(feature = "metrics")]
@@ -385,7 +383,7 @@ impl Arena {
     /// call it from idle loops so freed memory shows up in statistics and `trim`.
     pub fn maintain(&self) -> usize {
         let shared = self.shared();
-        if shared.live_on.load(std::sync::atomic::Ordering::Relaxed) {
+        if shared.live_reading_due() {
             shared.refresh_live_budget(false);
         }
         let st = shared.state.lock();
