@@ -463,6 +463,13 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             (200, 388, 44),
             (3, 200, 8),
             (4, 8, 1028),
+            // Tall and skinny, short and wide, and k = 1: on the portable kernel (n = 1,
+            // k = 9; k = 1), then on the four-element one.
+            (1000, 1, 9),
+            (520, 3, 1),
+            (96, 1024, 1),
+            (1024, 4, 4),
+            (2, 1500, 8),
             // m and n multiples of 16, k of 8: f16 runs on the matrix units where the
             // device has them (matmul_coop.wgsl, 128 x 256 tiles, steps of 32 along k):
             // one fragment, edges in all three, one exact tile, two tiles each way
@@ -477,6 +484,9 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             // (unguarded), then edges in all three.
             (256, 128, 96),
             (272, 112, 40),
+            // Tall and skinny on the matrix units (tall tiles), and short and wide (wide).
+            (2048, 16, 64),
+            (16, 2048, 64),
         ] {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);
