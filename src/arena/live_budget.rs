@@ -38,7 +38,7 @@
 
 use std::sync::atomic::Ordering;
 
-use web_time::{Duration, Instant};
+use web_time::Duration;
 
 use super::{Arena, Budget, Shared};
 use crate::gpu::clock;
@@ -50,10 +50,9 @@ pub(super) const NOT_LIVE: u64 = u64::MAX;
 /// The live state of an arena's budget (under a leaf lock).
 #[derive(Debug, Default)]
 pub(super) struct LiveBudget {
-    /// The fraction of the driver's budget; `None`: the budget is fixed.
+    /// The fraction of the driver's budget; `None`: the budget is fixed. When the next
+    /// reading is due is `Shared::live_due`.
     pub fraction: Option<f64>,
-    /// When the next reading is due.
-    pub next: Option<Instant>,
     /// The last reading, for the summary.
     pub last: Option<DriverMemory>,
 }
@@ -83,19 +82,17 @@ impl Shared {
     /// due (or `force`). Returns the budget in force.
     pub(super) fn refresh_live_budget(&self, force: bool) -> Option<u64> {
         let fraction = {
-            let mut live = self.live.lock();
+            let live = self.live.lock();
             let fraction = live.fraction?;
-            let now = Instant::now();
-            if !force && live.next.is_some_and(|next| now < next) {
+            // The clock itself, not a stamp, which may be a tick behind: a reading never
+            // comes early. The lock orders this test and store among readers.
+            let now = clock::exact_now().nanos();
+            if !force && now < self.live_due.load(Ordering::Relaxed) {
                 return None;
             }
-            live.next = Some(now + self.config.budget_refresh);
             let refresh = u64::try_from(self.config.budget_refresh.as_nanos()).unwrap_or(u64::MAX);
             // Below NOT_LIVE: a live budget is always due at some point.
-            let due = clock::now()
-                .nanos()
-                .saturating_add(refresh)
-                .min(NOT_LIVE - 1);
+            let due = now.saturating_add(refresh).min(NOT_LIVE - 1);
             self.live_due.store(due, Ordering::Relaxed);
             fraction
         };
@@ -175,7 +172,6 @@ impl Arena {
             Budget::FractionOfAvailable(f) => Some(f),
             _ => None,
         };
-        live.next = None;
         live.last = None;
         // Due at once when live (the first allocation or `maintain` reads the driver).
         let due = if live.fraction.is_some() { 0 } else { NOT_LIVE };

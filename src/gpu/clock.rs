@@ -76,14 +76,19 @@ pub(crate) struct Stamp(u64);
 impl Stamp {
     /// How long ago this stamp was taken, read from the clock itself.
     pub fn elapsed(self) -> Duration {
-        let now = origin().elapsed().as_nanos() as u64;
-        Duration::from_nanos(now.saturating_sub(self.0))
+        Duration::from_nanos(exact_now().0.saturating_sub(self.0))
     }
 
     /// Nanoseconds since the process's first stamp.
     pub fn nanos(self) -> u64 {
         self.0
     }
+}
+
+/// The time now read from the clock itself, not the published tick: for deadlines that
+/// must not pass early (a stamp may be a tick behind).
+pub(crate) fn exact_now() -> Stamp {
+    Stamp(origin().elapsed().as_nanos() as u64)
 }
 
 /// The time now, at the coarse tick's resolution (see the module docs).
