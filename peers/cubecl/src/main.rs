@@ -34,13 +34,12 @@ impl Rng {
     }
 }
 
-/// The element types the peer runs: their bytes and how the output reads back.
-trait Elem: MatmulPrecision + Numeric + Copy {
+/// The element types the peer runs. CubeCL's products of these write their own type
+/// (`AccG` of f16 is f16, of f32 is f32), so the output reads back as `Self` too.
+trait Elem: MatmulPrecision + Numeric + bytemuck::Pod {
     const NAME: &'static str;
     fn from_f32(v: f32) -> Self;
     fn to_f64(self) -> f64;
-    fn bytes(v: &[Self]) -> &[u8];
-    fn out_from(bytes: &[u8]) -> Vec<f64>;
 }
 
 impl Elem for f32 {
@@ -50,15 +49,6 @@ impl Elem for f32 {
     }
     fn to_f64(self) -> f64 {
         self as f64
-    }
-    fn bytes(v: &[Self]) -> &[u8] {
-        bytemuck_cast(v)
-    }
-    fn out_from(bytes: &[u8]) -> Vec<f64> {
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect()
     }
 }
 
@@ -70,20 +60,6 @@ impl Elem for f16 {
     fn to_f64(self) -> f64 {
         self.to_f64()
     }
-    fn bytes(v: &[Self]) -> &[u8] {
-        bytemuck_cast(v)
-    }
-    fn out_from(bytes: &[u8]) -> Vec<f64> {
-        bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect()
-    }
-}
-
-fn bytemuck_cast<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: f32 and f16 are plain data without padding.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
 struct Product {
@@ -99,7 +75,7 @@ fn upload<E: Elem>(
     v: &[E],
     shape: Vec<usize>,
 ) -> TensorHandle<R, E> {
-    let handle = client.create(E::bytes(v));
+    let handle = client.create(bytemuck::cast_slice(v));
     TensorHandle::new_contiguous(shape, handle)
 }
 
@@ -133,7 +109,11 @@ fn measure<E: Elem>(
         eprintln!("{} {} {:?}: {e:?}", p.name, E::NAME, strategy);
         return None;
     }
-    let got = E::out_from(&client.read_one(out.handle.clone()));
+    // Collected, not cast: the bytes read back need not be aligned for `E`.
+    let got: Vec<f64> = bytemuck::pod_collect_to_vec::<u8, E>(&client.read_one(out.handle.clone()))
+        .into_iter()
+        .map(<E as Elem>::to_f64)
+        .collect();
     // Sampled outputs against an f64 reference, relative to sum |a| |b| (the scale of
     // rounding in any summation order); f16 outputs carry 2^-11 of their own.
     let mut worst = 0.0f64;
