@@ -133,6 +133,16 @@ def main():
     t = bench(lambda: ah @ bh, calls=10)
     print(f"torch_matmul_fp16_tflops: {2 * m ** 3 / t / 1e12:.1f}")
     del a, b, ah, bh
+    # 8192^3 too, as `bench kernels` prints (`kernel_matmul_*_8192_tflops`).
+    m = 8192
+    a = torch.randn(m, m, device=dev)
+    b = torch.randn(m, m, device=dev)
+    t = bench(lambda: a @ b, calls=5)
+    print(f"torch_matmul_fp32_8192_tflops: {2 * m ** 3 / t / 1e12:.1f}")
+    ah, bh = a.half(), b.half()
+    t = bench(lambda: ah @ bh, calls=10)
+    print(f"torch_matmul_fp16_8192_tflops: {2 * m ** 3 / t / 1e12:.1f}")
+    del a, b, ah, bh
 
     # Batched products at vramkit's `bench kernels` attention shapes: 32 heads,
     # scores = Q K^T (2048 x 128 by 128 x 2048) and out = P V (2048 x 2048 by 2048 x 128).

@@ -382,131 +382,138 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     }
     drop((x, y, z));
 
-    // Matmul: TFLOP/s at m = n = k, with a spot check of 32 entries against the CPU.
-    let dim: u64 = if gpu.is_cpu() { 512 } else { 4096 };
-    let d = dim as usize;
-    let a_data: Vec<f32> = (0..d * d)
-        .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
-        .collect();
-    let b_data: Vec<f32> = (0..d * d)
-        .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
-        .collect();
+    // Matmul: TFLOP/s at m = n = k, with a spot check of 32 entries against the CPU; on
+    // GPUs at 4096 (`kernel_matmul_*_tflops`) and 8192 (`kernel_matmul_*_8192_tflops`).
+    let q = gpu.queue();
     let to_half = |v: &[f32]| -> Vec<u16> {
         v.iter()
             .map(|&f| half::f16::from_f32(f).to_bits())
             .collect()
     };
-    let a = arena.alloc_typed::<f32>(d * d, "a").expect("a");
-    let b = arena.alloc_typed::<f32>(d * d, "b").expect("b");
-    let ah = arena.alloc(2 * dim * dim, "a f16").expect("a16");
-    let bh = arena.alloc(2 * dim * dim, "b f16").expect("b16");
-    let c = arena.alloc_typed::<f32>(d * d, "c").expect("c");
-    let q = gpu.queue();
-    q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
-    q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
-    q.write_buffer(
-        ah.buffer(),
-        ah.offset(),
-        bytemuck::cast_slice(&to_half(&a_data)),
-    );
-    q.write_buffer(
-        bh.buffer(),
-        bh.offset(),
-        bytemuck::cast_slice(&to_half(&b_data)),
-    );
     let mm_reps = if gpu.is_cpu() { 1 } else { 10 };
-    // The f16 product on the matrix units where the device has them, and without them in
-    // the same process (the register-blocked kernel the f32 product runs).
-    let without_units = Kernels::with_options(
-        &arena,
-        KernelOptions {
-            matrix_units: false,
-            ..Default::default()
-        },
-    )
-    .expect("kernels");
-    let mut cases = vec![
-        ("matmul_f32", MatmulInput::F32, (&*a, &*b), &kernels),
-        ("matmul_f16", MatmulInput::F16, (&ah, &bh), &kernels),
-    ];
-    if gpu.has_matrix_units() {
-        cases.push((
-            "matmul_f16_simt",
-            MatmulInput::F16,
-            (&ah, &bh),
-            &without_units,
-        ));
-    }
-    // The bandwidth warm-up above does not settle a compute-bound kernel: the one kernel
-    // figure whose fresh processes disagreed by more than 5 % was the f32 product in the
-    // first process after a machine start (26.9-31.8 against 36.7-37.2 TFLOP/s). So the
-    // products get a warm-up of their own, the f32 kernel until steady.
-    warm_until_steady("matmul", figures, || {
-        time_batch(&kernels, mm_reps, |batch| {
-            batch
-                .matmul(
-                    MatmulInput::F32,
-                    MatmulShape {
-                        m: dim,
-                        k: dim,
-                        n: dim,
-                    },
-                    &a,
-                    &b,
-                    &c,
-                )
-                .expect("record");
-        })
-    });
-    for (name, input, (ai, bi), kernels) in cases {
-        let secs = time_batch(kernels, mm_reps, |batch| {
-            batch
-                .matmul(
-                    input,
-                    MatmulShape {
-                        m: dim,
-                        k: dim,
-                        n: dim,
-                    },
-                    ai,
-                    bi,
-                    &c,
-                )
-                .expect("record");
+    let dims: &[u64] = if gpu.is_cpu() { &[512] } else { &[4096, 8192] };
+    for &dim in dims {
+        let d = dim as usize;
+        let suffix = if dim == 8192 { "_8192" } else { "" };
+        let a_data: Vec<f32> = (0..d * d)
+            .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let b_data: Vec<f32> = (0..d * d)
+            .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
+            .collect();
+        let a = arena.alloc_typed::<f32>(d * d, "a").expect("a");
+        let b = arena.alloc_typed::<f32>(d * d, "b").expect("b");
+        let ah = arena.alloc(2 * dim * dim, "a f16").expect("a16");
+        let bh = arena.alloc(2 * dim * dim, "b f16").expect("b16");
+        let c = arena.alloc_typed::<f32>(d * d, "c").expect("c");
+        q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
+        q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
+        q.write_buffer(
+            ah.buffer(),
+            ah.offset(),
+            bytemuck::cast_slice(&to_half(&a_data)),
+        );
+        q.write_buffer(
+            bh.buffer(),
+            bh.offset(),
+            bytemuck::cast_slice(&to_half(&b_data)),
+        );
+        // The f16 product on the matrix units where the device has them, and without them in
+        // the same process (the register-blocked kernel the f32 product runs).
+        let without_units = Kernels::with_options(
+            &arena,
+            KernelOptions {
+                matrix_units: false,
+                ..Default::default()
+            },
+        )
+        .expect("kernels");
+        let mut cases = vec![
+            ("matmul_f32", MatmulInput::F32, (&*a, &*b), &kernels),
+            ("matmul_f16", MatmulInput::F16, (&ah, &bh), &kernels),
+        ];
+        if gpu.has_matrix_units() && dim == 4096 {
+            cases.push((
+                "matmul_f16_simt",
+                MatmulInput::F16,
+                (&ah, &bh),
+                &without_units,
+            ));
+        }
+        // The bandwidth warm-up above does not settle a compute-bound kernel: the one kernel
+        // figure whose fresh processes disagreed by more than 5 % was the f32 product in the
+        // first process after a machine start (26.9-31.8 against 36.7-37.2 TFLOP/s). So the
+        // products get a warm-up of their own, the f32 kernel until steady.
+        warm_until_steady("matmul", figures, || {
+            time_batch(&kernels, mm_reps, |batch| {
+                batch
+                    .matmul(
+                        MatmulInput::F32,
+                        MatmulShape {
+                            m: dim,
+                            k: dim,
+                            n: dim,
+                        },
+                        &a,
+                        &b,
+                        &c,
+                    )
+                    .expect("record");
+            })
         });
-        let got =
-            vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), d * d).expect("read");
-        let tol = if input == MatmulInput::F32 {
-            1e-4
-        } else {
-            2e-2
-        };
-        for s in 0..32 {
-            let (i, j) = ((s * 131) % d, (s * 977) % d);
-            let want: f64 = (0..d)
-                .map(|p| a_data[i * d + p] as f64 * b_data[p * d + j] as f64)
-                .sum();
-            let mag: f64 = (0..d)
-                .map(|p| (a_data[i * d + p] as f64 * b_data[p * d + j] as f64).abs())
-                .sum();
-            let err = (got[i * d + j] as f64 - want).abs() / mag;
-            assert!(
-                err < tol,
-                "{name}: c[{i}][{j}] = {} want {want} (err {err:e})",
-                got[i * d + j]
+        for (name, input, (ai, bi), kernels) in cases {
+            let secs = time_batch(kernels, mm_reps, |batch| {
+                batch
+                    .matmul(
+                        input,
+                        MatmulShape {
+                            m: dim,
+                            k: dim,
+                            n: dim,
+                        },
+                        ai,
+                        bi,
+                        &c,
+                    )
+                    .expect("record");
+            });
+            let got = vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), d * d)
+                .expect("read");
+            let tol = if input == MatmulInput::F32 {
+                1e-4
+            } else {
+                2e-2
+            };
+            for s in 0..32 {
+                let (i, j) = ((s * 131) % d, (s * 977) % d);
+                let want: f64 = (0..d)
+                    .map(|p| a_data[i * d + p] as f64 * b_data[p * d + j] as f64)
+                    .sum();
+                let mag: f64 = (0..d)
+                    .map(|p| (a_data[i * d + p] as f64 * b_data[p * d + j] as f64).abs())
+                    .sum();
+                let err = (got[i * d + j] as f64 - want).abs() / mag;
+                assert!(
+                    err < tol,
+                    "{name}: c[{i}][{j}] = {} want {want} (err {err:e})",
+                    got[i * d + j]
+                );
+            }
+            let tflops = 2.0 * (dim as f64).powi(3) / secs / 1e12;
+            println!(
+                "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
+                name,
+                format!("{dim}^3"),
+                secs * 1e3,
+                tflops
+            );
+            figures.add(
+                format!("kernel_{name}{suffix}_tflops"),
+                format!("{tflops:.2}"),
             );
         }
-        let tflops = 2.0 * (dim as f64).powi(3) / secs / 1e12;
-        println!(
-            "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
-            name,
-            format!("{dim}^3"),
-            secs * 1e3,
-            tflops
-        );
-        figures.add(format!("kernel_{name}_tflops"), format!("{tflops:.2}"));
+        drop((a, b, ah, bh, c));
     }
-    drop((a, b, ah, bh, c));
 
     // Batched products at the shapes of attention: per head, scores = Q K^T (L x D by
     // D x L) and out = P V (L x L by L x D); 32 heads of L = 2048, D = 128 on GPUs.
