@@ -1,5 +1,6 @@
-// The parameters of every matmul kernel (binding 0). Batches (`Batch::bmm`):
-// workgroup_id.z picks the product; product z's a, b and c start stride_a * z, stride_b * z
+// The parameters of every matmul kernel (binding 0). Batches (`Batch::bmm`) of `batch`
+// products: workgroup_id.z picks the product (the matrix-unit kernel counts its tiles
+// through all of them instead); product z's a, b and c start stride_a * z, stride_b * z
 // and stride_c * z units in, each in the units its kernel indexes that operand with
 // (elements in `matmul.wgsl`, four elements in `matmul_vec4.wgsl`, eight halves for the
 // matrix units' a and b), all 0 for one product. The host keeps batch strides multiples
@@ -11,11 +12,11 @@ struct Params {
     stride_a: u32,
     stride_b: u32,
     stride_c: u32,
-    _pad6: u32,
+    batch: u32,
     _pad7: u32,
 }
 
-// Where this workgroup's product starts in a, b and c (set first thing by `matmul`).
+// Where the product a workgroup works on starts in a, b and c (set by `matmul`).
 var<private> za: u32;
 var<private> zb: u32;
 var<private> zc: u32;

@@ -480,13 +480,18 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             (144, 528, 1032),
             // Whole tiles, two each way, three steps along k (the unguarded variant).
             (256, 512, 96),
-            // Narrow outputs take 256 x 128 tiles (matmul_coop_tall.wgsl): one whole tile
+            // Narrow outputs take 256 x 128 tiles: one whole tile
             // (unguarded), then edges in all three.
             (256, 128, 96),
             (272, 112, 40),
             // Tall and skinny on the matrix units (tall tiles), and short and wide (wide).
             (2048, 16, 64),
             (16, 2048, 64),
+            // Workgroups walk two tiles each: an odd count (3 x 3 tiles with edges, so
+            // the last workgroup has one), and 9 rows of tiles (the walk's groups of 8 rows,
+            // then a group of 1).
+            (272, 528, 40),
+            (1152, 256, 64),
         ] {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);
@@ -586,6 +591,9 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
             (5, 20, 24, 12, 0, true),
             // Attention's narrow products (n = 128: the matrix units' 256 x 128 tiles).
             (2, 256, 128, 32, 16, false),
+            // 9 tiles per product, 27 in all: the matrix units' workgroups walk on from
+            // one product into the next.
+            (3, 272, 528, 40, 16, false),
         ] {
             let shape = MatmulShape {
                 m: m as u64,

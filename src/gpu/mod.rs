@@ -592,7 +592,7 @@ fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
 }
 
 /// The cooperative matmuls' workgroups: 256 invocations and up to 28.5 KiB of workgroup
-/// memory (`matmul_coop_tall.wgsl`).
+/// memory (`matmul_coop.wgsl` on tall tiles).
 fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
     limits.max_compute_invocations_per_workgroup >= 256
         && limits.max_compute_workgroup_size_x >= 256

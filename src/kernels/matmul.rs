@@ -4,8 +4,8 @@
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
-//!   128 x 256 tiles, or `matmul_coop_tall.wgsl`'s 256 x 128 where those pad the output
-//!   less (n <= 128, as in attention).
+//!   128 x 256 tiles, or 256 x 128 where those pad the output less (n <= 128, as in
+//!   attention); one workgroup per two tiles, which it computes one after the other.
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
@@ -31,13 +31,18 @@ use crate::{shaders, Error, Result};
 
 /// Rows and columns of C one workgroup computes.
 const TILE: u64 = 128;
-/// Rows and columns of C one workgroup of `matmul_coop.wgsl` computes.
+/// Rows and columns of one tile of C in `matmul_coop.wgsl`: wide tiles.
 const COOP_TILE: (u64, u64) = (128, 256);
-/// Rows and columns of C one workgroup of `matmul_coop_tall.wgsl` computes.
+/// Rows and columns of one tile of C in `matmul_coop.wgsl`: tall tiles.
 const COOP_TALL_TILE: (u64, u64) = (256, 128);
-/// Workgroup memory of the larger matrix-unit kernel, `matmul_coop_tall.wgsl`: its 256 x 40
-/// and 32 x 136 f16 slices (`matmul_coop.wgsl` stages 128 x 40 and 32 x 264).
+/// Workgroup memory of `matmul_coop.wgsl` on tall tiles, the larger: 256 x 40 and 32 x 136
+/// f16 slices (wide tiles stage 128 x 40 and 32 x 264).
 pub(crate) const COOP_WORKGROUP_BYTES: u32 = (256 * 40 + 32 * 136) * 2;
+/// Tiles each workgroup of `matmul_coop.wgsl` computes in turn (at least; more where the
+/// grid would otherwise pass its limit). One or two read within 1 % of each other on
+/// an H200 (BENCHMARKS.md, Kernels); two halve the grid, and no count needs the GPU's
+/// number of cores.
+const COOP_TILES_PER_GROUP: u64 = 2;
 
 /// Whether the matrix units take an m x n output in 256 x 128 tiles rather than 128 x 256:
 /// where that pads it less (narrow outputs such as attention's n = 128, which fills half a
@@ -279,8 +284,9 @@ impl<'a> Batch<'a> {
                 ]
             }
         };
-        let params_with =
-            |[sa, sb, sc]: [u32; 3]| -> Params { [m as u32, n as u32, k as u32, sa, sb, sc, 0, 0] };
+        let params_with = |[sa, sb, sc]: [u32; 3]| -> Params {
+            [m as u32, n as u32, k as u32, sa, sb, sc, count as u32, 0]
+        };
         let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
         let groups = (gx as u32, gy as u32, count as u32);
         if coop {
@@ -289,8 +295,29 @@ impl<'a> Batch<'a> {
                 m.is_multiple_of(tile_m) && n.is_multiple_of(tile_n) && k.is_multiple_of(32);
             let shader = &shaders::MATMUL_COOP_F16[usize::from(tall)][usize::from(whole_tiles)]
                 [usize::from(io.access == Access::ReadOnlyXY)];
+            // The workgroups walk the tiles of every product in turn: a 1-D grid of one
+            // per COOP_TILES_PER_GROUP tiles, or more tiles each where that passes the
+            // grid's limit.
+            let tiles = gx * gy * count;
+            let per_group = COOP_TILES_PER_GROUP.max(tiles.div_ceil(max));
+            let workgroups = tiles.div_ceil(per_group);
+            if tiles + workgroups > u32::MAX as u64 {
+                return Err(Error::invalid(
+                    format!(
+                        "{count} products of {m} x {n}: {tiles} tiles of {tile_m} x {tile_n}, \
+                         past the 2^32 - 1 the matrix-unit kernel counts"
+                    ),
+                    "split the batch or the output",
+                ));
+            }
             return self
-                .record_3d(shader, "matmul", params_with(strides(8, 1)), io, groups)
+                .record_3d(
+                    shader,
+                    "matmul",
+                    params_with(strides(8, 1)),
+                    io,
+                    (workgroups as u32, 1, 1),
+                )
                 .map(|_| self);
         }
         if !k.is_multiple_of(4) || !n.is_multiple_of(4) || !aligned(4, 4) {
