@@ -1,0 +1,372 @@
+//! Times matrix-product kernels on the device, each first checked against the CPU: the
+//! shipped ones, the ceilings in `examples/data/matmul_lab/`, and any variant file given.
+//! BENCHMARKS.md's kernel sweeps and ceilings come from it.
+//!
+//! ```text
+//! cargo run --release --example matmul_lab                  # shipped kernels, ceilings
+//! cargo run --release --example matmul_lab -- variant.wgsl  # and a variant of your own
+//! ```
+//!
+//! A variant's first line says what it is: `// lab: kind=coop tile_m=128 tile_n=256` (f16
+//! inputs, eight halves per `vec4<u32>`, `c` f32; the lab declares the bindings, `GUARDED`,
+//! `TILE_M`, `TILE_N` and `matmul_params.wgsl`), or `kind=f32` (`vec4<f32>` inputs; the
+//! file declares `c`). `walk`: one workgroup per `LAB_TILES_PER_GROUP` tiles (default 2)
+//! on a 1-D grid, as the shipped matrix-unit kernel; otherwise one per tile on a 2-D grid
+//! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
+//! ceilings compute no product).
+//!
+//! `LAB_SHAPES="m,n,k,batch;..."` sets the shapes (default 4096^3, 8192^3 and attention's
+//! two products of 32 heads). Prints one `lab_<kernel>_<m>x<n>x<k>x<batch>_tflops: X` line
+//! per kernel and shape (`scripts/spread.py` reads them): GPU time from timestamp queries
+//! around batches of about 30 ms, the median of five, after the clock has settled.
+
+use std::time::Instant;
+
+const F32_PREFIX: &str = "alias In4 = vec4<f32>;\n\
+fn widen4(v: In4) -> vec4<f32> { return v; }\n\
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;\n\
+@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;\n";
+const PARAMS: &str = include_str!("../shaders/matmul_params.wgsl");
+
+struct Kernel {
+    name: String,
+    coop: bool,
+    tile: (u32, u32),
+    walk: bool,
+    check: bool,
+    /// The source for a shape of whole tiles, and for any other.
+    source: [String; 2],
+}
+
+/// The shipped kernels, as the host runs them on read-only inputs.
+fn shipped() -> Vec<Kernel> {
+    use vramkit::shaders::{MATMUL_COOP_F16, MATMUL_VEC4_F32};
+    let coop = |name: &str, tall: usize, tile| Kernel {
+        name: name.into(),
+        coop: true,
+        tile,
+        walk: true,
+        check: true,
+        source: [
+            MATMUL_COOP_F16[tall][1][1].source.into(),
+            MATMUL_COOP_F16[tall][0][1].source.into(),
+        ],
+    };
+    vec![
+        coop("coop_wide", 0, (128, 256)),
+        coop("coop_tall", 1, (256, 128)),
+        Kernel {
+            name: "f32_vec4".into(),
+            coop: false,
+            tile: (128, 128),
+            walk: false,
+            check: true,
+            source: [0, 1].map(|_| MATMUL_VEC4_F32[1].source.to_string()),
+        },
+    ]
+}
+
+/// A variant file, with the declarations the lab adds before it.
+fn variant(path: &str) -> Kernel {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let head = text.lines().next().unwrap_or("");
+    assert!(
+        head.contains("lab:"),
+        "{path}: the first line says `// lab: kind=...`"
+    );
+    let field = |key: &str| -> Option<u32> {
+        head.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("{path}: {key}={v}")))
+    };
+    let coop = head.contains("kind=coop");
+    let tile = (
+        field("tile_m").unwrap_or(128),
+        field("tile_n").unwrap_or(128),
+    );
+    let source = [false, true].map(|guarded| {
+        let prefix = if coop {
+            format!(
+                "enable f16;\nenable wgpu_cooperative_matrix;\n\
+                 @group(0) @binding(1) var<storage, read> a: array<vec4<u32>>;\n\
+                 @group(0) @binding(2) var<storage, read> b: array<vec4<u32>>;\n\
+                 @group(0) @binding(3) var<storage, read_write> c: array<f32>;\n\
+                 const GUARDED: bool = {guarded};\n\
+                 const TILE_M: u32 = {}u;\nconst TILE_N: u32 = {}u;\n",
+                tile.0, tile.1
+            )
+        } else {
+            F32_PREFIX.to_string()
+        };
+        format!("{prefix}{PARAMS}{text}")
+    });
+    let name = std::path::Path::new(path)
+        .file_stem()
+        .map_or("variant".into(), |s| {
+            s.to_string_lossy().replace(['-', '.'], "_")
+        });
+    Kernel {
+        name,
+        coop,
+        tile,
+        walk: head.contains(" walk"),
+        check: !head.contains("nocheck"),
+        source,
+    }
+}
+
+/// Small xorshift; values are multiples of 1/8 in [-1, 1], so every product and every f32
+/// sum of them below 2^21 is exact and the check can ask for equality.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn value(&mut self) -> f32 {
+        ((self.next() % 17) as f32 - 8.0) / 8.0
+    }
+}
+
+fn main() {
+    let shapes: Vec<[u32; 4]> = std::env::var("LAB_SHAPES")
+        .unwrap_or_else(|_| {
+            "4096,4096,4096,1;8192,8192,8192,1;2048,2048,128,32;2048,128,2048,32".into()
+        })
+        .split(';')
+        .map(|s| {
+            let v: Vec<u32> = s
+                .split(',')
+                .map(|x| x.trim().parse().expect("a number"))
+                .collect();
+            assert_eq!(v.len(), 4, "LAB_SHAPES: m,n,k,batch;...");
+            [v[0], v[1], v[2], v[3]]
+        })
+        .collect();
+    let per_group: u32 =
+        std::env::var("LAB_TILES_PER_GROUP").map_or(2, |v| v.parse().expect("a number"));
+    let ceilings = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/matmul_lab");
+    let mut kernels = shipped();
+    kernels.push(variant(&format!("{ceilings}/coop_ceiling.wgsl")));
+    kernels.push(variant(&format!("{ceilings}/f32_ceiling.wgsl")));
+    kernels.extend(std::env::args().skip(1).map(|p| variant(&p)));
+    let gpu = vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
+    println!("device: {}", gpu.describe());
+    if !gpu.has_matrix_units() {
+        println!("# no matrix units here: the f16 kernels are skipped");
+        kernels.retain(|k| !k.coop);
+    }
+    let (device, queue) = (gpu.device(), gpu.queue());
+    let period = f64::from(queue.get_timestamp_period());
+    let buffer = |size: u64, usage: wgpu::BufferUsages| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let upload = |data: &[u8]| {
+        use wgpu::BufferUsages as U;
+        let b = buffer(data.len() as u64, U::STORAGE | U::UNIFORM | U::COPY_DST);
+        queue.write_buffer(&b, 0, data);
+        b
+    };
+    let read = |src: &wgpu::Buffer, size: u64| -> Vec<u8> {
+        let dst = buffer(
+            size,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        let mut enc = device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(src, 0, &dst, 0, size);
+        queue.submit([enc.finish()]);
+        dst.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
+        let bytes = dst.slice(..).get_mapped_range().expect("mapped").to_vec();
+        bytes
+    };
+    let queries = device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: None,
+        ty: wgpu::QueryType::Timestamp,
+        count: 2,
+    });
+    let stamps = buffer(
+        16,
+        wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+    );
+
+    for &[m, n, k, batch] in &shapes {
+        let (mu, nu, ku, bu) = (m as usize, n as usize, k as usize, batch as usize);
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(m * 31 + n * 7 + k));
+        let av: Vec<f32> = (0..mu * ku * bu).map(|_| rng.value()).collect();
+        let bv: Vec<f32> = (0..ku * nu * bu).map(|_| rng.value()).collect();
+        let half =
+            |v: &[f32]| -> Vec<half::f16> { v.iter().map(|&x| half::f16::from_f32(x)).collect() };
+        let a16 = upload(bytemuck::cast_slice(&half(&av)));
+        let b16 = upload(bytemuck::cast_slice(&half(&bv)));
+        let a32 = upload(bytemuck::cast_slice(&av));
+        let b32 = upload(bytemuck::cast_slice(&bv));
+        let c_bytes = 4 * u64::from(m) * u64::from(n) * u64::from(batch);
+        let c = buffer(
+            c_bytes,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        );
+        let shape = format!("{m}x{n}x{k}x{batch}");
+        let flops = 2.0 * f64::from(m) * f64::from(n) * f64::from(k) * f64::from(batch);
+
+        for kernel in &kernels {
+            let (tm, tn) = kernel.tile;
+            let whole = m % tm == 0 && n % tn == 0 && k % 32 == 0;
+            // Strides in the units the kernel indexes: eight halves or four floats in,
+            // floats or vec4s out.
+            let (unit_in, unit_out) = if kernel.coop { (8, 1) } else { (4, 4) };
+            let strides = |v: u32| if batch > 1 { v } else { 0 };
+            let params: [u32; 8] = [
+                m,
+                n,
+                k,
+                strides(m * k / unit_in),
+                strides(k * n / unit_in),
+                strides(m * n / unit_out),
+                batch,
+                0,
+            ];
+            let uniform = upload(bytemuck::cast_slice(&params));
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let desc = wgpu::ShaderModuleDescriptor {
+                label: Some(&kernel.name),
+                source: wgpu::ShaderSource::Wgsl(
+                    kernel.source[usize::from(!whole)].as_str().into(),
+                ),
+            };
+            // SAFETY: a measuring tool; the shipped kernels are trusted as the library
+            // trusts them, and every other kernel here is either checked against the CPU
+            // below or marked as computing no product.
+            let module = unsafe {
+                device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            };
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&kernel.name),
+                layout: None,
+                module: &module,
+                entry_point: Some("matmul"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            let (a, b) = if kernel.coop {
+                (&a16, &b16)
+            } else {
+                (&a32, &b32)
+            };
+            let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[&uniform, a, b, &c]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, buf)| wgpu::BindGroupEntry {
+                        binding: i as u32,
+                        resource: buf.as_entire_binding(),
+                    })
+                    .collect::<Vec<_>>(),
+            });
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                println!("# {} {shape}: {e}", kernel.name);
+                continue;
+            }
+            let tiles = n.div_ceil(tn) * m.div_ceil(tm) * batch;
+            let groups = if kernel.walk {
+                (tiles.div_ceil(per_group), 1, 1)
+            } else {
+                (n.div_ceil(tn), m.div_ceil(tm), batch)
+            };
+            // Seconds of GPU time for `reps` dispatches in one pass.
+            let run = |reps: u32| -> f64 {
+                let mut enc = device.create_command_encoder(&Default::default());
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &queries,
+                            beginning_of_pass_write_index: Some(0),
+                            end_of_pass_write_index: Some(1),
+                        }),
+                    });
+                    pass.set_pipeline(&pipeline);
+                    pass.set_bind_group(0, &bind, &[]);
+                    for _ in 0..reps {
+                        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+                    }
+                }
+                enc.resolve_query_set(&queries, 0..2, &stamps, 0);
+                queue.submit([enc.finish()]);
+                let t: [u64; 2] = bytemuck::pod_read_unaligned(&read(&stamps, 16));
+                t[1].wrapping_sub(t[0]) as f64 * period * 1e-9
+            };
+            let first = run(1);
+            if kernel.check {
+                let got: Vec<f32> = bytemuck::pod_collect_to_vec(&read(&c, c_bytes));
+                let mut pick = Rng(7 + u64::from(m));
+                let wrong = (0..2048)
+                    .filter(|_| {
+                        let z = (pick.next() % u64::from(batch)) as usize;
+                        let i = (pick.next() % u64::from(m)) as usize;
+                        let j = (pick.next() % u64::from(n)) as usize;
+                        let want: f64 = (0..ku)
+                            .map(|p| {
+                                f64::from(av[(z * mu + i) * ku + p])
+                                    * f64::from(bv[(z * ku + p) * nu + j])
+                            })
+                            .sum();
+                        f64::from(got[(z * mu + i) * nu + j]) != want
+                    })
+                    .count();
+                if wrong > 0 {
+                    println!(
+                        "# {} {shape}: WRONG at {wrong} of 2048 sampled outputs",
+                        kernel.name
+                    );
+                    println!("lab_{}_{shape}_wrong: {wrong}", kernel.name);
+                    continue;
+                }
+            }
+            // Half a second of work (the clock falls during the check), then batches of
+            // about 30 ms until three in a row agree within 2 % (at most 3 s), then five.
+            let reps = |t: f64| ((0.03 / t.max(1e-6)) as u32).clamp(1, 200);
+            let start = Instant::now();
+            while start.elapsed().as_secs_f64() < 0.5 {
+                run(reps(first));
+            }
+            let reps = reps(run(1));
+            let start = Instant::now();
+            let mut last: Vec<f64> = Vec::new();
+            while start.elapsed().as_secs_f64() < 3.0 {
+                last.push(run(reps));
+                if let [.., x, y, z] = last[..] {
+                    if x.max(y).max(z) / x.min(y).min(z) < 1.02 {
+                        break;
+                    }
+                }
+            }
+            let mut times: Vec<f64> = (0..5).map(|_| run(reps)).collect();
+            times.sort_by(f64::total_cmp);
+            let tflops = |t: f64| flops * f64::from(reps) / t / 1e12;
+            println!(
+                "# {} {shape}: {:.1} TFLOP/s (five batches of {reps}: {:.1}-{:.1})",
+                kernel.name,
+                tflops(times[2]),
+                tflops(times[4]),
+                tflops(times[0])
+            );
+            println!(
+                "lab_{}_{shape}_tflops: {:.1}",
+                kernel.name,
+                tflops(times[2])
+            );
+        }
+    }
+}
