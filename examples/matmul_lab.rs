@@ -69,6 +69,16 @@ fn shipped() -> Vec<Kernel> {
 /// A variant file, with the declarations the lab adds before it.
 fn variant(path: &str) -> Kernel {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let name = std::path::Path::new(path)
+        .file_stem()
+        .map_or("variant".into(), |s| {
+            s.to_string_lossy().replace(['-', '.'], "_")
+        });
+    variant_text(&name, &text)
+}
+
+/// A variant `path` (a name in messages) of source `text` (its first line says what it is).
+fn variant_text(path: &str, text: &str) -> Kernel {
     let head = text.lines().next().unwrap_or("");
     assert!(
         head.contains("lab:"),
@@ -100,13 +110,8 @@ fn variant(path: &str) -> Kernel {
         };
         format!("{prefix}{PARAMS}{text}")
     });
-    let name = std::path::Path::new(path)
-        .file_stem()
-        .map_or("variant".into(), |s| {
-            s.to_string_lossy().replace(['-', '.'], "_")
-        });
     Kernel {
-        name,
+        name: path.into(),
         coop,
         tile,
         walk: head.contains(" walk"),
@@ -147,10 +152,15 @@ fn main() {
         .collect();
     let per_group: u32 =
         std::env::var("LAB_TILES_PER_GROUP").map_or(2, |v| v.parse().expect("a number"));
-    let ceilings = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/matmul_lab");
     let mut kernels = shipped();
-    kernels.push(variant(&format!("{ceilings}/coop_ceiling.wgsl")));
-    kernels.push(variant(&format!("{ceilings}/f32_ceiling.wgsl")));
+    kernels.push(variant_text(
+        "coop_ceiling",
+        include_str!("data/matmul_lab/coop_ceiling.wgsl"),
+    ));
+    kernels.push(variant_text(
+        "f32_ceiling",
+        include_str!("data/matmul_lab/f32_ceiling.wgsl"),
+    ));
     kernels.extend(std::env::args().skip(1).map(|p| variant(&p)));
     let gpu = vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
     println!("device: {}", gpu.describe());
