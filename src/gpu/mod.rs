@@ -591,7 +591,7 @@ fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
-/// The cooperative matmuls' workgroups: 256 invocations and up to 28.5 KiB of workgroup
+/// The cooperative matmuls' workgroups: 256 invocations and up to 36.5 KiB of workgroup
 /// memory (`matmul_coop.wgsl` on tall tiles).
 fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
     limits.max_compute_invocations_per_workgroup >= 256

@@ -36,8 +36,9 @@ const COOP_TILE: (u64, u64) = (128, 256);
 /// Rows and columns of one tile of C in `matmul_coop.wgsl`: tall tiles.
 const COOP_TALL_TILE: (u64, u64) = (256, 128);
 /// Workgroup memory of `matmul_coop.wgsl` on tall tiles, the larger: 256 x 40 and 32 x 136
-/// f16 slices (wide tiles stage 128 x 40 and 32 x 264).
-pub(crate) const COOP_WORKGROUP_BYTES: u32 = (256 * 40 + 32 * 136) * 2;
+/// f16 slices (wide tiles stage 128 x 40 and 32 x 264), and 8 x 16 x 16 f32 on the way
+/// out.
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = (256 * 40 + 32 * 136) * 2 + 8 * 16 * 16 * 4;
 /// Tiles each workgroup of `matmul_coop.wgsl` computes in turn (at least; more where the
 /// grid would otherwise pass its limit). One or two read within 1 % of each other on
 /// an H200 (BENCHMARKS.md, Kernels); two halve the grid, and no count needs the GPU's

@@ -681,10 +681,13 @@ macro_rules! matmul_coop {
 /// 8) + col` (`row < 32`, `col <= TILE_N - 8`: at most `SLICES - 9`, where `SLICES = B_AT +
 /// 32 * (TILE_N + 8)` is the array's length); fragments read 16 x 16 from offsets whose
 /// last element is at most `B_AT - 9` and `SLICES - 9` (wide: 5111 and 13559 of 13568;
-/// tall: 10231 and 14583 of 14592). Every load of `a`/`b` is behind `row < m && col < k`
-/// (`row < k && col < n`) and reads element 0 otherwise, every fragment store behind `row
-/// < m && col < n` with both multiples of 16, and the host checks the three allocations'
-/// sizes. The whole-tiles variants drop the load tests only where the host found m, n and
+/// tall: 10231 and 14583 of 14592). Subgroup `sg < 8` (256 invocations in subgroups of
+/// exactly 32, which the host requires) stages a fragment at `cstage[sg * 256 ..][..256]`
+/// of 2048 and reads it back at `sg * 256 + row * 16 + col` (`row, col < 16`). Every load
+/// of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
+/// otherwise, every fragment's writes to `c` (rows `row..row + 16`, columns `col..col +
+/// 16`) behind `row < m && col < n` with both multiples of 16, and the host checks the
+/// three allocations' sizes. The whole-tiles variants drop the load tests only where the host found m, n and
 /// k multiples of the tile and 32: every tile's rows and columns then lie inside and
 /// slices start below `k` and end at most at `k`. Tiles: the host dispatches at most as
 /// many workgroups as tiles and keeps `tiles + workgroups` below 2^32; a workgroup starts
