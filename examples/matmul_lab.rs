@@ -18,7 +18,8 @@
 //! `LAB_SHAPES="m,n,k,batch;..."` sets the shapes (default 4096^3, 8192^3 and attention's
 //! two products of 32 heads). Prints one `lab_<kernel>_<m>x<n>x<k>x<batch>_tflops: X` line
 //! per kernel and shape (`scripts/spread.py` reads them): GPU time from timestamp queries
-//! around batches of about 30 ms, the median of five, after the clock has settled.
+//! around batches of about 30 ms, the median of five, after the clock has settled. Exits
+//! with 1 if any checked kernel is wrong, and panics on WGSL that naga rejects.
 
 use std::time::Instant;
 
@@ -120,6 +121,18 @@ fn variant_text(path: &str, text: &str) -> Kernel {
     }
 }
 
+/// Parses and validates `source` with naga (every capability on), or panics with the error.
+fn validate(name: &str, source: &str) {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+}
+
 /// Small xorshift; values are multiples of 1/8 in [-1, 1], so every product and every f32
 /// sum of them below 2^21 is exact and the check can ask for equality.
 struct Rng(u64);
@@ -162,10 +175,18 @@ fn main() {
         include_str!("data/matmul_lab/f32_ceiling.wgsl"),
     ));
     kernels.extend(std::env::args().skip(1).map(|p| variant(&p)));
+    // Every source is validated first, also those this device cannot run (CI runs the
+    // lab on lavapipe, which has no matrix units: the ceilings' WGSL is checked there).
+    for kernel in &kernels {
+        for source in &kernel.source {
+            validate(&kernel.name, source);
+        }
+        println!("# {}: valid WGSL", kernel.name);
+    }
     let gpu = vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
     println!("device: {}", gpu.describe());
     if !gpu.has_matrix_units() {
-        println!("# no matrix units here: the f16 kernels are skipped");
+        println!("# no matrix units here: the f16 kernels are validated, not run");
         kernels.retain(|k| !k.coop);
     }
     let (device, queue) = (gpu.device(), gpu.queue());
@@ -209,6 +230,7 @@ fn main() {
         wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
     );
 
+    let mut any_wrong = false;
     for &[m, n, k, batch] in &shapes {
         let (mu, nu, ku, bu) = (m as usize, n as usize, k as usize, batch as usize);
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(m * 31 + n * 7 + k));
@@ -341,6 +363,7 @@ fn main() {
                         kernel.name
                     );
                     println!("lab_{}_{shape}_wrong: {wrong}", kernel.name);
+                    any_wrong = true;
                     continue;
                 }
             }
@@ -378,5 +401,8 @@ fn main() {
                 tflops(times[2])
             );
         }
+    }
+    if any_wrong {
+        std::process::exit(1);
     }
 }
