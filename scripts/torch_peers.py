@@ -122,27 +122,20 @@ def main():
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    m = 4096
-    a = torch.randn(m, m, device=dev)
-    b = torch.randn(m, m, device=dev)
-    # Products until steady first, as vramkit's bench does before its own.
-    warm_until_steady("torch_matmul", lambda: bench(lambda: a @ b, calls=10, batches=1))
-    t = bench(lambda: a @ b, calls=10)
-    print(f"torch_matmul_fp32_tflops: {2 * m ** 3 / t / 1e12:.1f}")
-    ah, bh = a.half(), b.half()
-    t = bench(lambda: ah @ bh, calls=10)
-    print(f"torch_matmul_fp16_tflops: {2 * m ** 3 / t / 1e12:.1f}")
-    del a, b, ah, bh
-    # 8192^3 too, as `bench kernels` prints (`kernel_matmul_*_8192_tflops`).
-    m = 8192
-    a = torch.randn(m, m, device=dev)
-    b = torch.randn(m, m, device=dev)
-    t = bench(lambda: a @ b, calls=5)
-    print(f"torch_matmul_fp32_8192_tflops: {2 * m ** 3 / t / 1e12:.1f}")
-    ah, bh = a.half(), b.half()
-    t = bench(lambda: ah @ bh, calls=10)
-    print(f"torch_matmul_fp16_8192_tflops: {2 * m ** 3 / t / 1e12:.1f}")
-    del a, b, ah, bh
+    # At 4096^3 and 8192^3, as `bench kernels` prints (`kernel_matmul_*_tflops`,
+    # `kernel_matmul_*_8192_tflops`).
+    for m, suffix, fp32_calls in ((4096, "", 10), (8192, "_8192", 5)):
+        a = torch.randn(m, m, device=dev)
+        b = torch.randn(m, m, device=dev)
+        if m == 4096:
+            # Products until steady first, as vramkit's bench does before its own.
+            warm_until_steady("torch_matmul", lambda: bench(lambda: a @ b, calls=10, batches=1))
+        t = bench(lambda: a @ b, calls=fp32_calls)
+        print(f"torch_matmul_fp32{suffix}_tflops: {2 * m ** 3 / t / 1e12:.1f}")
+        ah, bh = a.half(), b.half()
+        t = bench(lambda: ah @ bh, calls=10)
+        print(f"torch_matmul_fp16{suffix}_tflops: {2 * m ** 3 / t / 1e12:.1f}")
+        del a, b, ah, bh
 
     # Batched products at vramkit's `bench kernels` attention shapes: 32 heads,
     # scores = Q K^T (2048 x 128 by 128 x 2048) and out = P V (2048 x 2048 by 2048 x 128).

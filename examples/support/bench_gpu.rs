@@ -391,6 +391,16 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             .collect()
     };
     let mm_reps = if gpu.is_cpu() { 1 } else { 10 };
+    // The f16 product on the matrix units where the device has them, and without them in
+    // the same process (the register-blocked kernel the f32 product runs), at 4096^3.
+    let without_units = Kernels::with_options(
+        &arena,
+        KernelOptions {
+            matrix_units: false,
+            ..Default::default()
+        },
+    )
+    .expect("kernels");
     let dims: &[u64] = if gpu.is_cpu() { &[512] } else { &[4096, 8192] };
     for &dim in dims {
         let d = dim as usize;
@@ -418,16 +428,6 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             bh.offset(),
             bytemuck::cast_slice(&to_half(&b_data)),
         );
-        // The f16 product on the matrix units where the device has them, and without them in
-        // the same process (the register-blocked kernel the f32 product runs).
-        let without_units = Kernels::with_options(
-            &arena,
-            KernelOptions {
-                matrix_units: false,
-                ..Default::default()
-            },
-        )
-        .expect("kernels");
         let mut cases = vec![
             ("matmul_f32", MatmulInput::F32, (&*a, &*b), &kernels),
             ("matmul_f16", MatmulInput::F16, (&ah, &bh), &kernels),
