@@ -1,5 +1,5 @@
 //! Times matrix-product kernels on the device, each first checked against the CPU: the
-//! shipped ones, the ceilings in `examples/data/matmul_lab/`, and any variant file given.
+//! shipped ones, the ceilings beside this file, and any variant file given.
 //! BENCHMARKS.md's kernel sweeps and ceilings come from it.
 //!
 //! ```text
@@ -15,6 +15,9 @@
 //! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
 //! ceilings compute no product).
 //!
+//! `LAB_STATS=1` first prints what the driver reports of each kernel it compiles (its
+//! registers, ...; `driver_stats.rs`); `LAB_STATS=only` prints that and stops.
+//! `LAB_KERNELS="name,..."` keeps the kernels whose names contain one of those words.
 //! `LAB_SHAPES="m,n,k,batch;..."` sets the shapes (default 4096^3, 8192^3 and attention's
 //! two products of 32 heads). Prints one `lab_<kernel>_<m>x<n>x<k>x<batch>_tflops: X` line
 //! per kernel and shape (`scripts/spread.py` reads them): GPU time from timestamp queries
@@ -23,11 +26,14 @@
 
 use std::time::Instant;
 
+#[cfg(vulkan_hal)]
+mod driver_stats;
+
 const F32_PREFIX: &str = "alias In4 = vec4<f32>;\n\
 fn widen4(v: In4) -> vec4<f32> { return v; }\n\
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;\n\
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;\n";
-const PARAMS: &str = include_str!("../shaders/matmul_params.wgsl");
+const PARAMS: &str = include_str!("../../shaders/matmul_params.wgsl");
 
 struct Kernel {
     name: String,
@@ -168,13 +174,17 @@ fn main() {
     let mut kernels = shipped();
     kernels.push(variant_text(
         "coop_ceiling",
-        include_str!("data/matmul_lab/coop_ceiling.wgsl"),
+        include_str!("coop_ceiling.wgsl"),
     ));
     kernels.push(variant_text(
         "f32_ceiling",
-        include_str!("data/matmul_lab/f32_ceiling.wgsl"),
+        include_str!("f32_ceiling.wgsl"),
     ));
     kernels.extend(std::env::args().skip(1).map(|p| variant(&p)));
+    // `LAB_KERNELS="coop_wide,db16"`: run only kernels whose names contain one of these.
+    if let Ok(only) = std::env::var("LAB_KERNELS") {
+        kernels.retain(|k| only.split(',').any(|part| k.name.contains(part.trim())));
+    }
     // Every source is validated first, also those this device cannot run (CI runs the
     // lab on lavapipe, which has no matrix units: the ceilings' WGSL is checked there).
     for kernel in &kernels {
@@ -183,8 +193,26 @@ fn main() {
         }
         println!("# {}: valid WGSL", kernel.name);
     }
+    if std::env::var("LAB_STATS").is_ok_and(|v| v != "0") {
+        #[cfg(vulkan_hal)]
+        driver_stats::print(
+            &kernels
+                .iter()
+                .map(|k| (k.name.clone(), k.source[0].clone()))
+                .collect::<Vec<_>>(),
+        );
+        #[cfg(not(vulkan_hal))]
+        println!("# driver statistics: Vulkan only");
+        if std::env::var("LAB_STATS").as_deref() == Ok("only") {
+            return;
+        }
+    }
     let gpu = vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
     println!("device: {}", gpu.describe());
+    println!(
+        "# workgroup memory: {} bytes",
+        gpu.device().limits().max_compute_workgroup_storage_size
+    );
     if !gpu.has_matrix_units() {
         println!("# no matrix units here: the f16 kernels are validated, not run");
         kernels.retain(|k| !k.coop);
