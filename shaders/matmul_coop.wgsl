@@ -1,25 +1,29 @@
 // c = a * b for f16 inputs (pairs packed in words, `Batch::to_f16`'s layout) on the
 // device's matrix units (tensor cores), accumulated and written in f32.
 //
-// A workgroup of eight subgroups of 32 computes tiles of c of TILE_M x TILE_N, 128 x 256
-// or 256 x 128 (the prefix sets both; the host takes the one that pads c less, so that
-// attention's n = 128 fills its tiles); subgroup s owns the 64 x 64 block at row
-// (s / SG_COLS) * 64, column (s % SG_COLS) * 64, as 4 x 4 fragments of 16 x 16. Each step
-// along k stages a TILE_M x 32 slice of a and a 32 x TILE_N slice of b in workgroup memory
-// (rows padded by 8 halves, so the fragments' rows start in different banks), while the
-// next step's slices are already loading into registers. A tile's accumulators leave
-// through workgroup memory too (`store`).
+// A workgroup of four subgroups of 32 computes tiles of c of 128 x 128; subgroup s owns
+// the 64 x 64 block at row (s / 2) * 64, column (s % 2) * 64, as 4 x 4 fragments of
+// 16 x 16. Each step along k stages a 128 x 32 slice of a and a 32 x 128 slice of b in
+// workgroup memory (rows padded by 8 halves, so the fragments' rows start in different
+// banks), while the next step's slices are already loading into registers. A tile's
+// accumulators leave through workgroup memory too (`store`).
+//
+// Workgroups of 128 invocations on 128 x 128 tiles replaced workgroups of 256 on 128 x 256
+// (and 256 x 128 for narrow outputs): the driver gives this kernel 226 registers per
+// invocation, so two of its workgroups share a core where one of the larger fitted, and a
+// workgroup waiting at a barrier leaves the matrix units to the other. On an H200 that
+// read 1.6-1.7x on mid-sized products (2048^3: 195.8 against 120.3 TFLOP/s; 1024 x 1024 x
+// 4096: 53.9 against 31.4, where the smaller tiles also fill more cores), 3 % more on
+// attention's products, and within 2 % of the larger tiles on 4096^3 and 8192^3
+// (BENCHMARKS.md, Matrix products).
 //
 // Each workgroup computes tiles one after the other (the host dispatches one workgroup
 // per two tiles; `tile_at` orders them): after a tile's last step the pieces loading are
 // the next tile's first, so they are in flight while this tile's accumulators are stored.
 // This loop, with a tile's accumulators declared and stored inside it, read 17-20 % faster
-// on an H200 than the kernel it replaced (one tile per workgroup on a 2-D grid: 4096^3
-// 244.5 against 208.8 TFLOP/s, 8192^3 265.2 against 220.2; attention's narrow product 183.8
-// against 159.6) and 3 % slower on attention's k = 128 (70.3 against 72.3). The same loop
-// with one tile per workgroup read within 1 % of two, so the gain is the loop's; walking
-// the tiles keeps the grid within its limit at any size. A flat loop (stores behind an
-// `if` after each tile's last step) read 207 at 4096^3 and 62 at k = 128.
+// on an H200 than one tile per workgroup on a 2-D grid; walking the tiles also keeps the
+// grid within its limit at any size. A flat loop (stores behind an `if` after each tile's
+// last step) was slower.
 //
 // The host picks this kernel only where the device runs 16 x 16 x 16 f16 -> f32
 // cooperative matrices on subgroups of exactly 32, and for shapes with m and n multiples
@@ -28,39 +32,38 @@
 // stored in workgroup-uniform control flow (every branch below tests values the whole
 // workgroup shares), as cooperative operations and barriers require.
 //
-// The prefix also sets `GUARDED`. Shapes of whole tiles (m and n multiples of the tile, k
-// of 32) take the variant without the per-load bounds test: every load is inside then.
+// The prefix also sets `GUARDED`. Shapes of whole tiles (m and n multiples of 128, k of
+// 32) take the variant without the per-load bounds test: every load is inside then.
 // The test cost a quarter of the speed on the H100 (4096^3: 168-170 TFLOP/s with it,
-// 220-222 without; 8192^3: 187 and 256).
+// 220-222 without, on the earlier 128 x 256 tiles).
 //
 // The 16 accumulators are named one by one: naga 30 cannot index an array of
 // cooperative matrices with a loop variable. Every operand of a cooperative load or store
 // is a named value: naga 30 does not emit expressions written inline there.
 
-// The prefix enables `f16` and `wgpu_cooperative_matrix` and declares `GUARDED`, `TILE_M`
-// and `TILE_N`, `a` and `b` (bindings 1 and 2: eight halves per element, read-only where
-// neither shares a buffer with `c`) and `c` (binding 3, f32); `matmul_params.wgsl` (before
-// this file) declares `params` and `za`, `zb`, `zc`.
+// The prefix enables `f16` and `wgpu_cooperative_matrix` and declares `GUARDED`, `a` and
+// `b` (bindings 1 and 2: eight halves per element, read-only where neither shares a
+// buffer with `c`) and `c` (binding 3, f32); `matmul_params.wgsl` (before this file)
+// declares `params` and `za`, `zb`, `zc`.
 
 alias FragA = coop_mat16x16<f16, A>;
 alias FragB = coop_mat16x16<f16, B>;
 alias Acc = coop_mat16x16<f32, C>;
 
+const TILE: u32 = 128u;
 const STEP_K: u32 = 32u;
-const THREADS: u32 = 256u;
+const THREADS: u32 = 128u;
 const A_STRIDE: u32 = 40u;              // STEP_K + 8
-const B_STRIDE: u32 = TILE_N + 8u;
-const SG_COLS: u32 = TILE_N / 64u;      // subgroups across a tile
-// A step's slices move as six rounds of THREADS pieces of eight halves: a's slice first
-// (4 pieces per row, 64 rows per round: ROUNDS_A rounds), then b's (TILE_N / 8 pieces
-// per row, B_ROUND_ROWS rows per round). Rounds 0-1 are a's and 4-5 b's in both tiles;
-// rounds 2-3 are a's in tall tiles and b's in wide ones.
-const ROUNDS_A: u32 = TILE_M / 64u;
-const B_ROW_PIECES: u32 = TILE_N / 8u;
-const B_ROUND_ROWS: u32 = THREADS / B_ROW_PIECES;
+const B_STRIDE: u32 = TILE + 8u;
+// A step's slices move as eight rounds of THREADS pieces of eight halves: four of a's
+// slice (4 pieces per row: A_ROUND_ROWS rows per round), then four of b's (TILE / 8
+// pieces per row: B_ROUND_ROWS rows per round).
+const A_ROUND_ROWS: u32 = THREADS / 4u;             // 32
+const B_ROW_PIECES: u32 = TILE / 8u;
+const B_ROUND_ROWS: u32 = THREADS / B_ROW_PIECES;   // 8
 
-// The staged slices: a's (TILE_M x A_STRIDE) from 0, then b's (STEP_K x B_STRIDE).
-const B_AT: u32 = TILE_M * A_STRIDE;
+// The staged slices: a's (TILE x A_STRIDE) from 0, then b's (STEP_K x B_STRIDE).
+const B_AT: u32 = TILE * A_STRIDE;
 const SLICES: u32 = B_AT + STEP_K * B_STRIDE;
 var<workgroup> slices: array<f16, SLICES>;
 
@@ -95,7 +98,7 @@ fn put(at: u32, v: vec4<u32>) {
 }
 
 // Each subgroup's 16 x 16 f32 staging area for its accumulators on their way to c.
-var<workgroup> cstage: array<f32, 2048>;
+var<workgroup> cstage: array<f32, 1024>;
 
 /// Stores one accumulator at (row, col) of the product whose c starts at `base`, unless
 /// it lies past m or n (both multiples of 16, so a fragment is wholly inside or outside).
@@ -103,8 +106,10 @@ var<workgroup> cstage: array<f32, 2048>;
 /// subgroup writes two whole rows of 16 (two 64-byte runs): on an H200 this read 1.7x
 /// the speed of storing fragments straight into c (`coopStoreT` to the buffer) where
 /// stores weigh most (attention's k = 128: 118.7 against 70.5 TFLOP/s), 1-7 % elsewhere.
-/// The barriers (the workgroup's; WGSL has no subgroup barrier) keep a fragment's
-/// staging from overwriting the previous one before every invocation has read it.
+/// The barriers keep a fragment's staging from overwriting the previous one before every
+/// invocation has read it. They are the workgroup's: naga's `subgroupBarrier` orders no
+/// workgroup memory (its SPIR-V semantics name subgroup memory only), although on an H200
+/// it read 0.4-4 % faster and gave the right products.
 fn store(acc: Acc, base: u32, row: u32, col: u32, sg: u32, lane: u32) {
     let at = sg * 256u;
     workgroupBarrier();
@@ -133,7 +138,7 @@ fn tile_at(tile: u32, gx: u32, gy: u32) -> vec3<u32> {
     let rows_here = min(gy - first, 8u);
     let r = first + (id % per_group) % rows_here;
     let q = (id % per_group) / rows_here;
-    return vec3<u32>(r * TILE_M, q * TILE_N, z);
+    return vec3<u32>(r * TILE, q * TILE, z);
 }
 
 /// Points za, zb and zc at product z.
@@ -143,7 +148,7 @@ fn enter_product(z: u32) {
     zc = z * params.stride_c;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128)
 fn matmul(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
@@ -151,17 +156,17 @@ fn matmul(
     @builtin(local_invocation_index) li: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let gx = (params.n + TILE_N - 1u) / TILE_N;
-    let gy = (params.m + TILE_M - 1u) / TILE_M;
+    let gx = (params.n + TILE - 1u) / TILE;
+    let gy = (params.m + TILE - 1u) / TILE;
     let tiles = gx * gy * params.batch;
     var tile = wg.x;
     var at = tile_at(tile, gx, gy);
     enter_product(at.z);
     // This subgroup's 64 x 64 block within a tile.
-    let br = (sg / SG_COLS) * 64u;
-    let bc = (sg % SG_COLS) * 64u;
-    // This invocation's pieces: a's rows a_row + 64 r, column a_col (rounds r <
-    // ROUNDS_A); b's rows b_row + B_ROUND_ROWS (r - ROUNDS_A), column b_col.
+    let br = (sg / 2u) * 64u;
+    let bc = (sg % 2u) * 64u;
+    // This invocation's pieces: a's rows a_row + A_ROUND_ROWS r, column a_col, and b's
+    // rows b_row + B_ROUND_ROWS r, column b_col, for rounds r < 4.
     let a_row = li / 4u;
     let a_col = (li % 4u) * 8u;
     let b_row = li / B_ROW_PIECES;
@@ -171,18 +176,13 @@ fn matmul(
 
     // The first step's pieces; after that, each step loads the next one's.
     var g0 = load_a(at.x + a_row, a_col);
-    var g1 = load_a(at.x + a_row + 64u, a_col);
-    var g2: vec4<u32>;
-    var g3: vec4<u32>;
-    if ROUNDS_A > 2u {
-        g2 = load_a(at.x + a_row + 128u, a_col);
-        g3 = load_a(at.x + a_row + 192u, a_col);
-    } else {
-        g2 = load_b(b_row, at.y + b_col);
-        g3 = load_b(b_row + B_ROUND_ROWS, at.y + b_col);
-    }
-    var g4 = load_b(b_row + (4u - ROUNDS_A) * B_ROUND_ROWS, at.y + b_col);
-    var g5 = load_b(b_row + (5u - ROUNDS_A) * B_ROUND_ROWS, at.y + b_col);
+    var g1 = load_a(at.x + a_row + A_ROUND_ROWS, a_col);
+    var g2 = load_a(at.x + a_row + 2u * A_ROUND_ROWS, a_col);
+    var g3 = load_a(at.x + a_row + 3u * A_ROUND_ROWS, a_col);
+    var g4 = load_b(b_row, at.y + b_col);
+    var g5 = load_b(b_row + B_ROUND_ROWS, at.y + b_col);
+    var g6 = load_b(b_row + 2u * B_ROUND_ROWS, at.y + b_col);
+    var g7 = load_b(b_row + 3u * B_ROUND_ROWS, at.y + b_col);
 
     loop {
         if tile >= tiles {
@@ -198,16 +198,13 @@ fn matmul(
         for (var kk = 0u; kk < params.k; kk += STEP_K) {
             workgroupBarrier();
             put(a_put, g0);
-            put(a_put + 64u * A_STRIDE, g1);
-            if ROUNDS_A > 2u {
-                put(a_put + 128u * A_STRIDE, g2);
-                put(a_put + 192u * A_STRIDE, g3);
-            } else {
-                put(b_put, g2);
-                put(b_put + B_ROUND_ROWS * B_STRIDE, g3);
-            }
-            put(b_put + (4u - ROUNDS_A) * B_ROUND_ROWS * B_STRIDE, g4);
-            put(b_put + (5u - ROUNDS_A) * B_ROUND_ROWS * B_STRIDE, g5);
+            put(a_put + A_ROUND_ROWS * A_STRIDE, g1);
+            put(a_put + 2u * A_ROUND_ROWS * A_STRIDE, g2);
+            put(a_put + 3u * A_ROUND_ROWS * A_STRIDE, g3);
+            put(b_put, g4);
+            put(b_put + B_ROUND_ROWS * B_STRIDE, g5);
+            put(b_put + 2u * B_ROUND_ROWS * B_STRIDE, g6);
+            put(b_put + 3u * B_ROUND_ROWS * B_STRIDE, g7);
             workgroupBarrier();
             // The next step's pieces load while this one is multiplied: this tile's, or
             // after its last step the next tile's first.
@@ -224,16 +221,13 @@ fn matmul(
             }
             if more {
                 g0 = load_a(at.x + a_row, next + a_col);
-                g1 = load_a(at.x + a_row + 64u, next + a_col);
-                if ROUNDS_A > 2u {
-                    g2 = load_a(at.x + a_row + 128u, next + a_col);
-                    g3 = load_a(at.x + a_row + 192u, next + a_col);
-                } else {
-                    g2 = load_b(next + b_row, at.y + b_col);
-                    g3 = load_b(next + b_row + B_ROUND_ROWS, at.y + b_col);
-                }
-                g4 = load_b(next + b_row + (4u - ROUNDS_A) * B_ROUND_ROWS, at.y + b_col);
-                g5 = load_b(next + b_row + (5u - ROUNDS_A) * B_ROUND_ROWS, at.y + b_col);
+                g1 = load_a(at.x + a_row + A_ROUND_ROWS, next + a_col);
+                g2 = load_a(at.x + a_row + 2u * A_ROUND_ROWS, next + a_col);
+                g3 = load_a(at.x + a_row + 3u * A_ROUND_ROWS, next + a_col);
+                g4 = load_b(next + b_row, at.y + b_col);
+                g5 = load_b(next + b_row + B_ROUND_ROWS, at.y + b_col);
+                g6 = load_b(next + b_row + 2u * B_ROUND_ROWS, at.y + b_col);
+                g7 = load_b(next + b_row + 3u * B_ROUND_ROWS, at.y + b_col);
             }
 
             for (var ks = 0u; ks < STEP_K; ks += 16u) {

@@ -471,24 +471,23 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             (1024, 4, 4),
             (2, 1500, 8),
             // m and n multiples of 16, k of 8: f16 runs on the matrix units where the
-            // device has them (matmul_coop.wgsl, 128 x 256 tiles, steps of 32 along k):
-            // one fragment, edges in all three, one exact tile, two tiles each way
+            // device has them (matmul_coop.wgsl, 128 x 128 tiles, steps of 32 along k):
+            // one fragment, edges in all three, two exact tiles, two tiles each way
             // with a tail of 8 along k.
             (16, 16, 8),
             (48, 272, 40),
             (128, 256, 64),
             (144, 528, 1032),
-            // Whole tiles, two each way, three steps along k (the unguarded variant).
+            // Whole tiles (the unguarded variant): two by four, three steps along k; one.
             (256, 512, 96),
-            // Narrow outputs take 256 x 128 tiles: one whole tile
-            // (unguarded), then edges in all three.
             (256, 128, 96),
+            // Edges in all three, in a narrow output.
             (272, 112, 40),
-            // Tall and skinny on the matrix units (tall tiles), and short and wide (wide).
+            // Tall and skinny on the matrix units, and short and wide.
             (2048, 16, 64),
             (16, 2048, 64),
-            // Workgroups walk two tiles each: an odd count (3 x 3 tiles with edges, so
-            // the last workgroup has one), and 9 rows of tiles (the walk's groups of 8 rows,
+            // Workgroups walk two tiles each: an odd count (3 x 5 tiles with edges, so
+            // the last workgroup has one), and 9 x 2 tiles (the walk's groups of 8 rows,
             // then a group of 1).
             (272, 528, 40),
             (1152, 256, 64),
@@ -589,9 +588,9 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
             (3, 48, 32, 24, 16, false),
             (2, 48, 32, 24, 3, false),
             (5, 20, 24, 12, 0, true),
-            // Attention's narrow products (n = 128: the matrix units' 256 x 128 tiles).
+            // Attention's narrow products (n = 128: one column of the matrix units' tiles).
             (2, 256, 128, 32, 16, false),
-            // 9 tiles per product, 27 in all: the matrix units' workgroups walk on from
+            // 15 tiles per product, 45 in all: the matrix units' workgroups walk on from
             // one product into the next.
             (3, 272, 528, 40, 16, false),
         ] {

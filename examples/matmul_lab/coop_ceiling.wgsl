@@ -1,7 +1,8 @@
 // lab: kind=coop tile_m=128 tile_n=256 nocheck
-// The matrix units' ceiling through wgpu and naga: the wide tile's multiply-adds (each
-// subgroup 4 x 4 accumulators of 16 x 16, every step 16 multiply-adds of 16 x 16 x 16, k / 16
-// steps) on fragments loaded once into registers, so no load or barrier inside the loop.
+// The matrix units' ceiling through wgpu and naga: the f16 kernel's multiply-adds per
+// subgroup (4 x 4 accumulators of 16 x 16, every step 16 multiply-adds of 16 x 16 x 16, k / 16
+// steps; here eight subgroups to a 128 x 256 tile) on fragments loaded once into
+// registers, so no load or barrier inside the loop.
 // It performs the product's 2mnk operations and stores its accumulators, but not the
 // product (no check).
 

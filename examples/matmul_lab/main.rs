@@ -48,20 +48,18 @@ struct Kernel {
 /// The shipped kernels, as the host runs them on read-only inputs.
 fn shipped() -> Vec<Kernel> {
     use vramkit::shaders::{MATMUL_COOP_F16, MATMUL_VEC4_F32};
-    let coop = |name: &str, tall: usize, tile| Kernel {
-        name: name.into(),
-        coop: true,
-        tile,
-        walk: true,
-        check: true,
-        source: [
-            MATMUL_COOP_F16[tall][1][1].source.into(),
-            MATMUL_COOP_F16[tall][0][1].source.into(),
-        ],
-    };
     vec![
-        coop("coop_wide", 0, (128, 256)),
-        coop("coop_tall", 1, (256, 128)),
+        Kernel {
+            name: "coop".into(),
+            coop: true,
+            tile: (128, 128),
+            walk: true,
+            check: true,
+            source: [
+                MATMUL_COOP_F16[1][1].source.into(),
+                MATMUL_COOP_F16[0][1].source.into(),
+            ],
+        },
         Kernel {
             name: "f32_vec4".into(),
             coop: false,

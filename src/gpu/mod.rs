@@ -578,7 +578,7 @@ impl Gpu {
 }
 
 /// The configuration `shaders/matmul_coop.wgsl` multiplies in: 16 x 16 x 16, f16 inputs,
-/// f32 accumulators, on subgroups of exactly 32 (its eight subgroups split a 128 x 256
+/// f32 accumulators, on subgroups of exactly 32 (its four subgroups split a 128 x 128
 /// tile), with f16 and subgroup operations.
 fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
     use wgpu::CooperativeScalarType::{F16, F32};
@@ -591,12 +591,13 @@ fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
-/// The cooperative matmuls' workgroups: 256 invocations and up to 36.5 KiB of workgroup
-/// memory (`matmul_coop.wgsl` on tall tiles).
+/// The cooperative matmul's workgroups: 128 invocations and 22.5 KiB of workgroup memory
+/// (`matmul_coop.wgsl`).
 fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
-    limits.max_compute_invocations_per_workgroup >= 256
-        && limits.max_compute_workgroup_size_x >= 256
-        && limits.max_compute_workgroup_storage_size >= crate::kernels::matmul::COOP_WORKGROUP_BYTES
+    use crate::kernels::matmul::{COOP_WORKGROUP_BYTES, COOP_WORKGROUP_SIZE};
+    limits.max_compute_invocations_per_workgroup >= COOP_WORKGROUP_SIZE
+        && limits.max_compute_workgroup_size_x >= COOP_WORKGROUP_SIZE
+        && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
 }
 
 /// The largest device-local Vulkan heap, read through wgpu-hal; unknown without the

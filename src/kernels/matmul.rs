@@ -4,8 +4,7 @@
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
-//!   128 x 256 tiles, or 256 x 128 where those pad the output less (n <= 128, as in
-//!   attention); one workgroup per two tiles, which it computes one after the other.
+//!   128 x 128 tiles; one workgroup per two tiles, which it computes one after the other.
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
@@ -31,28 +30,18 @@ use crate::{shaders, Error, Result};
 
 /// Rows and columns of C one workgroup computes.
 const TILE: u64 = 128;
-/// Rows and columns of one tile of C in `matmul_coop.wgsl`: wide tiles.
-const COOP_TILE: (u64, u64) = (128, 256);
-/// Rows and columns of one tile of C in `matmul_coop.wgsl`: tall tiles.
-const COOP_TALL_TILE: (u64, u64) = (256, 128);
-/// Workgroup memory of `matmul_coop.wgsl` on tall tiles, the larger: 256 x 40 and 32 x 136
-/// f16 slices (wide tiles stage 128 x 40 and 32 x 264), and 8 x 16 x 16 f32 on the way
-/// out.
-pub(crate) const COOP_WORKGROUP_BYTES: u32 = (256 * 40 + 32 * 136) * 2 + 8 * 16 * 16 * 4;
+/// Rows and columns of one tile of C in `matmul_coop.wgsl`.
+const COOP_TILE: u64 = 128;
+/// Workgroup memory of `matmul_coop.wgsl`: 128 x 40 and 32 x 136 f16 slices, and
+/// 4 x 16 x 16 f32 on the way out.
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = (128 * 40 + 32 * 136) * 2 + 4 * 16 * 16 * 4;
+/// Invocations in one workgroup of `matmul_coop.wgsl`: four subgroups of 32.
+pub(crate) const COOP_WORKGROUP_SIZE: u32 = 128;
 /// Tiles each workgroup of `matmul_coop.wgsl` computes in turn (at least; more where the
 /// grid would otherwise pass its limit). One or two read within 1 % of each other on
 /// an H200 (BENCHMARKS.md, Kernels); two halve the grid, and no count needs the GPU's
 /// number of cores.
 const COOP_TILES_PER_GROUP: u64 = 2;
-
-/// Whether the matrix units take an m x n output in 256 x 128 tiles rather than 128 x 256:
-/// where that pads it less (narrow outputs such as attention's n = 128, which fills half a
-/// wide tile: 2.3x faster on an H200, BENCHMARKS.md). Ties go to the wide tile, about 10 %
-/// faster on whole tiles.
-fn coop_tall(m: u64, n: u64) -> bool {
-    let padded = |(tm, tn): (u64, u64)| m.div_ceil(tm) * tm * (n.div_ceil(tn) * tn);
-    padded(COOP_TALL_TILE) < padded(COOP_TILE)
-}
 
 /// Element type of matmul inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,13 +249,8 @@ impl<'a> Batch<'a> {
             && n.is_multiple_of(16)
             && k.is_multiple_of(8)
             && aligned(8, 16);
-        let tall = coop && coop_tall(m, n);
-        let (tile_m, tile_n) = match (coop, tall) {
-            (true, true) => COOP_TALL_TILE,
-            (true, false) => COOP_TILE,
-            (false, _) => (TILE, TILE),
-        };
-        let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
+        let tile = if coop { COOP_TILE } else { TILE };
+        let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
         if gx > max || gy > max {
             return Err(Error::invalid(
                 format!("a {m} x {n} matmul output needs {gy} x {gx} tiles, over {max}"),
@@ -293,8 +277,8 @@ impl<'a> Batch<'a> {
         if coop {
             let io = io.reading_x_and_y_only();
             let whole_tiles =
-                m.is_multiple_of(tile_m) && n.is_multiple_of(tile_n) && k.is_multiple_of(32);
-            let shader = &shaders::MATMUL_COOP_F16[usize::from(tall)][usize::from(whole_tiles)]
+                m.is_multiple_of(tile) && n.is_multiple_of(tile) && k.is_multiple_of(32);
+            let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
                 [usize::from(io.access == Access::ReadOnlyXY)];
             // The workgroups walk the tiles of every product in turn: a 1-D grid of one
             // per COOP_TILES_PER_GROUP tiles, or more tiles each where that passes the
@@ -305,7 +289,7 @@ impl<'a> Batch<'a> {
             if tiles + workgroups > u32::MAX as u64 {
                 return Err(Error::invalid(
                     format!(
-                        "{count} products of {m} x {n}: {tiles} tiles of {tile_m} x {tile_n}, \
+                        "{count} products of {m} x {n}: {tiles} tiles of {tile} x {tile}, \
                          past the 2^32 - 1 the matrix-unit kernel counts"
                     ),
                     "split the batch or the output",
@@ -341,22 +325,5 @@ impl<'a> Batch<'a> {
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
         self.record_3d(shader, "matmul", params_with(strides(4, 4)), io, groups)?;
         Ok(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::coop_tall;
-
-    #[test]
-    fn the_matrix_units_take_the_tile_that_pads_the_output_least() {
-        // Attention's n = 128 half fills a 128 x 256 tile.
-        assert!(coop_tall(2048, 128));
-        assert!(coop_tall(4096, 384));
-        // Squares and ties keep the wide tile.
-        assert!(!coop_tall(4096, 4096));
-        assert!(!coop_tall(16, 16));
-        // Few rows: 256-row tiles would pad more.
-        assert!(!coop_tall(128, 128));
     }
 }

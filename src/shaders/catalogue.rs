@@ -652,20 +652,16 @@ macro_rules! coop_bindings {
 pub(crate) const MATRIX_UNITS: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP);
-/// One matrix-unit matmul variant: its tile, input access and whether loads test bounds.
+/// One matrix-unit matmul variant: its input access and whether loads test bounds.
 macro_rules! matmul_coop {
-    ($name:literal, $tile_m:literal, $tile_n:literal, $access:literal, $guarded:literal) => {
+    ($name:literal, $access:literal, $guarded:literal) => {
         shader_value!(
             $name,
             [
                 coop_bindings!($access),
                 "const GUARDED: bool = ",
                 $guarded,
-                ";\nconst TILE_M: u32 = ",
-                $tile_m,
-                "u;\nconst TILE_N: u32 = ",
-                $tile_n,
-                "u;\n",
+                ";\n",
                 file!("matmul_params.wgsl"),
                 file!("matmul_coop.wgsl")
             ],
@@ -675,99 +671,40 @@ macro_rules! matmul_coop {
     };
 }
 /// Trusted (compiled without injected checks, [`Shader::unchecked`]). `matmul_coop.wgsl`
-/// on TILE_M x TILE_N tiles (128 x 256 or 256 x 128): each invocation writes eight halves
-/// of the staged slices at `row * 40 + col` (`row < TILE_M`, `col <= 24`: at most
-/// `TILE_M * 40 - 9`, below b's slice at `B_AT = TILE_M * 40`) and `B_AT + row * (TILE_N +
-/// 8) + col` (`row < 32`, `col <= TILE_N - 8`: at most `SLICES - 9`, where `SLICES = B_AT +
-/// 32 * (TILE_N + 8)` is the array's length); fragments read 16 x 16 from offsets whose
-/// last element is at most `B_AT - 9` and `SLICES - 9` (wide: 5111 and 13559 of 13568;
-/// tall: 10231 and 14583 of 14592). Subgroup `sg < 8` (256 invocations in subgroups of
+/// on 128 x 128 tiles: each invocation writes eight halves of the staged slices at
+/// `row * 40 + col` (`row < 128`, `col <= 24`: at most 5111, below b's slice at `B_AT =
+/// 5120`) and `B_AT + row * 136 + col` (`row < 32`, `col <= 120`: at most 9463 of the
+/// array's `SLICES = 9472`); fragments read 16 x 16 from offsets whose last element is at
+/// most 5111 (a's) and 9463 (b's). Subgroup `sg < 4` (128 invocations in subgroups of
 /// exactly 32, which the host requires) stages a fragment at `cstage[sg * 256 ..][..256]`
-/// of 2048 and reads it back at `sg * 256 + row * 16 + col` (`row, col < 16`). Every load
+/// of 1024 and reads it back at `sg * 256 + row * 16 + col` (`row, col < 16`). Every load
 /// of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
 /// otherwise, every fragment's writes to `c` (rows `row..row + 16`, columns `col..col +
 /// 16`) behind `row < m && col < n` with both multiples of 16, and the host checks the
-/// three allocations' sizes. The whole-tiles variants drop the load tests only where the host found m, n and
-/// k multiples of the tile and 32: every tile's rows and columns then lie inside and
-/// slices start below `k` and end at most at `k`. Tiles: the host dispatches at most as
-/// many workgroups as tiles and keeps `tiles + workgroups` below 2^32; a workgroup starts
-/// at tile `workgroup_id.x < tiles` and loads a tile only while `tile < tiles`. The loop
-/// ends: each pass moves k on by 32 or, after a tile's last step, the tile on by the
+/// three allocations' sizes. The whole-tiles variants drop the load tests only where the
+/// host found m and n multiples of 128 and k of 32: every tile's rows and columns then lie
+/// inside and slices start below `k` and end at most at `k`. Tiles: the host dispatches at
+/// most as many workgroups as tiles and keeps `tiles + workgroups` below 2^32; a workgroup
+/// starts at tile `workgroup_id.x < tiles` and loads a tile only while `tile < tiles`. The
+/// loop ends: each pass moves k on by 32 or, after a tile's last step, the tile on by the
 /// number of workgroups, and it stops once the tile reaches `tiles`; the inner loop counts
 /// to 32 by 16.
 ///
 /// Matmul of f16 inputs on the matrix units (cooperative matrices, f32 accumulators), by
-/// `[tall tiles][whole tiles][read-only inputs]`: 128 x 256 tiles, then 256 x 128; loads
-/// tested against the bounds, then not (m, n and k multiples of the tile and 32); inputs
-/// writable (the shared layout), then read-only.
-pub const MATMUL_COOP_F16: [[[Shader; 2]; 2]; 2] = [
+/// `[whole tiles][read-only inputs]`: loads tested against the bounds, then not (m and n
+/// multiples of 128, k of 32); inputs writable (the shared layout), then read-only.
+pub const MATMUL_COOP_F16: [[Shader; 2]; 2] = [
     [
-        [
-            matmul_coop!(
-                "matmul_coop.wgsl (128 x 256)",
-                "128",
-                "256",
-                "read_write",
-                "true"
-            ),
-            matmul_coop!(
-                "matmul_coop.wgsl (128 x 256, read-only inputs)",
-                "128",
-                "256",
-                "read",
-                "true"
-            ),
-        ],
-        [
-            matmul_coop!(
-                "matmul_coop.wgsl (128 x 256, whole tiles)",
-                "128",
-                "256",
-                "read_write",
-                "false"
-            ),
-            matmul_coop!(
-                "matmul_coop.wgsl (128 x 256, whole tiles, read-only inputs)",
-                "128",
-                "256",
-                "read",
-                "false"
-            ),
-        ],
+        matmul_coop!("matmul_coop.wgsl", "read_write", "true"),
+        matmul_coop!("matmul_coop.wgsl (read-only inputs)", "read", "true"),
     ],
     [
-        [
-            matmul_coop!(
-                "matmul_coop.wgsl (256 x 128)",
-                "256",
-                "128",
-                "read_write",
-                "true"
-            ),
-            matmul_coop!(
-                "matmul_coop.wgsl (256 x 128, read-only inputs)",
-                "256",
-                "128",
-                "read",
-                "true"
-            ),
-        ],
-        [
-            matmul_coop!(
-                "matmul_coop.wgsl (256 x 128, whole tiles)",
-                "256",
-                "128",
-                "read_write",
-                "false"
-            ),
-            matmul_coop!(
-                "matmul_coop.wgsl (256 x 128, whole tiles, read-only inputs)",
-                "256",
-                "128",
-                "read",
-                "false"
-            ),
-        ],
+        matmul_coop!("matmul_coop.wgsl (whole tiles)", "read_write", "false"),
+        matmul_coop!(
+            "matmul_coop.wgsl (whole tiles, read-only inputs)",
+            "read",
+            "false"
+        ),
     ],
 ];
 shader!(
@@ -885,14 +822,10 @@ pub const ALL: &[Shader] = &[
     MATMUL_VEC4_F16_PACKED[1],
     MATMUL_VEC4_F16_NATIVE[0],
     MATMUL_VEC4_F16_NATIVE[1],
-    MATMUL_COOP_F16[0][0][0],
-    MATMUL_COOP_F16[0][0][1],
-    MATMUL_COOP_F16[0][1][0],
-    MATMUL_COOP_F16[0][1][1],
-    MATMUL_COOP_F16[1][0][0],
-    MATMUL_COOP_F16[1][0][1],
-    MATMUL_COOP_F16[1][1][0],
-    MATMUL_COOP_F16[1][1][1],
+    MATMUL_COOP_F16[0][0],
+    MATMUL_COOP_F16[0][1],
+    MATMUL_COOP_F16[1][0],
+    MATMUL_COOP_F16[1][1],
     CAST_F16_PACKED,
     CAST_F16_X8,
     PATCH_WORDS,
