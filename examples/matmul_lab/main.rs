@@ -100,11 +100,19 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         field("tile_n").unwrap_or(128),
     );
     let source = [false, true].map(|guarded| {
+        // `in=eight`: the inputs as structs of two `vec4<f16>` (16 bytes) instead of
+        // `vec4<u32>` words, so no f16 passes through f32 on its way to the slices.
+        let input = if head.contains(" in=eight") {
+            "Eight"
+        } else {
+            "vec4<u32>"
+        };
         let prefix = if coop {
             format!(
                 "enable f16;\nenable wgpu_cooperative_matrix;\n\
-                 @group(0) @binding(1) var<storage, read> a: array<vec4<u32>>;\n\
-                 @group(0) @binding(2) var<storage, read> b: array<vec4<u32>>;\n\
+                 struct Eight {{ lo: vec4<f16>, hi: vec4<f16> }}\n\
+                 @group(0) @binding(1) var<storage, read> a: array<{input}>;\n\
+                 @group(0) @binding(2) var<storage, read> b: array<{input}>;\n\
                  @group(0) @binding(3) var<storage, read_write> c: array<f32>;\n\
                  const GUARDED: bool = {guarded};\n\
                  const TILE_M: u32 = {}u;\nconst TILE_N: u32 = {}u;\n",

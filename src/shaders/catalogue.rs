@@ -671,24 +671,24 @@ macro_rules! matmul_coop {
     };
 }
 /// Trusted (compiled without injected checks, [`Shader::unchecked`]). `matmul_coop.wgsl`
-/// on 128 x 128 tiles: each invocation writes eight halves of the staged slices at
-/// `row * 40 + col` (`row < 128`, `col <= 24`: at most 5111, below b's slice at `B_AT =
-/// 5120`) and `B_AT + row * 136 + col` (`row < 32`, `col <= 120`: at most 9463 of the
-/// array's `SLICES = 9472`); fragments read 16 x 16 from offsets whose last element is at
-/// most 5111 (a's) and 9463 (b's). Subgroup `sg < 4` (128 invocations in subgroups of
-/// exactly 32, which the host requires) stages a fragment at `cstage[sg * 256 ..][..256]`
-/// of 1024 and reads it back at `sg * 256 + row * 16 + col` (`row, col < 16`). Every load
-/// of `a`/`b` is behind `row < m && col < k` (`row < k && col < n`) and reads element 0
-/// otherwise, every fragment's writes to `c` (rows `row..row + 16`, columns `col..col +
-/// 16`) behind `row < m && col < n` with both multiples of 16, and the host checks the
-/// three allocations' sizes. The whole-tiles variants drop the load tests only where the
-/// host found m and n multiples of 128 and k of 32: every tile's rows and columns then lie
-/// inside and slices start below `k` and end at most at `k`. Tiles: the host dispatches at
-/// most as many workgroups as tiles and keeps `tiles + workgroups` below 2^32; a workgroup
-/// starts at tile `workgroup_id.x < tiles` and loads a tile only while `tile < tiles`. The
-/// loop ends: each pass moves k on by 32 or, after a tile's last step, the tile on by the
-/// number of workgroups, and it stops once the tile reaches `tiles`; the inner loop counts
-/// to 32 by 16.
+/// on 128 x 128 tiles, its slices counted in pairs of halves: each invocation writes four
+/// pairs at `row * 20 + col / 2` (`row < 128`, `col <= 24`: at most 2555, below b's slice
+/// at `B_AT = 2560`) and `B_AT + row * 68 + col / 2` (`row < 32`, `col <= 120`: at most
+/// 4731 of the array's `SLICES = 4736`); fragments read 16 x 8 pairs from offsets whose
+/// last pair is at most 2555 (a's) and 4731 (b's). Subgroup `sg < 4` (128 invocations in
+/// subgroups of exactly 32, which the host requires) stages a fragment at
+/// `cstage[sg * 256 ..][..256]` of 1024 and reads it back at `sg * 256 + row * 16 + col`
+/// (`row, col < 16`). Every load of `a`/`b` is behind `row < m && col < k` (`row < k &&
+/// col < n`) and reads element 0 otherwise, every fragment's writes to `c` (rows
+/// `row..row + 16`, columns `col..col + 16`) behind `row < m && col < n` with both
+/// multiples of 16, and the host checks the three allocations' sizes. The whole-tiles
+/// variants drop the load tests only where the host found m and n multiples of 128 and k
+/// of 32: every tile's rows and columns then lie inside and slices start below `k` and end
+/// at most at `k`. Tiles: the host dispatches at most as many workgroups as tiles and
+/// keeps `tiles + workgroups` below 2^32; a workgroup starts at tile `workgroup_id.x <
+/// tiles` and loads a tile only while `tile < tiles`. The loop ends: each pass moves k on
+/// by 32 or, after a tile's last step, the tile on by the number of workgroups, and it
+/// stops once the tile reaches `tiles`; the inner loop counts to 32 by 16.
 ///
 /// Matmul of f16 inputs on the matrix units (cooperative matrices, f32 accumulators), by
 /// `[whole tiles][read-only inputs]`: loads tested against the bounds, then not (m and n
