@@ -100,12 +100,21 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         field("tile_n").unwrap_or(128),
     );
     let source = [false, true].map(|guarded| {
-        // `in=eight`: the inputs as structs of two `vec4<f16>` (16 bytes) instead of
-        // `vec4<u32>` words, so no f16 passes through f32 on its way to the slices.
+        // `in=eight`: the inputs as structs of two `vec4<f16>` (16 bytes), `in=pairs`: as
+        // `vec2<f16>`, instead of `vec4<u32>` words, so no f16 passes through f32 on its
+        // way to the slices.
         let input = if head.contains(" in=eight") {
             "Eight"
+        } else if head.contains(" in=pairs") {
+            "vec2<f16>"
         } else {
             "vec4<u32>"
+        };
+        // `out=vec4`: c bound as `vec4<f32>` (the lab's c is whole rows of 16 floats).
+        let output = if head.contains(" out=vec4") {
+            "vec4<f32>"
+        } else {
+            "f32"
         };
         let prefix = if coop {
             format!(
@@ -113,7 +122,7 @@ fn variant_text(path: &str, text: &str) -> Kernel {
                  struct Eight {{ lo: vec4<f16>, hi: vec4<f16> }}\n\
                  @group(0) @binding(1) var<storage, read> a: array<{input}>;\n\
                  @group(0) @binding(2) var<storage, read> b: array<{input}>;\n\
-                 @group(0) @binding(3) var<storage, read_write> c: array<f32>;\n\
+                 @group(0) @binding(3) var<storage, read_write> c: array<{output}>;\n\
                  const GUARDED: bool = {guarded};\n\
                  const TILE_M: u32 = {}u;\nconst TILE_N: u32 = {}u;\n",
                 tile.0, tile.1

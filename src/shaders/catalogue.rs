@@ -632,7 +632,8 @@ pub const MATMUL_VEC4_F16_NATIVE: [Shader; 2] = [
         wgpu::Features::SHADER_F16
     ),
 ];
-/// The input bindings of matmul_coop.wgsl (eight f16 per element) and its output.
+/// The input bindings of matmul_coop.wgsl (eight f16 per element) and its output (four
+/// f32 per element).
 macro_rules! coop_bindings {
     ($access:literal) => {
         concat!(
@@ -643,7 +644,7 @@ macro_rules! coop_bindings {
              @group(0) @binding(2) var<storage, ",
             $access,
             "> b: array<vec4<u32>>;\n\
-             @group(0) @binding(3) var<storage, read_write> c: array<f32>;\n"
+             @group(0) @binding(3) var<storage, read_write> c: array<vec4<f32>>;\n"
         )
     };
 }
@@ -677,11 +678,12 @@ macro_rules! matmul_coop {
 /// 4731 of the array's `SLICES = 4736`); fragments read 16 x 8 pairs from offsets whose
 /// last pair is at most 2555 (a's) and 4731 (b's). Subgroup `sg < 4` (128 invocations in
 /// subgroups of exactly 32, which the host requires) stages a fragment at
-/// `cstage[sg * 256 ..][..256]` of 1024 and reads it back at `sg * 256 + row * 16 + col`
-/// (`row, col < 16`). Every load of `a`/`b` is behind `row < m && col < k` (`row < k &&
+/// `cstage[sg * 64 ..][..64]` of 256 fours and reads it back at `sg * 64 + lane` and
+/// `sg * 64 + 32 + lane` (`lane < 32`). Every load of `a`/`b` is behind `row < m && col < k` (`row < k &&
 /// col < n`) and reads element 0 otherwise, every fragment's writes to `c` (rows
-/// `row..row + 16`, columns `col..col + 16`) behind `row < m && col < n` with both
-/// multiples of 16, and the host checks the three allocations' sizes. The whole-tiles
+/// `row..row + 16`, columns `col..col + 16`, as fours from `(base + row * n + col) / 4`
+/// with base, n and col multiples of 16) behind `row < m && col < n` with both multiples
+/// of 16, and the host checks the three allocations' sizes. The whole-tiles
 /// variants drop the load tests only where the host found m and n multiples of 128 and k
 /// of 32: every tile's rows and columns then lie inside and slices start below `k` and end
 /// at most at `k`. Tiles: the host dispatches at most as many workgroups as tiles and
