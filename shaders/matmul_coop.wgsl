@@ -5,11 +5,13 @@
 // the 64 x 64 block at row (s / 2) * 64, column (s % 2) * 64, as 4 x 4 fragments of
 // 16 x 16. Each step along k stages a 128 x 32 slice of a and a 32 x 128 slice of b in
 // workgroup memory (as pairs of halves; rows padded by 8 halves, so the fragments' rows
-// start in different banks), while the next step's slices are already loading into registers. A tile's
-// accumulators leave through workgroup memory too (`store`).
+// start in different banks), while the next step's slices are already loading into
+// registers. A tile's accumulators leave through workgroup memory too (`store`). The
+// kernel's time goes to moving the slices, not to the matrix units: with 15 of every 16
+// multiply-adds removed it took as long on an H200 (BENCHMARKS.md, Matrix products).
 //
 // Workgroups of 128 invocations on 128 x 128 tiles replaced workgroups of 256 on 128 x 256
-// (and 256 x 128 for narrow outputs): the driver gives this kernel 226 registers per
+// (and 256 x 128 for narrow outputs): the driver gives this kernel 227 registers per
 // invocation, so two of its workgroups share a core where one of the larger fitted, and a
 // workgroup waiting at a barrier leaves the matrix units to the other. On an H200 that
 // read 1.6-1.7x on mid-sized products (2048^3: 195.8 against 120.3 TFLOP/s; 1024 x 1024 x
@@ -43,8 +45,8 @@
 
 // The prefix enables `f16` and `wgpu_cooperative_matrix` and declares `GUARDED`, `a` and
 // `b` (bindings 1 and 2: eight halves per element, read-only where neither shares a
-// buffer with `c`) and `c` (binding 3, four f32 per element); `matmul_params.wgsl` (before this file)
-// declares `params` and `za`, `zb`, `zc`.
+// buffer with `c`) and `c` (binding 3, four f32 per element); `matmul_params.wgsl`
+// (before this file) declares `params` and `za`, `zb`, `zc`.
 
 alias FragA = coop_mat16x16<f16, A>;
 alias FragB = coop_mat16x16<f16, B>;
