@@ -7,10 +7,12 @@
 //! cargo run --release --example matmul_lab -- variant.wgsl  # and a variant of your own
 //! ```
 //!
-//! A variant's first line says what it is: `// lab: kind=coop tile_m=128 tile_n=256` (f16
+//! A variant's first line says what it is: `// lab: kind=coop tile_m=128 tile_n=128` (f16
 //! inputs, eight halves per `vec4<u32>`, `c` f32; the lab declares the bindings, `GUARDED`,
 //! `TILE_M`, `TILE_N` and `matmul_params.wgsl`), or `kind=f32` (`vec4<f32>` inputs; the
-//! file declares `c`). `walk`: one workgroup per `LAB_TILES_PER_GROUP` tiles (default 2)
+//! file declares `c`). For `kind=coop`, `in=pairs` binds the inputs as `vec2<f16>` and
+//! `in=eight` as structs `Eight` of two `vec4<f16>` (so no half passes through f32 on its
+//! way to workgroup memory), and `out=vec4` binds `c` as `vec4<f32>`. `walk`: one workgroup per `LAB_TILES_PER_GROUP` tiles (default 2)
 //! on a 1-D grid, as the shipped matrix-unit kernel; otherwise one per tile on a 2-D grid
 //! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
 //! ceilings compute no product).
@@ -99,29 +101,24 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         field("tile_m").unwrap_or(128),
         field("tile_n").unwrap_or(128),
     );
+    let input = if head.contains(" in=eight") {
+        "struct Eight { lo: vec4<f16>, hi: vec4<f16> }\nalias Input = Eight;\n"
+    } else if head.contains(" in=pairs") {
+        "alias Input = vec2<f16>;\n"
+    } else {
+        "alias Input = vec4<u32>;\n"
+    };
+    let output = if head.contains(" out=vec4") {
+        "vec4<f32>"
+    } else {
+        "f32"
+    };
     let source = [false, true].map(|guarded| {
-        // `in=eight`: the inputs as structs of two `vec4<f16>` (16 bytes), `in=pairs`: as
-        // `vec2<f16>`, instead of `vec4<u32>` words, so no f16 passes through f32 on its
-        // way to the slices.
-        let input = if head.contains(" in=eight") {
-            "Eight"
-        } else if head.contains(" in=pairs") {
-            "vec2<f16>"
-        } else {
-            "vec4<u32>"
-        };
-        // `out=vec4`: c bound as `vec4<f32>` (the lab's c is whole rows of 16 floats).
-        let output = if head.contains(" out=vec4") {
-            "vec4<f32>"
-        } else {
-            "f32"
-        };
         let prefix = if coop {
             format!(
-                "enable f16;\nenable wgpu_cooperative_matrix;\n\
-                 struct Eight {{ lo: vec4<f16>, hi: vec4<f16> }}\n\
-                 @group(0) @binding(1) var<storage, read> a: array<{input}>;\n\
-                 @group(0) @binding(2) var<storage, read> b: array<{input}>;\n\
+                "enable f16;\nenable wgpu_cooperative_matrix;\n{input}\
+                 @group(0) @binding(1) var<storage, read> a: array<Input>;\n\
+                 @group(0) @binding(2) var<storage, read> b: array<Input>;\n\
                  @group(0) @binding(3) var<storage, read_write> c: array<{output}>;\n\
                  const GUARDED: bool = {guarded};\n\
                  const TILE_M: u32 = {}u;\nconst TILE_N: u32 = {}u;\n",
@@ -196,7 +193,7 @@ fn main() {
         include_str!("f32_ceiling.wgsl"),
     ));
     kernels.extend(std::env::args().skip(1).map(|p| variant(&p)));
-    // `LAB_KERNELS="coop_wide,db16"`: run only kernels whose names contain one of these.
+    // `LAB_KERNELS="coop,my_variant"`: run only kernels whose names contain one of these.
     if let Ok(only) = std::env::var("LAB_KERNELS") {
         kernels.retain(|k| only.split(',').any(|part| k.name.contains(part.trim())));
     }

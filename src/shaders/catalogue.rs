@@ -679,11 +679,11 @@ macro_rules! matmul_coop {
 /// last pair is at most 2555 (a's) and 4731 (b's). Subgroup `sg < 4` (128 invocations in
 /// subgroups of exactly 32, which the host requires) stages a fragment at
 /// `cstage[sg * 64 ..][..64]` of 256 fours and reads it back at `sg * 64 + lane` and
-/// `sg * 64 + 32 + lane` (`lane < 32`). Every load of `a`/`b` is behind `row < m && col < k` (`row < k &&
-/// col < n`) and reads element 0 otherwise, every fragment's writes to `c` (rows
-/// `row..row + 16`, columns `col..col + 16`, as fours from `(base + row * n + col) / 4`
-/// with base, n and col multiples of 16) behind `row < m && col < n` with both multiples
-/// of 16, and the host checks the three allocations' sizes. The whole-tiles
+/// `sg * 64 + 32 + lane` (`lane < 32`). Every load of `a`/`b` is behind `row < m && col <
+/// k` (`row < k && col < n`) and reads element 0 otherwise, every fragment's writes to `c`
+/// (rows `row..row + 16`, columns `col..col + 16`, as fours from `(base + row * n + col) /
+/// 4` with base, n and col multiples of 16) behind `row < m && col < n` with both
+/// multiples of 16, and the host checks the three allocations' sizes. The whole-tiles
 /// variants drop the load tests only where the host found m and n multiples of 128 and k
 /// of 32: every tile's rows and columns then lie inside and slices start below `k` and end
 /// at most at `k`. Tiles: the host dispatches at most as many workgroups as tiles and
