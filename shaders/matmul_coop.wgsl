@@ -19,13 +19,15 @@
 // attention's products, and within 2 % of the larger tiles on 4096^3 and 8192^3
 // (BENCHMARKS.md, Matrix products).
 //
-// Each workgroup computes tiles one after the other (the host dispatches one workgroup
-// per two tiles; `tile_at` orders them): after a tile's last step the pieces loading are
-// the next tile's first, so they are in flight while this tile's accumulators are stored.
-// This loop, with a tile's accumulators declared and stored inside it, read 17-20 % faster
-// on an H200 than one tile per workgroup on a 2-D grid; walking the tiles also keeps the
-// grid within its limit at any size. A flat loop (stores behind an `if` after each tile's
-// last step) was slower.
+// Each workgroup walks tiles in a loop (`tile_at` orders them): after a tile's last step
+// the pieces loading are the next tile's first, so they are in flight while this tile's
+// accumulators are stored. The host dispatches one workgroup per tile, and several tiles
+// to a workgroup only where the grid would pass its limit: two workgroups share a core,
+// and with one per two tiles half of those places stayed empty on mid-sized products
+// (2048^3 on an H200: 211-213 TFLOP/s against 286 with one per tile). The loop, with a
+// tile's accumulators declared and stored inside it, read 17-20 % faster on an H200 than
+// the earlier one tile per workgroup on a 2-D grid (on the 128 x 256 tiles of that time);
+// a flat loop (stores behind an `if` after each tile's last step) was slower.
 //
 // The host picks this kernel only where the device runs 16 x 16 x 16 f16 -> f32
 // cooperative matrices on subgroups of exactly 32, and for shapes with m and n multiples

@@ -10,9 +10,10 @@
 //! A variant's first line says what it is: `// lab: kind=coop tile_m=128 tile_n=128` (f16
 //! inputs, eight halves per `vec4<u32>`, `c` f32; the lab declares the bindings, `GUARDED`,
 //! `TILE_M`, `TILE_N` and `matmul_params.wgsl`), or `kind=f32` (`vec4<f32>` inputs; the
-//! file declares `c`). For `kind=coop`, `in=pairs` binds the inputs as `vec2<f16>` and
-//! `in=eight` as structs `Eight` of two `vec4<f16>` (so no half passes through f32 on its
-//! way to workgroup memory), and `out=vec4` binds `c` as `vec4<f32>`. `walk`: one workgroup per `LAB_TILES_PER_GROUP` tiles (default 2)
+//! file declares `c`). For `kind=coop`, `in=pairs` binds the inputs as `vec2<f16>`,
+//! `in=quads` as `vec4<f16>` and `in=eight` as structs `Eight` of two `vec4<f16>` (so no
+//! half passes through f32 on its way to workgroup memory), and `out=vec4` binds `c` as
+//! `vec4<f32>`. `walk`: one workgroup per `LAB_TILES_PER_GROUP` tiles (default 1, as shipped)
 //! on a 1-D grid, as the shipped matrix-unit kernel; otherwise one per tile on a 2-D grid
 //! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
 //! ceilings compute no product).
@@ -105,6 +106,8 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         "struct Eight { lo: vec4<f16>, hi: vec4<f16> }\nalias Input = Eight;\n"
     } else if head.contains(" in=pairs") {
         "alias Input = vec2<f16>;\n"
+    } else if head.contains(" in=quads") {
+        "alias Input = vec4<f16>;\n"
     } else {
         "alias Input = vec4<u32>;\n"
     };
@@ -182,7 +185,7 @@ fn main() {
         })
         .collect();
     let per_group: u32 =
-        std::env::var("LAB_TILES_PER_GROUP").map_or(2, |v| v.parse().expect("a number"));
+        std::env::var("LAB_TILES_PER_GROUP").map_or(1, |v| v.parse().expect("a number"));
     let mut kernels = shipped();
     kernels.push(variant_text(
         "coop_ceiling",

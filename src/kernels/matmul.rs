@@ -4,7 +4,8 @@
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
-//!   128 x 128 tiles; one workgroup per two tiles, which it computes one after the other.
+//!   128 x 128 tiles, one workgroup per tile (several in turn only where the grid would
+//!   pass its limit).
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
@@ -38,10 +39,14 @@ pub(crate) const COOP_WORKGROUP_BYTES: u32 = (128 * 40 + 32 * 136) * 2 + 4 * 16 
 /// Invocations in one workgroup of `matmul_coop.wgsl`: four subgroups of 32.
 pub(crate) const COOP_WORKGROUP_SIZE: u32 = 128;
 /// Tiles each workgroup of `matmul_coop.wgsl` computes in turn (at least; more where the
-/// grid would otherwise pass its limit). One or two read within 1 % of each other on
-/// an H200 (BENCHMARKS.md, Kernels); two halve the grid, and no count needs the GPU's
-/// number of cores.
-const COOP_TILES_PER_GROUP: u64 = 2;
+/// grid would otherwise pass its limit). One, not two: two workgroups of this kernel share
+/// a core, and halving the grid left half of those places empty wherever a product has
+/// fewer tiles than twice the cores. On an H200 one tile each read 1.3-2x the speed of
+/// two on mid-sized products (2048^3: 285.6-286.2 against 211.0-213.0 TFLOP/s; 4096 x 1024
+/// x 4096: 284.0-285.7 against 162.6-163.2; 1024 x 1024 x 4096: 117.5 against 59.9-60.0),
+/// and within 1.3 % either way on 4096^3, 8192^3 and attention's products (BENCHMARKS.md,
+/// Matrix products).
+const COOP_TILES_PER_GROUP: u64 = 1;
 
 /// Element type of matmul inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,8 +286,8 @@ impl<'a> Batch<'a> {
             let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
                 [usize::from(io.access == Access::ReadOnlyXY)];
             // The workgroups walk the tiles of every product in turn: a 1-D grid of one
-            // per COOP_TILES_PER_GROUP tiles, or more tiles each where that passes the
-            // grid's limit.
+            // per COOP_TILES_PER_GROUP tiles, or more tiles each where that would pass
+            // the grid's limit.
             let tiles = gx * gy * count;
             let per_group = COOP_TILES_PER_GROUP.max(tiles.div_ceil(max));
             let workgroups = tiles.div_ceil(per_group);
