@@ -78,13 +78,14 @@ const B_AT: u32 = TILE * A_STRIDE;
 const SLICES: u32 = B_AT + STEP_K * B_STRIDE;
 var<workgroup> slices: array<vec2<f16>, SLICES>;
 
-/// Eight halves of a at (row, col), zero outside m x k.
+/// Eight halves of a at (row, col), zero outside m x k; rows are `lda` apart (k, or the
+/// whole product's k in a part of a split product).
 fn load_a(row: u32, col: u32) -> vec4<u32> {
     if !GUARDED {
-        return a[za + (row * params.k + col) / 8u];
+        return a[za + (row * params.lda + col) / 8u];
     }
     let ok = row < params.m && col < params.k;
-    let i = select(0u, za + (row * params.k + col) / 8u, ok);
+    let i = select(0u, za + (row * params.lda + col) / 8u, ok);
     return select(vec4<u32>(0u), a[i], ok);
 }
 

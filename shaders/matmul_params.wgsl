@@ -4,7 +4,10 @@
 // and stride_c * z units in, each in the units its kernel indexes that operand with
 // (elements in `matmul.wgsl`, four elements in `matmul_vec4.wgsl`, eight halves for the
 // matrix units' a and b), all 0 for one product. The host keeps batch strides multiples
-// of those units.
+// of those units. `lda` is the distance between a's rows in elements: k, except in a
+// product split along k (the matrix-unit kernel's split-k, `Batch::matmul`), which runs as a
+// batch of products over k-ranges of one a and b: each part's rows of a are k_total apart.
+// The other kernels read rows k apart and leave it alone.
 struct Params {
     m: u32,
     n: u32,
@@ -13,7 +16,7 @@ struct Params {
     stride_b: u32,
     stride_c: u32,
     batch: u32,
-    _pad7: u32,
+    lda: u32,
 }
 
 // Where the product a workgroup works on starts in a, b and c (set by `matmul`).

@@ -486,9 +486,10 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             // Tall and skinny on the matrix units, and short and wide.
             (2048, 16, 64),
             (16, 2048, 64),
-            // Workgroups walk two tiles each: an odd count (3 x 5 tiles with edges, so
-            // the last workgroup has one), and 9 x 2 tiles (the walk's groups of 8 rows,
-            // then a group of 1).
+            // The tiles' order (`tile_at`): 3 x 5 tiles with edges, and 9 x 2 tiles (groups
+            // of 8 tile rows, then a group of 1). A workgroup walks several tiles only past
+            // the grid's limit (65 535 tiles); the lab checks that walk on the H200
+            // (`LAB_TILES_PER_GROUP=2`).
             (272, 528, 40),
             (1152, 256, 64),
         ] {
@@ -563,6 +564,79 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             violations.is_empty(),
             "stores past an allocation: {violations:?}"
         );
+    }
+}
+
+#[test]
+fn split_products_match_the_cpu_and_the_unsplit_product() {
+    // Few tiles and a long k: on the matrix units these run split along k (8, 3 and 2
+    // parts of 512: whole tiles; one narrow tile; two tiles with edges in m and n, the
+    // guarded variant), elsewhere unsplit. Both against the CPU, and against the same
+    // kernels with split-k off.
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let split = Kernels::new(&arena).unwrap();
+    let unsplit = Kernels::with_options(
+        &arena,
+        KernelOptions {
+            split_k: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    eprintln!("split-k: {}", split.options().split_k);
+    assert!(!unsplit.options().split_k);
+    let mut r = rng();
+    for (m, n, k) in [
+        (128usize, 128usize, 4096usize),
+        (128, 16, 1536),
+        (144, 48, 1024),
+    ] {
+        let a = random_f32(&mut r, m * k);
+        let b = random_f32(&mut r, k * n);
+        let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+        let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
+        let shape = MatmulShape {
+            m: m as u64,
+            k: k as u64,
+            n: n as u64,
+        };
+        let outputs = [&split, &unsplit].map(|kernels| {
+            let c = poisoned(&arena, m * n, "c");
+            let mut batch = kernels.batch();
+            batch
+                .matmul(MatmulInput::F16, shape, &aha, &bha, &c)
+                .unwrap();
+            batch.submit().unwrap();
+            read::<f32>(&c, m * n)
+        });
+        let widen = |h: &[u16]| -> Vec<f32> {
+            h.iter()
+                .map(|&v| half::f16::from_bits(v).to_f32())
+                .collect()
+        };
+        let (wa, wb) = (widen(&ah), widen(&bh));
+        check_matmul(
+            &outputs[0],
+            &wa,
+            &wb,
+            (m, n, k),
+            &format!("split {m}x{n}x{k}"),
+        );
+        check_matmul(
+            &outputs[1],
+            &wa,
+            &wb,
+            (m, n, k),
+            &format!("unsplit {m}x{n}x{k}"),
+        );
+        // The parts' sums in another order: equal within f32 summation's bound.
+        for (i, (x, y)) in outputs[0].iter().zip(&outputs[1]).enumerate() {
+            let (_, mag) = dot_and_magnitude(&wa, &wb, (n, k), (i / n, i % n));
+            assert!(
+                ((x - y).abs() as f64) <= 2e-5 * mag,
+                "{m}x{n}x{k}: c[{i}] split {x}, unsplit {y}"
+            );
+        }
     }
 }
 

@@ -18,6 +18,9 @@
 //! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
 //! ceilings compute no product).
 //!
+//! `LAB_LIBRARY=1` times f16 products through the library's own call instead, with split-k
+//! on and off (`library.rs`).
+//!
 //! `LAB_STATS=1` first prints what the driver reports of each kernel it compiles (its
 //! registers, ...; `driver_stats.rs`); `LAB_STATS=only` prints that and stops.
 //! `LAB_KERNELS="name,..."` keeps the kernels whose names contain one of those words.
@@ -31,6 +34,7 @@ use std::time::Instant;
 
 #[cfg(vulkan_hal)]
 mod driver_stats;
+mod library;
 
 const F32_PREFIX: &str = "alias In4 = vec4<f32>;\n\
 fn widen4(v: In4) -> vec4<f32> { return v; }\n\
@@ -224,6 +228,10 @@ fn main() {
     }
     let gpu = vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
     println!("device: {}", gpu.describe());
+    if std::env::var("LAB_LIBRARY").is_ok_and(|v| v != "0") {
+        library::run(&gpu, &shapes);
+        return;
+    }
     println!(
         "# workgroup memory: {} bytes",
         gpu.device().limits().max_compute_workgroup_storage_size
@@ -308,7 +316,7 @@ fn main() {
                 strides(k * n / unit_in),
                 strides(m * n / unit_out),
                 batch,
-                0,
+                k,
             ];
             let uniform = upload(bytemuck::cast_slice(&params));
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);

@@ -390,6 +390,14 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             .map(|&f| half::f16::from_f32(f).to_bits())
             .collect()
     };
+    // Writes `data` rounded to f16 into `alloc`.
+    let write_half = |alloc: &vramkit::arena::Allocation, data: &[f32]| {
+        q.write_buffer(
+            alloc.buffer(),
+            alloc.offset(),
+            bytemuck::cast_slice(&to_half(data)),
+        );
+    };
     let mm_reps = if gpu.is_cpu() { 1 } else { 10 };
     // The f16 product on the matrix units where the device has them, and without them in
     // the same process (the register-blocked kernel the f32 product runs), at 4096^3.
@@ -418,16 +426,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         let c = arena.alloc_typed::<f32>(d * d, "c").expect("c");
         q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
         q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
-        q.write_buffer(
-            ah.buffer(),
-            ah.offset(),
-            bytemuck::cast_slice(&to_half(&a_data)),
-        );
-        q.write_buffer(
-            bh.buffer(),
-            bh.offset(),
-            bytemuck::cast_slice(&to_half(&b_data)),
-        );
+        write_half(&ah, &a_data);
+        write_half(&bh, &b_data);
         let mut cases = vec![
             ("matmul_f32", MatmulInput::F32, (&*a, &*b), &kernels),
             ("matmul_f16", MatmulInput::F16, (&ah, &bh), &kernels),
@@ -513,6 +513,56 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             );
         }
         drop((a, b, ah, bh, c));
+    }
+    // A small output with a long k, 512 x 512 x 8192 on GPUs: 16 tiles of the matrix-unit
+    // kernel, which splits it along k (`KernelOptions::split_k`).
+    {
+        let (m, k) = if gpu.is_cpu() {
+            (64, 1024)
+        } else {
+            (512, 8192)
+        };
+        let (mu, ku) = (m as usize, k as usize);
+        let a_data: Vec<f32> = (0..mu * ku)
+            .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let b_data: Vec<f32> = (0..ku * mu)
+            .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
+            .collect();
+        let ah = arena.alloc(2 * m * k, "a f16").expect("a16");
+        let bh = arena.alloc(2 * k * m, "b f16").expect("b16");
+        let c = arena.alloc_typed::<f32>(mu * mu, "c").expect("c");
+        write_half(&ah, &a_data);
+        write_half(&bh, &b_data);
+        let shape = MatmulShape { m, k, n: m };
+        let secs = time_batch(&kernels, mm_reps * 10, |batch| {
+            batch
+                .matmul(MatmulInput::F16, shape, &ah, &bh, &c)
+                .expect("record");
+        });
+        let got =
+            vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), mu * mu).expect("read");
+        for s in 0..32 {
+            let (i, j) = ((s * 131) % mu, (s * 977) % mu);
+            let (want, mag) = (0..ku)
+                .map(|p| a_data[i * ku + p] as f64 * b_data[p * mu + j] as f64)
+                .fold((0.0, 0.0), |(w, g), t| (w + t, g + t.abs()));
+            let err = (got[i * mu + j] as f64 - want).abs() / mag;
+            assert!(
+                err < 2e-2,
+                "long k: c[{i}][{j}] = {} want {want}",
+                got[i * mu + j]
+            );
+        }
+        let tflops = 2.0 * (m * m * k) as f64 / secs / 1e12;
+        println!(
+            "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
+            "matmul_f16",
+            format!("{m}x{m}x{k}"),
+            secs * 1e3,
+            tflops
+        );
+        figures.add("kernel_matmul_f16_long_k_tflops", format!("{tflops:.2}"));
     }
 
     // Batched products at the shapes of attention: per head, scores = Q K^T (L x D by

@@ -5,7 +5,11 @@
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
 //!   128 x 128 tiles, one workgroup per tile (several in turn only where the grid would
-//!   pass its limit).
+//!   pass its limit). A single product with few tiles and a long k is split along k
+//!   (split-k, [`KernelOptions::split_k`](super::KernelOptions::split_k)): its parts run
+//!   side by side as a batch over k-ranges of the same a and b, each into its own plane of
+//!   the kernels' scratch allocation, and `shaders/matmul_split_sum.wgsl` sums the planes
+//!   into c. 512 x 512 x 8192 has 16 tiles for a GPU's 100 or more cores.
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
@@ -14,7 +18,8 @@
 //! Every kernel accumulates in f32. The portable and four-element kernels sum each output's
 //! k products one after the other in increasing k (one invocation per output); the
 //! matrix-unit kernel has the hardware sum 16-deep fragments (the order inside one is the
-//! device's) and takes the fragments in increasing k. Products of two f16 values are exact
+//! device's) and takes the fragments in increasing k; a split product sums each part's k-range
+//! so, then adds the parts' sums in increasing k. Products of two f16 values are exact
 //! in f32, so for f16 inputs the error against the exact product of the f32 values they were
 //! rounded from is at most `(2^-10 + 2^-21 + g(k) (1 + 2^-10)) x sum_k |a| |b|` with
 //! `g(k) = k 2^-24 / (1 - k 2^-24)`: rounding each input to f16 costs up to 2^-11 of it, and
@@ -25,7 +30,9 @@
 //! every product of the property tests within 1e-5 of `sum |a| |b|` against the rounded
 //! inputs.
 
-use super::{check_no_overlap, shape, Access, Batch, Bindings, Bound, Params};
+use super::{
+    check_no_overlap, grid, shape, Access, Batch, Bindings, Bound, Kernels, Params, WORKGROUP,
+};
 use crate::arena::Allocation;
 use crate::{shaders, Error, Result};
 
@@ -47,6 +54,28 @@ pub(crate) const COOP_WORKGROUP_SIZE: u32 = 128;
 /// and within 1.3 % either way on 4096^3, 8192^3 and attention's products (BENCHMARKS.md,
 /// Matrix products).
 const COOP_TILES_PER_GROUP: u64 = 1;
+
+/// Workgroups a split product aims for: two per core on a GPU of 128 cores. Parts are
+/// added while the workgroups stay at most this many, so the partial sums of all parts
+/// never take more than this many tiles of f32 ([`SPLIT_SCRATCH_BYTES`]).
+const SPLIT_GROUPS: u64 = 256;
+/// The shortest k-range of a part: shorter ones spend more of their time on the tile's
+/// first loads and its stores than on multiply-adds.
+const SPLIT_MIN_K: u64 = 512;
+/// Bytes of the split products' partial sums: [`SPLIT_GROUPS`] tiles of 128 x 128 f32.
+const SPLIT_SCRATCH_BYTES: u64 = SPLIT_GROUPS * COOP_TILE * COOP_TILE * 4;
+
+/// Parts to split a matrix-unit product of `tiles` tiles along `k` into: the most that
+/// keep [`SPLIT_GROUPS`] workgroups or fewer and k-ranges of [`SPLIT_MIN_K`] or more that
+/// divide k in multiples of 32 (so every part runs whole steps, and the whole-tiles variant
+/// where m and n allow it); 1 where none does.
+fn split_parts(tiles: u64, k: u64) -> u64 {
+    let most = (SPLIT_GROUPS / tiles.max(1)).min(k / SPLIT_MIN_K);
+    (2..=most)
+        .rev()
+        .find(|&parts| k.is_multiple_of(32 * parts))
+        .unwrap_or(1)
+}
 
 /// Element type of matmul inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,40 +304,34 @@ impl<'a> Batch<'a> {
             }
         };
         let params_with = |[sa, sb, sc]: [u32; 3]| -> Params {
-            [m as u32, n as u32, k as u32, sa, sb, sc, count as u32, 0]
+            [
+                m as u32,
+                n as u32,
+                k as u32,
+                sa,
+                sb,
+                sc,
+                count as u32,
+                k as u32,
+            ]
         };
         let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
         let groups = (gx as u32, gy as u32, count as u32);
         if coop {
-            let io = io.reading_x_and_y_only();
+            let parts = if count == 1 && self.kernels.split_k {
+                split_parts(gx * gy, k)
+            } else {
+                1
+            };
+            if parts > 1 {
+                if let Some(scratch) = self.kernels.split_scratch() {
+                    return self.split_product(dims, parts, (gx, gy), (a, b, c), scratch);
+                }
+            }
             let whole_tiles =
                 m.is_multiple_of(tile) && n.is_multiple_of(tile) && k.is_multiple_of(32);
-            let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
-                [usize::from(io.access == Access::ReadOnlyXY)];
-            // The workgroups walk the tiles of every product in turn: a 1-D grid of one
-            // per COOP_TILES_PER_GROUP tiles, or more tiles each where that would pass
-            // the grid's limit.
-            let tiles = gx * gy * count;
-            let per_group = COOP_TILES_PER_GROUP.max(tiles.div_ceil(max));
-            let workgroups = tiles.div_ceil(per_group);
-            if tiles + workgroups > u32::MAX as u64 {
-                return Err(Error::invalid(
-                    format!(
-                        "{count} products of {m} x {n}: {tiles} tiles of {tile} x {tile}, \
-                         past the 2^32 - 1 the matrix-unit kernel counts"
-                    ),
-                    "split the batch or the output",
-                ));
-            }
-            return self
-                .record_3d(
-                    shader,
-                    "matmul",
-                    params_with(strides(8, 1)),
-                    io,
-                    (workgroups as u32, 1, 1),
-                )
-                .map(|_| self);
+            self.coop_dispatch(params_with(strides(8, 1)), io, gx * gy * count, whole_tiles)?;
+            return Ok(self);
         }
         if !k.is_multiple_of(4) || !n.is_multiple_of(4) || !aligned(4, 4) {
             let shader = match (input, self.kernels.native_f16) {
@@ -330,5 +353,131 @@ impl<'a> Batch<'a> {
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
         self.record_3d(shader, "matmul", params_with(strides(4, 4)), io, groups)?;
         Ok(self)
+    }
+
+    /// One dispatch of the matrix-unit kernel on `tiles` tiles (of every product in
+    /// `params`), walked by a 1-D grid of workgroups.
+    fn coop_dispatch(
+        &mut self,
+        params: Params,
+        io: Bindings,
+        tiles: u64,
+        whole_tiles: bool,
+    ) -> Result<()> {
+        let io = io.reading_x_and_y_only();
+        let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
+            [usize::from(io.access == Access::ReadOnlyXY)];
+        // The workgroups walk the tiles of every product in turn: a 1-D grid of one per
+        // COOP_TILES_PER_GROUP tiles, or more tiles each where that would pass the grid's
+        // limit.
+        let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
+        let per_group = COOP_TILES_PER_GROUP.max(tiles.div_ceil(max));
+        let workgroups = tiles.div_ceil(per_group);
+        if tiles + workgroups > u32::MAX as u64 {
+            return Err(Error::invalid(
+                format!(
+                    "{} products of {} x {}: {tiles} tiles of {COOP_TILE} x {COOP_TILE}, \
+                     past the 2^32 - 1 the matrix-unit kernel counts",
+                    params[6], params[0], params[1]
+                ),
+                "split the batch or the output",
+            ));
+        }
+        self.record_3d(shader, "matmul", params, io, (workgroups as u32, 1, 1))
+    }
+
+    /// One product split along k into `parts` (see [`split_parts`]): the parts run as a
+    /// batch over k-ranges of a and b, each into its own plane of the partial sums in
+    /// `scratch`, then `matmul_split_sum.wgsl` adds the planes into c.
+    fn split_product(
+        &mut self,
+        MatmulShape { m, k, n }: MatmulShape,
+        parts: u64,
+        (gx, gy): (u64, u64),
+        (a, b, c): (&Allocation, &Allocation, &Allocation),
+        scratch: Bound,
+    ) -> Result<&mut Self> {
+        let (range, plane) = (k / parts, m * n);
+        debug_assert!(range.is_multiple_of(32) && parts * plane * 4 <= SPLIT_SCRATCH_BYTES);
+        // Part z reads a's columns and b's rows z * range onwards (a's rows stay k apart)
+        // and writes plane z: strides in eight halves in, floats out.
+        let params: Params = [
+            m as u32,
+            n as u32,
+            range as u32,
+            (range / 8) as u32,
+            (range * n / 8) as u32,
+            plane as u32,
+            parts as u32,
+            k as u32,
+        ];
+        let whole_tiles = m.is_multiple_of(COOP_TILE) && n.is_multiple_of(COOP_TILE);
+        let io = Bindings::three(Bound::of(a), Bound::of(b), scratch.clone());
+        self.coop_dispatch(params, io, gx * gy * parts, whole_tiles)?;
+        let fours = plane / 4;
+        let params: Params = [fours as u32, parts as u32, fours as u32, 0, 0, 0, 0, 0];
+        let io = Bindings::two(scratch, Bound::of(c), self.spare(0));
+        let groups = grid(fours, WORKGROUP, self.gpu());
+        self.run(&shaders::MATMUL_SPLIT_SUM, "split_sum", params, io, groups)?;
+        Ok(self)
+    }
+}
+
+impl Kernels {
+    /// The split products' partial sums, taken from the arena at the first call; `None`
+    /// where the arena has no room for them (the product then runs unsplit).
+    fn split_scratch(&self) -> Option<Bound> {
+        if let Some(scratch) = self.shared.split_scratch.lock().as_ref() {
+            return Some(Bound::of(scratch));
+        }
+        // Allocated outside the lock: the arena takes its own locks, ranked before this
+        // leaf one. Two first calls at once may both allocate; the second is dropped
+        // after the lock is released.
+        let fresh = self
+            .arena
+            .alloc(SPLIT_SCRATCH_BYTES, "vramkit matmul partial sums")
+            .ok()?;
+        let mut slot = self.shared.split_scratch.lock();
+        let (bound, spare) = match slot.as_ref() {
+            Some(kept) => (Bound::of(kept), Some(fresh)),
+            None => (Bound::of(&fresh), slot.replace(fresh)),
+        };
+        drop(slot);
+        drop(spare);
+        Some(bound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_parts_fill_the_workgroups_with_whole_steps() {
+        // (tiles, k) -> parts, at the shapes BENCHMARKS.md measured.
+        for ((tiles, k), want) in [
+            ((16, 8192), 16), // 512 x 512 x 8192
+            ((1, 16384), 32), // 128 x 128 x 16384
+            ((64, 4096), 4),  // 1024 x 1024 x 4096
+            ((36, 6144), 6),  // 768 x 768 x 6144 (7 parts would not divide k)
+            ((117, 8192), 2), // 1040 x 1552 x 8192
+            ((64, 1024), 2),  // 1024^3
+            ((256, 4096), 1), // 2048 x 2048 x 4096: the cores are full
+            ((1, 1000), 1),   // no k-range of 512 or more in multiples of 32
+            ((1, 1024 + 32), 1),
+        ] {
+            assert_eq!(split_parts(tiles, k), want, "{tiles} tiles, k = {k}");
+        }
+        for tiles in 1..300 {
+            for k in (8..20_000).step_by(8) {
+                let parts = split_parts(tiles, k);
+                if parts > 1 {
+                    assert!(tiles * parts <= SPLIT_GROUPS);
+                    assert!(k.is_multiple_of(32 * parts) && k / parts >= SPLIT_MIN_K);
+                    // The partial sums fit the scratch, whatever m and n the tiles hold.
+                    assert!(parts * tiles * COOP_TILE * COOP_TILE * 4 <= SPLIT_SCRATCH_BYTES);
+                }
+            }
+        }
     }
 }

@@ -92,6 +92,11 @@ struct Shared {
     scan_state: Mutex<scan::ScanState>,
     /// Bound where a kernel leaves a binding unused (`bind::spare`).
     spare: wgpu::Buffer,
+    /// The partial sums of split products (`matmul::split_scratch`): taken from the arena
+    /// at the first split product, kept as long as the kernels. One allocation serves
+    /// every batch: each split product writes and sums its parts in one batch, and the
+    /// queue runs batches one after the other.
+    split_scratch: Mutex<Option<Allocation>>,
 }
 
 /// The epoch after `previous` (0 before the first) among `1..=epochs`: the tag a call's
@@ -127,6 +132,13 @@ pub struct KernelOptions {
     /// Run the f16 matmul on the GPU's matrix units (tensor cores) where the context has
     /// them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)).
     pub matrix_units: bool,
+    /// Split a matrix-unit product with few output tiles and a long k into parts along k
+    /// that run side by side, then sum them (split-k; [`Batch::matmul`]). The first split
+    /// product takes a 16 MiB allocation for the partial sums from the kernels' arena
+    /// (labelled `vramkit matmul partial sums`), kept as long as the kernels; without
+    /// room for it products run unsplit. False: every product runs in one pass, in the
+    /// order of an unsplit product.
+    pub split_k: bool,
 }
 
 impl Default for KernelOptions {
@@ -135,6 +147,7 @@ impl Default for KernelOptions {
             subgroups: true,
             native_f16: true,
             matrix_units: true,
+            split_k: true,
         }
     }
 }
@@ -146,6 +159,7 @@ impl KernelOptions {
             subgroups: false,
             native_f16: false,
             matrix_units: false,
+            split_k: false,
         }
     }
 }
@@ -172,6 +186,7 @@ pub struct Kernels {
     subgroups: bool,
     native_f16: bool,
     matrix_units: bool,
+    split_k: bool,
     shared: Arc<Shared>,
 }
 
@@ -182,6 +197,7 @@ impl std::fmt::Debug for Kernels {
             .field("subgroups", &self.subgroups)
             .field("native_f16", &self.native_f16)
             .field("matrix_units", &self.matrix_units)
+            .field("split_k", &self.split_k)
             .finish()
     }
 }
@@ -261,6 +277,7 @@ impl Kernels {
             subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
             native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
             matrix_units: options.matrix_units && gpu.has_matrix_units(),
+            split_k: options.split_k && options.matrix_units && gpu.has_matrix_units(),
             shared: Arc::new(Shared {
                 spare,
                 layouts,
@@ -274,6 +291,7 @@ impl Kernels {
                 reduce_state,
                 reduce_epoch: AtomicU32::new(0),
                 scan_state: Mutex::new(lock_rank::LEAF, scan::ScanState::default()),
+                split_scratch: Mutex::new(lock_rank::LEAF, None),
             }),
         })
     }
@@ -320,6 +338,7 @@ impl Kernels {
             subgroups: self.subgroups,
             native_f16: self.native_f16,
             matrix_units: self.matrix_units,
+            split_k: self.split_k,
         }
     }
 

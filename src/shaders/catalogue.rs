@@ -680,7 +680,9 @@ macro_rules! matmul_coop {
 /// subgroups of exactly 32, which the host requires) stages a fragment at
 /// `cstage[sg * 64 ..][..64]` of 256 fours and reads it back at `sg * 64 + lane` and
 /// `sg * 64 + 32 + lane` (`lane < 32`). Every load of `a`/`b` is behind `row < m && col <
-/// k` (`row < k && col < n`) and reads element 0 otherwise, every fragment's writes to `c`
+/// k` (`row < k && col < n`) and reads element 0 otherwise (a's rows are `lda` apart: k,
+/// or in a split product the whole k, with the parts' `k` ranges inside it and the host
+/// checking a's m x lda elements), every fragment's writes to `c`
 /// (rows `row..row + 16`, columns `col..col + 16`, as fours from `(base + row * n + col) /
 /// 4` with base, n and col multiples of 16) behind `row < m && col < n` with both
 /// multiples of 16, and the host checks the three allocations' sizes. The whole-tiles
@@ -709,6 +711,11 @@ pub const MATMUL_COOP_F16: [[Shader; 2]; 2] = [
         ),
     ],
 ];
+shader!(
+    /// The second pass of a matrix-unit product split along k: sums the parts' partial
+    /// products into c, part by part in order.
+    MATMUL_SPLIT_SUM = "matmul_split_sum.wgsl", [file!("matmul_split_sum.wgsl")], NONE
+);
 shader!(
     /// f32 <-> f16 casts, f16 pairs packed in u32 words on every adapter: the tail of an
     /// odd count needs the words' bits, which naga cannot bitcast out of `vec2<f16>`.
@@ -828,6 +835,7 @@ pub const ALL: &[Shader] = &[
     MATMUL_COOP_F16[0][1],
     MATMUL_COOP_F16[1][0],
     MATMUL_COOP_F16[1][1],
+    MATMUL_SPLIT_SUM,
     CAST_F16_PACKED,
     CAST_F16_X8,
     PATCH_WORDS,
