@@ -137,26 +137,28 @@ def main():
         print(f"torch_matmul_fp16{suffix}_tflops: {2 * m ** 3 / t / 1e12:.1f}")
         del a, b, ah, bh
     # A small output with a long k, as `bench kernels` prints it
-    # (`kernel_matmul_f16_long_k_tflops`): 512 x 512 x 8192. One product takes about 20 us
-    # of GPU time, less than Python takes to launch it (back-to-back calls read 154-241
-    # TFLOP/s in two runs of one call), so 50 of them are captured in a CUDA graph and the
-    # graph is replayed: GPU time per product, as vramkit's batch of 100 measures its own.
-    m, k, per_graph = 512, 8192, 50
-    ah = torch.randn(m, k, device=dev).half()
-    bh = torch.randn(k, m, device=dev).half()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            ah @ bh
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(per_graph):
-            ah @ bh
-    t = bench(graph.replay, calls=10) / per_graph
-    print(f"torch_matmul_fp16_long_k_tflops: {2 * m * m * k / t / 1e12:.1f}")
-    del graph, ah, bh
+    # (`kernel_matmul_*_long_k_tflops`): 512 x 512 x 8192. One f16 product takes about
+    # 20 us of GPU time, less than Python takes to launch it (back-to-back calls read
+    # 154-241 TFLOP/s in two runs of one call), so `per_graph` products are captured in a
+    # CUDA graph and the graph is replayed: GPU time per product, as vramkit's batches
+    # measure their own.
+    m, k = 512, 8192
+    for dtype, name, per_graph in ((torch.float32, "fp32", 10), (torch.float16, "fp16", 50)):
+        x = torch.randn(m, k, device=dev, dtype=dtype)
+        y = torch.randn(k, m, device=dev, dtype=dtype)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                x @ y
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(per_graph):
+                x @ y
+        t = bench(graph.replay, calls=10) / per_graph
+        print(f"torch_matmul_{name}_long_k_tflops: {2 * m * m * k / t / 1e12:.1f}")
+        del graph, x, y
 
     # Batched products at vramkit's `bench kernels` attention shapes: 32 heads,
     # scores = Q K^T (2048 x 128 by 128 x 2048) and out = P V (2048 x 2048 by 2048 x 128).

@@ -28,11 +28,11 @@ var<workgroup> As: array<vec4<f32>, 512>;
 // [BK][128 / 4]: Bs[kk * 32 + j / 4][j % 4] = B[k0 + kk, col0 + j]
 var<workgroup> Bs: array<vec4<f32>, 512>;
 
-// A[row, 4q .. 4q + 3], or 0 past the matrix.
+// A[row, 4q .. 4q + 3], or 0 past the matrix. Rows are `lda` apart: k, or the whole
+// product's k in a part of a product split along k.
 fn load_a4(row: u32, q: u32) -> vec4<f32> {
-    let k4 = params.k / 4u;
-    if row < params.m && q < k4 {
-        return widen4(a[za + row * k4 + q]);
+    if row < params.m && q < params.k / 4u {
+        return widen4(a[za + row * (params.lda / 4u) + q]);
     }
     return vec4<f32>(0.0);
 }

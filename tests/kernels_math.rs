@@ -569,10 +569,10 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
 
 #[test]
 fn split_products_match_the_cpu_and_the_unsplit_product() {
-    // Few tiles and a long k: on the matrix units these run split along k (8, 3 and 2
-    // parts of 512: whole tiles; one narrow tile; two tiles with edges in m and n, the
-    // guarded variant), elsewhere unsplit. Both against the CPU, and against the same
-    // kernels with split-k off.
+    // Few tiles and a long k run split along k, f32 on the four-element kernel and f16 on
+    // the matrix units where the device has them (else on the four-element kernel too):
+    // 8, 3 and 2 parts of 512 (whole tiles; one narrow tile; two tiles with edges in m and
+    // n). Both against the CPU, and against the same kernels with split-k off.
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let split = Kernels::new(&arena).unwrap();
     let unsplit = Kernels::with_options(
@@ -583,8 +583,7 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
         },
     )
     .unwrap();
-    eprintln!("split-k: {}", split.options().split_k);
-    assert!(!unsplit.options().split_k);
+    assert!(split.options().split_k && !unsplit.options().split_k);
     let mut r = rng();
     for (m, n, k) in [
         (128usize, 128usize, 4096usize),
@@ -594,48 +593,59 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
         let a = random_f32(&mut r, m * k);
         let b = random_f32(&mut r, k * n);
         let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
-        let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
-        let shape = MatmulShape {
-            m: m as u64,
-            k: k as u64,
-            n: n as u64,
-        };
-        let outputs = [&split, &unsplit].map(|kernels| {
-            let c = poisoned(&arena, m * n, "c");
-            let mut batch = kernels.batch();
-            batch
-                .matmul(MatmulInput::F16, shape, &aha, &bha, &c)
-                .unwrap();
-            batch.submit().unwrap();
-            read::<f32>(&c, m * n)
-        });
         let widen = |h: &[u16]| -> Vec<f32> {
             h.iter()
                 .map(|&v| half::f16::from_bits(v).to_f32())
                 .collect()
         };
-        let (wa, wb) = (widen(&ah), widen(&bh));
-        check_matmul(
-            &outputs[0],
-            &wa,
-            &wb,
-            (m, n, k),
-            &format!("split {m}x{n}x{k}"),
-        );
-        check_matmul(
-            &outputs[1],
-            &wa,
-            &wb,
-            (m, n, k),
-            &format!("unsplit {m}x{n}x{k}"),
-        );
-        // The parts' sums in another order: equal within f32 summation's bound.
-        for (i, (x, y)) in outputs[0].iter().zip(&outputs[1]).enumerate() {
-            let (_, mag) = dot_and_magnitude(&wa, &wb, (n, k), (i / n, i % n));
-            assert!(
-                ((x - y).abs() as f64) <= 2e-5 * mag,
-                "{m}x{n}x{k}: c[{i}] split {x}, unsplit {y}"
-            );
+        let shape = MatmulShape {
+            m: m as u64,
+            k: k as u64,
+            n: n as u64,
+        };
+        let inputs = [
+            (
+                MatmulInput::F32,
+                upload(&arena, &a, "a"),
+                upload(&arena, &b, "b"),
+                a.clone(),
+                b.clone(),
+            ),
+            (
+                MatmulInput::F16,
+                upload(&arena, &ah, "a f16"),
+                upload(&arena, &bh, "b f16"),
+                widen(&ah),
+                widen(&bh),
+            ),
+        ];
+        for (input, ga, gb, wa, wb) in &inputs {
+            let before = arena.stats().allocated;
+            let outputs = [&split, &unsplit].map(|kernels| {
+                let c = poisoned(&arena, m * n, "c");
+                let mut batch = kernels.batch();
+                batch.matmul(*input, shape, ga, gb, &c).unwrap();
+                batch.submit().unwrap();
+                read::<f32>(&c, m * n)
+            });
+            let what = format!("{input:?} {m}x{n}x{k}");
+            check_matmul(&outputs[0], wa, wb, (m, n, k), &format!("split {what}"));
+            check_matmul(&outputs[1], wa, wb, (m, n, k), &format!("unsplit {what}"));
+            // The parts' sums in another order: equal within f32 summation's bound.
+            for (i, (x, y)) in outputs[0].iter().zip(&outputs[1]).enumerate() {
+                let (_, mag) = dot_and_magnitude(wa, wb, (n, k), (i / n, i % n));
+                assert!(
+                    ((x - y).abs() as f64) <= 2e-5 * mag,
+                    "{what}: c[{i}] split {x}, unsplit {y}"
+                );
+            }
+            // The first split product took the partial sums' 16 MiB from the arena.
+            if before < 16 << 20 {
+                assert!(
+                    arena.stats().allocated >= before + (16 << 20),
+                    "{what}: no partial sums in the arena: was it split?"
+                );
+            }
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `LAB_LIBRARY=1`: times f16 products through the library's own call
+//! `LAB_LIBRARY=1`: times f16 and f32 products through the library's own call
 //! (`Batch::matmul`, so every pass it takes), with split-k on and off, at `LAB_SHAPES`
 //! (single products; the batch count is ignored). Each figure is the median of five
 //! batches of products, GPU time from the batch's timestamps, after a warm-up batch, and
@@ -27,17 +27,29 @@ pub fn run(gpu: &vramkit::Gpu, shapes: &[[u32; 4]]) {
                 .map(|&x| half::f16::from_f32(x).to_bits())
                 .collect()
         };
-        let upload = |data: &[u16], label: &str| {
+        let upload = |bytes: &[u8], label: &str| {
             let alloc = arena
-                .alloc((2 * data.len()).next_multiple_of(4) as u64, label)
+                .alloc(bytes.len().next_multiple_of(4) as u64, label)
                 .unwrap_or_else(|e| panic!("{e}"));
-            let mut bytes: Vec<u8> = bytemuck::cast_slice(data).to_vec();
+            let mut bytes = bytes.to_vec();
             bytes.resize(alloc.size() as usize, 0);
             gpu.queue()
                 .write_buffer(alloc.buffer(), alloc.offset(), &bytes);
             alloc
         };
-        let (ah, bh) = (upload(&half(&a), "a"), upload(&half(&b), "b"));
+        let (ha, hb) = (half(&a), half(&b));
+        let inputs = [
+            (
+                MatmulInput::F16,
+                upload(bytemuck::cast_slice(&ha), "a f16"),
+                upload(bytemuck::cast_slice(&hb), "b f16"),
+            ),
+            (
+                MatmulInput::F32,
+                upload(bytemuck::cast_slice(&a), "a"),
+                upload(bytemuck::cast_slice(&b), "b"),
+            ),
+        ];
         let c = arena
             .alloc(4 * (m * n) as u64, "c")
             .unwrap_or_else(|e| panic!("{e}"));
@@ -48,12 +60,28 @@ pub fn run(gpu: &vramkit::Gpu, shapes: &[[u32; 4]]) {
         };
         // About 20 ms of work per batch at 300 TFLOP/s, at most 400 products.
         let reps = (6e12 / (2.0 * (m * n * k) as f64)).clamp(1.0, 400.0) as usize;
-        for (name, kernels) in &variants {
+        for ((name, kernels), (input, ga, gb)) in variants
+            .iter()
+            .flat_map(|v| inputs.iter().map(move |i| (v, i)))
+        {
+            let input = *input;
+            // The f32 kernel runs at about an eighth of the f16 one's rate.
+            let reps = if input == MatmulInput::F32 {
+                (reps / 8).max(1)
+            } else {
+                reps
+            };
+            let kind = if input == MatmulInput::F32 {
+                "f32"
+            } else {
+                "f16"
+            };
+            let name = format!("{name}_{kind}");
             let time = |reps: usize| -> f64 {
                 let mut batch = kernels.batch();
                 for _ in 0..reps {
                     batch
-                        .matmul(MatmulInput::F16, shape, &ah, &bh, &c)
+                        .matmul(input, shape, ga, gb, &c)
                         .unwrap_or_else(|e| panic!("{e}"));
                 }
                 batch

@@ -18,8 +18,8 @@
 //! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
 //! ceilings compute no product).
 //!
-//! `LAB_LIBRARY=1` times f16 products through the library's own call instead, with split-k
-//! on and off (`library.rs`).
+//! `LAB_LIBRARY=1` times f16 and f32 products through the library's own call instead, with
+//! split-k on and off (`library.rs`).
 //!
 //! `LAB_STATS=1` first prints what the driver reports of each kernel it compiles (its
 //! registers, ...; `driver_stats.rs`); `LAB_STATS=only` prints that and stops.

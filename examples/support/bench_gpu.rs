@@ -514,8 +514,9 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         }
         drop((a, b, ah, bh, c));
     }
-    // A small output with a long k, 512 x 512 x 8192 on GPUs: 16 tiles of the matrix-unit
-    // kernel, which splits it along k (`KernelOptions::split_k`).
+    // A small output with a long k, 512 x 512 x 8192 on GPUs: 16 tiles, which the library
+    // splits along k (`KernelOptions::split_k`), f16 on the matrix units and f32 on the
+    // four-element kernel (`kernel_matmul_*_long_k_tflops`).
     {
         let (m, k) = if gpu.is_cpu() {
             (64, 1024)
@@ -529,40 +530,50 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         let b_data: Vec<f32> = (0..ku * mu)
             .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
             .collect();
+        let a = arena.alloc_typed::<f32>(mu * ku, "a").expect("a");
+        let b = arena.alloc_typed::<f32>(ku * mu, "b").expect("b");
         let ah = arena.alloc(2 * m * k, "a f16").expect("a16");
         let bh = arena.alloc(2 * k * m, "b f16").expect("b16");
         let c = arena.alloc_typed::<f32>(mu * mu, "c").expect("c");
+        q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
+        q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
         write_half(&ah, &a_data);
         write_half(&bh, &b_data);
         let shape = MatmulShape { m, k, n: m };
-        let secs = time_batch(&kernels, mm_reps * 10, |batch| {
-            batch
-                .matmul(MatmulInput::F16, shape, &ah, &bh, &c)
-                .expect("record");
-        });
-        let got =
-            vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), mu * mu).expect("read");
-        for s in 0..32 {
-            let (i, j) = ((s * 131) % mu, (s * 977) % mu);
-            let (want, mag) = (0..ku)
-                .map(|p| a_data[i * ku + p] as f64 * b_data[p * mu + j] as f64)
-                .fold((0.0, 0.0), |(w, g), t| (w + t, g + t.abs()));
-            let err = (got[i * mu + j] as f64 - want).abs() / mag;
-            assert!(
-                err < 2e-2,
-                "long k: c[{i}][{j}] = {} want {want}",
-                got[i * mu + j]
+        for (name, input, (ai, bi), reps, tol) in [
+            ("f16", MatmulInput::F16, (&ah, &bh), mm_reps * 10, 2e-2),
+            ("f32", MatmulInput::F32, (&*a, &*b), mm_reps * 2, 1e-4),
+        ] {
+            let secs = time_batch(&kernels, reps, |batch| {
+                batch.matmul(input, shape, ai, bi, &c).expect("record");
+            });
+            let got = vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), mu * mu)
+                .expect("read");
+            for s in 0..32 {
+                let (i, j) = ((s * 131) % mu, (s * 977) % mu);
+                let (want, mag) = (0..ku)
+                    .map(|p| a_data[i * ku + p] as f64 * b_data[p * mu + j] as f64)
+                    .fold((0.0, 0.0), |(w, g), t| (w + t, g + t.abs()));
+                let err = (got[i * mu + j] as f64 - want).abs() / mag;
+                assert!(
+                    err < tol,
+                    "long k {name}: c[{i}][{j}] = {} want {want}",
+                    got[i * mu + j]
+                );
+            }
+            let tflops = 2.0 * (m * m * k) as f64 / secs / 1e12;
+            println!(
+                "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
+                format!("matmul_{name}"),
+                format!("{m}x{m}x{k}"),
+                secs * 1e3,
+                tflops
+            );
+            figures.add(
+                format!("kernel_matmul_{name}_long_k_tflops"),
+                format!("{tflops:.2}"),
             );
         }
-        let tflops = 2.0 * (m * m * k) as f64 / secs / 1e12;
-        println!(
-            "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
-            "matmul_f16",
-            format!("{m}x{m}x{k}"),
-            secs * 1e3,
-            tflops
-        );
-        figures.add("kernel_matmul_f16_long_k_tflops", format!("{tflops:.2}"));
     }
 
     // Batched products at the shapes of attention: per head, scores = Q K^T (L x D by

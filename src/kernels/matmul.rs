@@ -5,14 +5,15 @@
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
 //!   128 x 128 tiles, one workgroup per tile (several in turn only where the grid would
-//!   pass its limit). A single product with few tiles and a long k is split along k
-//!   (split-k, [`KernelOptions::split_k`](super::KernelOptions::split_k)): its parts run
-//!   side by side as a batch over k-ranges of the same a and b, each into its own plane of
-//!   the kernels' scratch allocation, and `shaders/matmul_split_sum.wgsl` sums the planes
-//!   into c. 512 x 512 x 8192 has 16 tiles for a GPU's 100 or more cores.
+//!   pass its limit).
 //! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
 //!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
+//! - On either of the first two, a single product with few tiles and a long k is split
+//!   along k (split-k, [`KernelOptions::split_k`](super::KernelOptions::split_k)): 512 x 512
+//!   x 8192 has 16 tiles for a GPU's 100 or more cores. Its parts run side by side as a
+//!   batch over k-ranges of the same a and b, each into its own plane of the kernels'
+//!   scratch allocation, and `shaders/matmul_split_sum.wgsl` adds the planes into c.
 //!
 //! # Numerics
 //! Every kernel accumulates in f32. The portable and four-element kernels sum each output's
@@ -65,10 +66,20 @@ const SPLIT_MIN_K: u64 = 512;
 /// Bytes of the split products' partial sums: [`SPLIT_GROUPS`] tiles of 128 x 128 f32.
 const SPLIT_SCRATCH_BYTES: u64 = SPLIT_GROUPS * COOP_TILE * COOP_TILE * 4;
 
-/// Parts to split a matrix-unit product of `tiles` tiles along `k` into: the most that
-/// keep [`SPLIT_GROUPS`] workgroups or fewer and k-ranges of [`SPLIT_MIN_K`] or more that
-/// divide k in multiples of 32 (so every part runs whole steps, and the whole-tiles variant
-/// where m and n allow it); 1 where none does.
+/// The kernel that computes a split product's parts.
+#[derive(Clone, Copy)]
+enum PartKernel {
+    /// `matmul_coop.wgsl`: f16 inputs in eights of halves, tiles walked by a 1-D grid.
+    MatrixUnits,
+    /// A `matmul_vec4.wgsl` variant (inputs writable, read-only): inputs and c in fours, a
+    /// workgroup per tile and `workgroup_id.z` the part.
+    Fours(&'static [shaders::Shader; 2]),
+}
+
+/// Parts to split a product of `tiles` tiles (of 128 x 128 in either kernel) along `k`
+/// into: the most that keep [`SPLIT_GROUPS`] workgroups or fewer and k-ranges of
+/// [`SPLIT_MIN_K`] or more that divide k in multiples of 32 (so every part runs whole
+/// steps, and the whole-tiles variant where m and n allow it); 1 where none does.
 fn split_parts(tiles: u64, k: u64) -> u64 {
     let most = (SPLIT_GROUPS / tiles.max(1)).min(k / SPLIT_MIN_K);
     (2..=most)
@@ -325,7 +336,8 @@ impl<'a> Batch<'a> {
             };
             if parts > 1 {
                 if let Some(scratch) = self.kernels.split_scratch() {
-                    return self.split_product(dims, parts, (gx, gy), (a, b, c), scratch);
+                    let kernel = PartKernel::MatrixUnits;
+                    return self.split_product(dims, parts, (gx, gy), (a, b, c), scratch, kernel);
                 }
             }
             let whole_tiles =
@@ -343,13 +355,22 @@ impl<'a> Batch<'a> {
                 .record_3d(shader, "matmul", params_with(strides(1, 1)), io, groups)
                 .map(|_| self);
         }
-        // Inputs in buffers of their own are bound read-only (see `Shared` in mod.rs).
-        let io = io.reading_x_and_y_only();
         let variants = match (input, self.kernels.native_f16) {
             (MatmulInput::F32, _) => &shaders::MATMUL_VEC4_F32,
             (MatmulInput::F16, true) => &shaders::MATMUL_VEC4_F16_NATIVE,
             (MatmulInput::F16, false) => &shaders::MATMUL_VEC4_F16_PACKED,
         };
+        if count == 1 && self.kernels.split_k {
+            let parts = split_parts(gx * gy, k);
+            if parts > 1 {
+                if let Some(scratch) = self.kernels.split_scratch() {
+                    let kernel = PartKernel::Fours(variants);
+                    return self.split_product(dims, parts, (gx, gy), (a, b, c), scratch, kernel);
+                }
+            }
+        }
+        // Inputs in buffers of their own are bound read-only (see `Shared` in mod.rs).
+        let io = io.reading_x_and_y_only();
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
         self.record_3d(shader, "matmul", params_with(strides(4, 4)), io, groups)?;
         Ok(self)
@@ -387,8 +408,8 @@ impl<'a> Batch<'a> {
     }
 
     /// One product split along k into `parts` (see [`split_parts`]): the parts run as a
-    /// batch over k-ranges of a and b, each into its own plane of the partial sums in
-    /// `scratch`, then `matmul_split_sum.wgsl` adds the planes into c.
+    /// batch of `kernel` over k-ranges of a and b, each into its own plane of the partial
+    /// sums in `scratch`, then `matmul_split_sum.wgsl` adds the planes into c.
     fn split_product(
         &mut self,
         MatmulShape { m, k, n }: MatmulShape,
@@ -396,24 +417,39 @@ impl<'a> Batch<'a> {
         (gx, gy): (u64, u64),
         (a, b, c): (&Allocation, &Allocation, &Allocation),
         scratch: Bound,
+        kernel: PartKernel,
     ) -> Result<&mut Self> {
         let (range, plane) = (k / parts, m * n);
         debug_assert!(range.is_multiple_of(32) && parts * plane * 4 <= SPLIT_SCRATCH_BYTES);
         // Part z reads a's columns and b's rows z * range onwards (a's rows stay k apart)
-        // and writes plane z: strides in eight halves in, floats out.
+        // and writes plane z, in the units its kernel indexes them in.
+        let (unit_in, unit_out) = match kernel {
+            PartKernel::MatrixUnits => (8, 1),
+            PartKernel::Fours(_) => (4, 4),
+        };
         let params: Params = [
             m as u32,
             n as u32,
             range as u32,
-            (range / 8) as u32,
-            (range * n / 8) as u32,
-            plane as u32,
+            (range / unit_in) as u32,
+            (range * n / unit_in) as u32,
+            (plane / unit_out) as u32,
             parts as u32,
             k as u32,
         ];
-        let whole_tiles = m.is_multiple_of(COOP_TILE) && n.is_multiple_of(COOP_TILE);
         let io = Bindings::three(Bound::of(a), Bound::of(b), scratch.clone());
-        self.coop_dispatch(params, io, gx * gy * parts, whole_tiles)?;
+        match kernel {
+            PartKernel::MatrixUnits => {
+                let whole_tiles = m.is_multiple_of(COOP_TILE) && n.is_multiple_of(COOP_TILE);
+                self.coop_dispatch(params, io, gx * gy * parts, whole_tiles)?;
+            }
+            PartKernel::Fours(variants) => {
+                let io = io.reading_x_and_y_only();
+                let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
+                let groups = (gx as u32, gy as u32, parts as u32);
+                self.record_3d(shader, "matmul", params, io, groups)?;
+            }
+        }
         let fours = plane / 4;
         let params: Params = [fours as u32, parts as u32, fours as u32, 0, 0, 0, 0, 0];
         let io = Bindings::two(scratch, Bound::of(c), self.spare(0));

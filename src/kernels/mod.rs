@@ -132,12 +132,12 @@ pub struct KernelOptions {
     /// Run the f16 matmul on the GPU's matrix units (tensor cores) where the context has
     /// them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)).
     pub matrix_units: bool,
-    /// Split a matrix-unit product with few output tiles and a long k into parts along k
-    /// that run side by side, then sum them (split-k; [`Batch::matmul`]). The first split
-    /// product takes a 16 MiB allocation for the partial sums from the kernels' arena
-    /// (labelled `vramkit matmul partial sums`), kept as long as the kernels; without
-    /// room for it products run unsplit. False: every product runs in one pass, in the
-    /// order of an unsplit product.
+    /// Split a product with few output tiles and a long k into parts along k that run side
+    /// by side, then sum them (split-k; [`Batch::matmul`], on the matrix units and the
+    /// four-element kernel). The first split product takes a 16 MiB allocation for the
+    /// partial sums from the kernels' arena (labelled `vramkit matmul partial sums`), kept
+    /// as long as the kernels; without room for it products run unsplit. False (and in
+    /// [`portable`](Self::portable)): every product runs in one pass.
     pub split_k: bool,
 }
 
@@ -277,7 +277,7 @@ impl Kernels {
             subgroups: options.subgroups && gpu.has(wgpu::Features::SUBGROUP),
             native_f16: options.native_f16 && gpu.has(wgpu::Features::SHADER_F16),
             matrix_units: options.matrix_units && gpu.has_matrix_units(),
-            split_k: options.split_k && options.matrix_units && gpu.has_matrix_units(),
+            split_k: options.split_k,
             shared: Arc::new(Shared {
                 spare,
                 layouts,

@@ -587,10 +587,11 @@ macro_rules! matmul_vec4 {
 /// Trusted (compiled without injected checks, [`Shader::unchecked`]): `As`/`Bs` are indexed
 /// up to `(a_k + 7) * 32 + slot`, `(b_k + 8) * 32 + t % 32` and `kk * 32 + 16 + tr`, at
 /// most 511 of 512 with `a_k <= 8`, `b_k < 8`, `slot, tr < 32` and `kk < 16`; every load of
-/// `a`/`b` is behind `row < m && q < k / 4` or `row < k && q < n / 4`, every store of `c`
-/// behind `r < m && q < n / 4`, and the host runs it only for k and n multiples of 4 after
-/// checking that `m x k`, `k x n` and `m x n` elements fit. Loops count to `k` by 16 and to
-/// 16.
+/// `a`/`b` is behind `row < m && q < k / 4` or `row < k && q < n / 4` (a's rows `lda / 4`
+/// fours apart: k / 4, or in a part of a split product the whole k / 4 with the part's
+/// k-range inside it), every store of `c` behind `r < m && q < n / 4`, and the host runs
+/// it only for k and n multiples of 4 after checking that `m x k`, `k x n` and `m x n`
+/// elements fit. Loops count to `k` by 16 and to 16.
 ///
 /// f32 matmul with four-element loads and stores, for k and n multiples of 4: inputs
 /// writable (the shared layout), then read-only.
