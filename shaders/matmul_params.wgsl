@@ -5,9 +5,9 @@
 // (elements in `matmul.wgsl`, four elements in `matmul_vec4.wgsl`, eight halves for the
 // matrix units' a and b), all 0 for one product. The host keeps batch strides multiples
 // of those units. `lda` is the distance between a's rows in elements: k, except in a
-// product split along k (the matrix-unit kernel's split-k, `Batch::matmul`), which runs as a
-// batch of products over k-ranges of one a and b: each part's rows of a are k_total apart.
-// The other kernels read rows k apart and leave it alone.
+// product split along k (split-k, `Batch::matmul`), which runs as a batch of products over
+// k-ranges of one a and b: each part's rows of a are the whole k apart. The matrix-unit
+// and four-element kernels read it; `matmul.wgsl` (never split) reads rows k apart.
 struct Params {
     m: u32,
     n: u32,

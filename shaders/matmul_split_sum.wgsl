@@ -1,9 +1,9 @@
-// The second pass of a product split along k (`Batch::matmul` on the matrix units): c is
-// the sum of the parts' partial products, which the first pass left one after the other
-// in the kernels' scratch allocation, `plane` fours apart. Each invocation sums one four of
-// c over the parts in order (part 0 first), so a split product's result depends only on
-// its shape, never on timing. Four floats at a time: m x n is a multiple of 256 wherever
-// the host splits (m and n multiples of 16).
+// The second pass of a product split along k (`Batch::matmul`, on the matrix units or the
+// four-element kernel): c is the sum of the parts' partial products, which the first pass
+// left one after the other in the kernels' scratch allocation, `plane` fours apart. Each
+// invocation sums one four of c over the parts in order (part 0 first), so a split
+// product's result depends only on its shape, never on timing. Four floats at a time:
+// m x n is a multiple of 4 wherever the host splits (n is a multiple of 4 on both kernels).
 // Bindings: partials (the scratch) and c, both as fours of f32.
 
 struct Params {

@@ -403,6 +403,13 @@ fn to_f16_bits(x: &[f32]) -> Vec<u16> {
         .collect()
 }
 
+/// The f32 values of f16 bits: what the GPU multiplies after `to_f16_bits`.
+fn from_f16_bits(h: &[u16]) -> Vec<f32> {
+    h.iter()
+        .map(|&v| half::f16::from_bits(v).to_f32())
+        .collect()
+}
+
 /// Element (i, j) of `a x b` (a: _ x k, b: k x n, row-major) in f64, and `sum_k |a| |b|`.
 fn dot_and_magnitude(
     a: &[f32],
@@ -544,15 +551,10 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
                 &format!("f32 {what}"),
             );
             // The f16 product is exact in f32 terms of the rounded inputs.
-            let widen = |h: &[u16]| -> Vec<f32> {
-                h.iter()
-                    .map(|&v| half::f16::from_bits(v).to_f32())
-                    .collect()
-            };
             check_matmul(
                 &read::<f32>(&c16, m * n),
-                &widen(&ah),
-                &widen(&bh),
+                &from_f16_bits(&ah),
+                &from_f16_bits(&bh),
                 (m, n, k),
                 &format!("f16 {what}"),
             );
@@ -593,11 +595,6 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
         let a = random_f32(&mut r, m * k);
         let b = random_f32(&mut r, k * n);
         let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
-        let widen = |h: &[u16]| -> Vec<f32> {
-            h.iter()
-                .map(|&v| half::f16::from_bits(v).to_f32())
-                .collect()
-        };
         let shape = MatmulShape {
             m: m as u64,
             k: k as u64,
@@ -615,8 +612,8 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
                 MatmulInput::F16,
                 upload(&arena, &ah, "a f16"),
                 upload(&arena, &bh, "b f16"),
-                widen(&ah),
-                widen(&bh),
+                from_f16_bits(&ah),
+                from_f16_bits(&bh),
             ),
         ];
         for (input, ga, gb, wa, wb) in &inputs {
@@ -716,12 +713,7 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
                 .bmm(MatmulInput::F16, shape, batch, &aha, &bha, &c16)
                 .unwrap();
             recorded.submit().unwrap();
-            let widen = |h: &[u16]| -> Vec<f32> {
-                h.iter()
-                    .map(|&v| half::f16::from_bits(v).to_f32())
-                    .collect()
-            };
-            let (a16, b16) = (widen(&ah), widen(&bh));
+            let (a16, b16) = (from_f16_bits(&ah), from_f16_bits(&bh));
             let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));
             let what = format!(
                 "{count} x {m}x{n}x{k} pad {pad} shared b {shared_b} {:?}",
@@ -980,8 +972,7 @@ proptest::proptest! {
         batch.bmm(MatmulInput::F32, shape, layout, &aa, &ba, &c32).unwrap();
         batch.bmm(MatmulInput::F16, shape, layout, &aha, &bha, &c16).unwrap();
         batch.submit().unwrap();
-        let widen = |h: &[u16]| -> Vec<f32> { h.iter().map(|&v| half::f16::from_bits(v).to_f32()).collect() };
-        let (a16, b16) = (widen(&ah), widen(&bh));
+        let (a16, b16) = (from_f16_bits(&ah), from_f16_bits(&bh));
         let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));
         for z in 0..count {
             let (oa, ob, oc) = (z * sa, z * sb, z * sc);

@@ -269,6 +269,74 @@ fn warm_up(
     });
 }
 
+/// The operands of one product the matmul figures are taken on: a (m x k) and b (k x n) of
+/// fixed values in [-1, 1], in f32 and rounded to f16, and c (m x n, f32).
+struct ProductOperands {
+    a_data: Vec<f32>,
+    b_data: Vec<f32>,
+    a: vramkit::arena::Allocation,
+    b: vramkit::arena::Allocation,
+    ah: vramkit::arena::Allocation,
+    bh: vramkit::arena::Allocation,
+    c: vramkit::arena::Allocation,
+}
+
+impl ProductOperands {
+    fn new(arena: &Arena, (m, n, k): (usize, usize, usize)) -> ProductOperands {
+        let a_data: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let b_data: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
+            .collect();
+        let upload = |data: &[u8], label: &str| {
+            let alloc = arena.alloc(data.len() as u64, label).expect(label);
+            arena
+                .gpu()
+                .queue()
+                .write_buffer(alloc.buffer(), alloc.offset(), data);
+            alloc
+        };
+        let half = |v: &[f32]| -> Vec<u16> {
+            v.iter()
+                .map(|&f| half::f16::from_f32(f).to_bits())
+                .collect()
+        };
+        ProductOperands {
+            a: upload(bytemuck::cast_slice(&a_data), "a"),
+            b: upload(bytemuck::cast_slice(&b_data), "b"),
+            ah: upload(bytemuck::cast_slice(&half(&a_data)), "a f16"),
+            bh: upload(bytemuck::cast_slice(&half(&b_data)), "b f16"),
+            c: arena.alloc(4 * (m * n) as u64, "c").expect("c"),
+            a_data,
+            b_data,
+        }
+    }
+}
+
+/// Checks 32 elements of the product `got` (m x n) of `a` (m x k) and `b` (k x n) against
+/// an f64 product, each within `tol` of its `sum |a| |b|`.
+fn spot_check(
+    name: &str,
+    got: &[f32],
+    (a, b): (&[f32], &[f32]),
+    (m, n, k): (usize, usize, usize),
+    tol: f64,
+) {
+    for s in 0..32 {
+        let (i, j) = ((s * 131) % m, (s * 977) % n);
+        let (want, mag) = (0..k)
+            .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+            .fold((0.0, 0.0), |(w, g), t| (w + t, g + t.abs()));
+        let err = (got[i * n + j] as f64 - want).abs() / mag;
+        assert!(
+            err < tol,
+            "{name}: c[{i}][{j}] = {} want {want} (err {err:e})",
+            got[i * n + j]
+        );
+    }
+}
+
 pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     use vramkit::kernels::{
         Binary, KernelOptions, Kernels, MatmulInput, Reduce, ScanKind, ScanType, Unary,
@@ -390,14 +458,6 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             .map(|&f| half::f16::from_f32(f).to_bits())
             .collect()
     };
-    // Writes `data` rounded to f16 into `alloc`.
-    let write_half = |alloc: &vramkit::arena::Allocation, data: &[f32]| {
-        q.write_buffer(
-            alloc.buffer(),
-            alloc.offset(),
-            bytemuck::cast_slice(&to_half(data)),
-        );
-    };
     let mm_reps = if gpu.is_cpu() { 1 } else { 10 };
     // The f16 product on the matrix units where the device has them, and without them in
     // the same process (the register-blocked kernel the f32 product runs), at 4096^3.
@@ -413,23 +473,17 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
     for &dim in dims {
         let d = dim as usize;
         let suffix = if dim == 8192 { "_8192" } else { "" };
-        let a_data: Vec<f32> = (0..d * d)
-            .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
-            .collect();
-        let b_data: Vec<f32> = (0..d * d)
-            .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
-            .collect();
-        let a = arena.alloc_typed::<f32>(d * d, "a").expect("a");
-        let b = arena.alloc_typed::<f32>(d * d, "b").expect("b");
-        let ah = arena.alloc(2 * dim * dim, "a f16").expect("a16");
-        let bh = arena.alloc(2 * dim * dim, "b f16").expect("b16");
-        let c = arena.alloc_typed::<f32>(d * d, "c").expect("c");
-        q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
-        q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
-        write_half(&ah, &a_data);
-        write_half(&bh, &b_data);
+        let ProductOperands {
+            a_data,
+            b_data,
+            a,
+            b,
+            ah,
+            bh,
+            c,
+        } = ProductOperands::new(&arena, (d, d, d));
         let mut cases = vec![
-            ("matmul_f32", MatmulInput::F32, (&*a, &*b), &kernels),
+            ("matmul_f32", MatmulInput::F32, (&a, &b), &kernels),
             ("matmul_f16", MatmulInput::F16, (&ah, &bh), &kernels),
         ];
         if gpu.has_matrix_units() && dim == 4096 {
@@ -484,21 +538,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             } else {
                 2e-2
             };
-            for s in 0..32 {
-                let (i, j) = ((s * 131) % d, (s * 977) % d);
-                let want: f64 = (0..d)
-                    .map(|p| a_data[i * d + p] as f64 * b_data[p * d + j] as f64)
-                    .sum();
-                let mag: f64 = (0..d)
-                    .map(|p| (a_data[i * d + p] as f64 * b_data[p * d + j] as f64).abs())
-                    .sum();
-                let err = (got[i * d + j] as f64 - want).abs() / mag;
-                assert!(
-                    err < tol,
-                    "{name}: c[{i}][{j}] = {} want {want} (err {err:e})",
-                    got[i * d + j]
-                );
-            }
+            spot_check(name, &got, (&a_data, &b_data), (d, d, d), tol);
             let tflops = 2.0 * (dim as f64).powi(3) / secs / 1e12;
             println!(
                 "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
@@ -524,43 +564,32 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             (512, 8192)
         };
         let (mu, ku) = (m as usize, k as usize);
-        let a_data: Vec<f32> = (0..mu * ku)
-            .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
-            .collect();
-        let b_data: Vec<f32> = (0..ku * mu)
-            .map(|i| ((i * 104729) % 1999) as f32 / 1000.0 - 1.0)
-            .collect();
-        let a = arena.alloc_typed::<f32>(mu * ku, "a").expect("a");
-        let b = arena.alloc_typed::<f32>(ku * mu, "b").expect("b");
-        let ah = arena.alloc(2 * m * k, "a f16").expect("a16");
-        let bh = arena.alloc(2 * k * m, "b f16").expect("b16");
-        let c = arena.alloc_typed::<f32>(mu * mu, "c").expect("c");
-        q.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&a_data));
-        q.write_buffer(b.buffer(), b.offset(), bytemuck::cast_slice(&b_data));
-        write_half(&ah, &a_data);
-        write_half(&bh, &b_data);
+        let ProductOperands {
+            a_data,
+            b_data,
+            a,
+            b,
+            ah,
+            bh,
+            c,
+        } = ProductOperands::new(&arena, (mu, mu, ku));
         let shape = MatmulShape { m, k, n: m };
         for (name, input, (ai, bi), reps, tol) in [
             ("f16", MatmulInput::F16, (&ah, &bh), mm_reps * 10, 2e-2),
-            ("f32", MatmulInput::F32, (&*a, &*b), mm_reps * 2, 1e-4),
+            ("f32", MatmulInput::F32, (&a, &b), mm_reps * 2, 1e-4),
         ] {
             let secs = time_batch(&kernels, reps, |batch| {
                 batch.matmul(input, shape, ai, bi, &c).expect("record");
             });
             let got = vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), mu * mu)
                 .expect("read");
-            for s in 0..32 {
-                let (i, j) = ((s * 131) % mu, (s * 977) % mu);
-                let (want, mag) = (0..ku)
-                    .map(|p| a_data[i * ku + p] as f64 * b_data[p * mu + j] as f64)
-                    .fold((0.0, 0.0), |(w, g), t| (w + t, g + t.abs()));
-                let err = (got[i * mu + j] as f64 - want).abs() / mag;
-                assert!(
-                    err < tol,
-                    "long k {name}: c[{i}][{j}] = {} want {want}",
-                    got[i * mu + j]
-                );
-            }
+            spot_check(
+                &format!("long k {name}"),
+                &got,
+                (&a_data, &b_data),
+                (mu, mu, ku),
+                tol,
+            );
             let tflops = 2.0 * (m * m * k) as f64 / secs / 1e12;
             println!(
                 "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",

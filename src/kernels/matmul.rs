@@ -329,16 +329,9 @@ impl<'a> Batch<'a> {
         let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
         let groups = (gx as u32, gy as u32, count as u32);
         if coop {
-            let parts = if count == 1 && self.kernels.split_k {
-                split_parts(gx * gy, k)
-            } else {
-                1
-            };
-            if parts > 1 {
-                if let Some(scratch) = self.kernels.split_scratch() {
-                    let kernel = PartKernel::MatrixUnits;
-                    return self.split_product(dims, parts, (gx, gy), (a, b, c), scratch, kernel);
-                }
+            let kernel = PartKernel::MatrixUnits;
+            if count == 1 && self.try_split_product(dims, (gx, gy), (a, b, c), kernel)? {
+                return Ok(self);
             }
             let whole_tiles =
                 m.is_multiple_of(tile) && n.is_multiple_of(tile) && k.is_multiple_of(32);
@@ -360,20 +353,27 @@ impl<'a> Batch<'a> {
             (MatmulInput::F16, true) => &shaders::MATMUL_VEC4_F16_NATIVE,
             (MatmulInput::F16, false) => &shaders::MATMUL_VEC4_F16_PACKED,
         };
-        if count == 1 && self.kernels.split_k {
-            let parts = split_parts(gx * gy, k);
-            if parts > 1 {
-                if let Some(scratch) = self.kernels.split_scratch() {
-                    let kernel = PartKernel::Fours(variants);
-                    return self.split_product(dims, parts, (gx, gy), (a, b, c), scratch, kernel);
-                }
-            }
+        let kernel = PartKernel::Fours(variants);
+        if count == 1 && self.try_split_product(dims, (gx, gy), (a, b, c), kernel)? {
+            return Ok(self);
         }
-        // Inputs in buffers of their own are bound read-only (see `Shared` in mod.rs).
+        self.fours_dispatch(variants, params_with(strides(4, 4)), io, groups)?;
+        Ok(self)
+    }
+
+    /// One dispatch of a `matmul_vec4.wgsl` variant (`variants`: inputs writable, then
+    /// read-only), a workgroup per tile and `workgroup_id.z` the product. Inputs in buffers
+    /// of their own are bound read-only (see `Shared` in mod.rs).
+    fn fours_dispatch(
+        &mut self,
+        variants: &'static [shaders::Shader; 2],
+        params: Params,
+        io: Bindings,
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
         let io = io.reading_x_and_y_only();
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
-        self.record_3d(shader, "matmul", params_with(strides(4, 4)), io, groups)?;
-        Ok(self)
+        self.record_3d(shader, "matmul", params, io, groups)
     }
 
     /// One dispatch of the matrix-unit kernel on `tiles` tiles (of every product in
@@ -407,18 +407,25 @@ impl<'a> Batch<'a> {
         self.record_3d(shader, "matmul", params, io, (workgroups as u32, 1, 1))
     }
 
-    /// One product split along k into `parts` (see [`split_parts`]): the parts run as a
-    /// batch of `kernel` over k-ranges of a and b, each into its own plane of the partial
-    /// sums in `scratch`, then `matmul_split_sum.wgsl` adds the planes into c.
-    fn split_product(
+    /// Records one product split along k where split-k is on and pays
+    /// ([`split_parts`]) and the partial sums have room: the parts run as a batch of
+    /// `kernel` over k-ranges of a and b, each into its own plane of the partial sums, then
+    /// `matmul_split_sum.wgsl` adds the planes into c. False where it recorded nothing
+    /// (the product is then the caller's to run unsplit).
+    fn try_split_product(
         &mut self,
         MatmulShape { m, k, n }: MatmulShape,
-        parts: u64,
         (gx, gy): (u64, u64),
         (a, b, c): (&Allocation, &Allocation, &Allocation),
-        scratch: Bound,
         kernel: PartKernel,
-    ) -> Result<&mut Self> {
+    ) -> Result<bool> {
+        let parts = split_parts(gx * gy, k);
+        if !self.kernels.split_k || parts < 2 {
+            return Ok(false);
+        }
+        let Some(scratch) = self.kernels.split_scratch() else {
+            return Ok(false);
+        };
         let (range, plane) = (k / parts, m * n);
         debug_assert!(range.is_multiple_of(32) && parts * plane * 4 <= SPLIT_SCRATCH_BYTES);
         // Part z reads a's columns and b's rows z * range onwards (a's rows stay k apart)
@@ -444,10 +451,8 @@ impl<'a> Batch<'a> {
                 self.coop_dispatch(params, io, gx * gy * parts, whole_tiles)?;
             }
             PartKernel::Fours(variants) => {
-                let io = io.reading_x_and_y_only();
-                let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
                 let groups = (gx as u32, gy as u32, parts as u32);
-                self.record_3d(shader, "matmul", params, io, groups)?;
+                self.fours_dispatch(variants, params, io, groups)?;
             }
         }
         let fours = plane / 4;
@@ -455,7 +460,7 @@ impl<'a> Batch<'a> {
         let io = Bindings::two(scratch, Bound::of(c), self.spare(0));
         let groups = grid(fours, WORKGROUP, self.gpu());
         self.run(&shaders::MATMUL_SPLIT_SUM, "split_sum", params, io, groups)?;
-        Ok(self)
+        Ok(true)
     }
 }
 

@@ -713,8 +713,8 @@ pub const MATMUL_COOP_F16: [[Shader; 2]; 2] = [
     ],
 ];
 shader!(
-    /// The second pass of a matrix-unit product split along k: sums the parts' partial
-    /// products into c, part by part in order.
+    /// The second pass of a product split along k: sums the parts' partial products into
+    /// c, part by part in order.
     MATMUL_SPLIT_SUM = "matmul_split_sum.wgsl", [file!("matmul_split_sum.wgsl")], NONE
 );
 shader!(
