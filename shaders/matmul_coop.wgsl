@@ -19,6 +19,14 @@
 // attention's products, and within 2 % of the larger tiles on 4096^3 and 8192^3
 // (BENCHMARKS.md, Matrix products).
 //
+// Two workgroups share a core only while each takes at most 24 KiB of workgroup memory
+// (`TWO_PER_CORE_WORKGROUP_BYTES` in `kernels/matmul.rs`, checked by a test): NVIDIA's
+// Vulkan driver gives a core's workgroups 48-56 KiB in all. This kernel takes 22.5 KiB;
+// padded to 28 KiB it ran at 0.56x on an H200. That is why two stages of 32-deep slices
+// (41 KiB: 198 against 291 TFLOP/s at 4096^3) and staging four fragments per round (34.5
+// KiB: 160 against 286) read slower: each ran one workgroup per core (BENCHMARKS.md,
+// Matrix products).
+//
 // Each workgroup walks tiles in a loop (`tile_at` orders them): after a tile's last step
 // the pieces loading are the next tile's first, so they are in flight while this tile's
 // accumulators are stored. The host dispatches one workgroup per tile, and several tiles

@@ -42,8 +42,18 @@ const TILE: u64 = 128;
 /// Rows and columns of one tile of C in `matmul_coop.wgsl`.
 const COOP_TILE: u64 = 128;
 /// Workgroup memory of `matmul_coop.wgsl`: 128 x 40 and 32 x 136 f16 slices, and
-/// 4 x 16 x 16 f32 on the way out.
+/// 4 x 16 x 16 f32 on the way out (the test below reads it from the shader).
 pub(crate) const COOP_WORKGROUP_BYTES: u32 = (128 * 40 + 32 * 136) * 2 + 4 * 16 * 16 * 4;
+/// The most workgroup memory a matmul workgroup may take and still share a core with a
+/// second one on NVIDIA's Vulkan driver. Both matmul kernels rely on two workgroups per
+/// core (their registers allow two, and one waiting at a barrier leaves the core to the
+/// other); the driver gives a core's workgroups 48-56 KiB in all, not the 228 KiB the
+/// hardware can. On an H200 (driver 580) the matrix-unit kernel, padded with workgroup
+/// memory it never uses, ran at full speed up to 24 576 bytes (285.4 against 286.4
+/// TFLOP/s at 4096^3) and at 0.56x from 28 672 bytes on (161.8), the same at 32, 34 and
+/// 40 KiB: one workgroup per core (BENCHMARKS.md, Matrix products).
+pub(crate) const TWO_PER_CORE_WORKGROUP_BYTES: u32 = 24 * 1024;
+const _: () = assert!(COOP_WORKGROUP_BYTES <= TWO_PER_CORE_WORKGROUP_BYTES);
 /// Invocations in one workgroup of `matmul_coop.wgsl`: four subgroups of 32.
 pub(crate) const COOP_WORKGROUP_SIZE: u32 = 128;
 /// Tiles each workgroup of `matmul_coop.wgsl` computes in turn (at least; more where the
@@ -492,6 +502,45 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Workgroup memory `source` declares, as naga lays it out.
+    fn workgroup_bytes(source: &str) -> u32 {
+        let module = naga::front::wgsl::parse_str(source).expect("shipped WGSL parses");
+        let mut layouter = naga::proc::Layouter::default();
+        layouter.update(module.to_ctx()).expect("its types lay out");
+        module
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+            .map(|(_, v)| layouter[v.ty].size)
+            .sum()
+    }
+
+    #[test]
+    fn matmul_workgroups_fit_two_per_core() {
+        // What the host asks the device for is what the matrix-unit kernel declares.
+        for shader in shaders::MATMUL_COOP_F16.iter().flatten() {
+            assert_eq!(
+                workgroup_bytes(shader.source),
+                COOP_WORKGROUP_BYTES,
+                "{}",
+                shader.name
+            );
+        }
+        // The four-element kernel's two 8 KiB tiles, in every input form.
+        for shader in shaders::MATMUL_VEC4_F32
+            .iter()
+            .chain(&shaders::MATMUL_VEC4_F16_PACKED)
+            .chain(&shaders::MATMUL_VEC4_F16_NATIVE)
+        {
+            let bytes = workgroup_bytes(shader.source);
+            assert!(
+                bytes <= TWO_PER_CORE_WORKGROUP_BYTES,
+                "{}: {bytes} bytes of workgroup memory run one workgroup per core on NVIDIA",
+                shader.name
+            );
+        }
+    }
 
     #[test]
     fn split_parts_fill_the_workgroups_with_whole_steps() {
