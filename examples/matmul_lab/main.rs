@@ -50,6 +50,8 @@ struct Kernel {
     check: bool,
     /// The source for a shape of whole tiles, and for any other.
     source: [String; 2],
+    /// Workgroup memory its sources declare (the larger), set when they are validated.
+    workgroup_bytes: u32,
 }
 
 /// The shipped kernels, as the host runs them on read-only inputs.
@@ -66,6 +68,7 @@ fn shipped() -> Vec<Kernel> {
                 MATMUL_COOP_F16[1][1].source.into(),
                 MATMUL_COOP_F16[0][1].source.into(),
             ],
+            workgroup_bytes: 0,
         },
         Kernel {
             name: "f32_vec4".into(),
@@ -74,6 +77,7 @@ fn shipped() -> Vec<Kernel> {
             walk: false,
             check: true,
             source: [0, 1].map(|_| MATMUL_VEC4_F32[1].source.to_string()),
+            workgroup_bytes: 0,
         },
     ]
 }
@@ -143,11 +147,13 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         walk: head.contains(" walk"),
         check: !head.contains("nocheck"),
         source,
+        workgroup_bytes: 0,
     }
 }
 
-/// Parses and validates `source` with naga (every capability on), or panics with the error.
-fn validate(name: &str, source: &str) {
+/// Parses and validates `source` with naga (every capability on), or panics with the error;
+/// returns the workgroup memory it declares, in bytes.
+fn validate(name: &str, source: &str) -> u32 {
     let module = naga::front::wgsl::parse_str(source)
         .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
     naga::valid::Validator::new(
@@ -156,6 +162,16 @@ fn validate(name: &str, source: &str) {
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let mut layouter = naga::proc::Layouter::default();
+    layouter
+        .update(module.to_ctx())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, v)| layouter[v.ty].size)
+        .sum()
 }
 
 /// Small xorshift; values are multiples of 1/8 in [-1, 1], so every product and every f32
@@ -206,10 +222,13 @@ fn main() {
     }
     // Every source is validated first, also those this device cannot run (CI runs the
     // lab on lavapipe, which has no matrix units: the ceilings' WGSL is checked there).
-    for kernel in &kernels {
-        for source in &kernel.source {
-            validate(&kernel.name, source);
-        }
+    for kernel in &mut kernels {
+        let bytes = kernel
+            .source
+            .iter()
+            .map(|s| validate(&kernel.name, s))
+            .max();
+        kernel.workgroup_bytes = bytes.unwrap_or(0);
         println!("# {}: valid WGSL", kernel.name);
     }
     if std::env::var("LAB_STATS").is_ok_and(|v| v != "0") {
@@ -232,13 +251,21 @@ fn main() {
         library::run(&gpu, &shapes);
         return;
     }
-    println!(
-        "# workgroup memory: {} bytes",
-        gpu.device().limits().max_compute_workgroup_storage_size
-    );
+    let limit = gpu.device().limits().max_compute_workgroup_storage_size;
+    println!("# workgroup memory: {limit} bytes");
     if !gpu.has_matrix_units() {
         println!("# no matrix units here: the f16 kernels are validated, not run");
         kernels.retain(|k| !k.coop);
+    }
+    // A pipeline past the limit is a validation error that the timing loop would wait on
+    // for ever (an H200 run of a 51 KiB variant hung until its timeout): refuse it here.
+    for kernel in &kernels {
+        assert!(
+            kernel.workgroup_bytes <= limit,
+            "{}: {} bytes of workgroup memory, the device allows {limit}",
+            kernel.name,
+            kernel.workgroup_bytes
+        );
     }
     let (device, queue) = (gpu.device(), gpu.queue());
     let period = f64::from(queue.get_timestamp_period());
