@@ -162,16 +162,7 @@ fn validate(name: &str, source: &str) -> u32 {
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
-    let mut layouter = naga::proc::Layouter::default();
-    layouter
-        .update(module.to_ctx())
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    module
-        .global_variables
-        .iter()
-        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-        .map(|(_, v)| layouter[v.ty].size)
-        .sum()
+    vramkit::shaders::check::workgroup_bytes(name, &module).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Small xorshift; values are multiples of 1/8 in [-1, 1], so every product and every f32

@@ -503,17 +503,10 @@ impl Kernels {
 mod tests {
     use super::*;
 
-    /// Workgroup memory `source` declares, as naga lays it out.
-    fn workgroup_bytes(source: &str) -> u32 {
-        let module = naga::front::wgsl::parse_str(source).expect("shipped WGSL parses");
-        let mut layouter = naga::proc::Layouter::default();
-        layouter.update(module.to_ctx()).expect("its types lay out");
-        module
-            .global_variables
-            .iter()
-            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-            .map(|(_, v)| layouter[v.ty].size)
-            .sum()
+    /// Workgroup memory a shipped shader declares.
+    fn workgroup_bytes(shader: &shaders::Shader) -> u32 {
+        let module = naga::front::wgsl::parse_str(shader.source).expect("shipped WGSL parses");
+        shaders::check::workgroup_bytes(shader.name, &module).expect("its types lay out")
     }
 
     #[test]
@@ -521,7 +514,7 @@ mod tests {
         // What the host asks the device for is what the matrix-unit kernel declares.
         for shader in shaders::MATMUL_COOP_F16.iter().flatten() {
             assert_eq!(
-                workgroup_bytes(shader.source),
+                workgroup_bytes(shader),
                 COOP_WORKGROUP_BYTES,
                 "{}",
                 shader.name
@@ -533,7 +526,7 @@ mod tests {
             .chain(&shaders::MATMUL_VEC4_F16_PACKED)
             .chain(&shaders::MATMUL_VEC4_F16_NATIVE)
         {
-            let bytes = workgroup_bytes(shader.source);
+            let bytes = workgroup_bytes(shader);
             assert!(
                 bytes <= TWO_PER_CORE_WORKGROUP_BYTES,
                 "{}: {bytes} bytes of workgroup memory run one workgroup per core on NVIDIA",

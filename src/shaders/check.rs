@@ -121,6 +121,30 @@ pub fn check(name: &str, source: &str, requires: wgpu::Features) -> Result<Vec<(
     Ok(outcomes)
 }
 
+/// Workgroup memory `module` declares, in bytes, as naga lays out its types (no rounding
+/// per variable: Tint's rounding to 16 bytes is the browser's own). `name` is the
+/// shader's, for the error.
+///
+/// ```
+/// let module = naga::front::wgsl::parse_str(
+///     "var<workgroup> t: array<vec4<f32>, 64>;\n\
+///      @compute @workgroup_size(64) fn main(@builtin(local_invocation_index) i: u32) { t[i] = vec4<f32>(0.0); }",
+/// ).unwrap();
+/// assert_eq!(vramkit::shaders::check::workgroup_bytes("tile", &module).unwrap(), 1024);
+/// ```
+pub fn workgroup_bytes(name: &str, module: &naga::Module) -> Result<u32> {
+    let mut layouter = naga::proc::Layouter::default();
+    layouter
+        .update(module.to_ctx())
+        .map_err(|e| err(name, None, e))?;
+    Ok(module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, v)| layouter[v.ty].size)
+        .sum())
+}
+
 fn translate(
     module: &naga::Module,
     info: &ModuleInfo,
