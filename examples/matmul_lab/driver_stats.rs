@@ -3,66 +3,38 @@
 //! and, where the driver gives any, its internal representations, written as text files to
 //! `LAB_STATS_DIR` (default `lab_stats/`).
 //!
-//! wgpu neither enables the extension nor asks for statistics, so this opens a device of
-//! its own through wgpu-hal (as `src/gpu/host_import.rs` does, with the extension and its
-//! feature added) and compiles each kernel's SPIR-V through `ash` with the capture flags.
-//! The SPIR-V is naga's, with the options wgpu uses for the library's trusted shaders
-//! (no bounds checks or loop bounding, native zero-initialised workgroup memory, SPIR-V
-//! 1.6 on Vulkan 1.3), so the driver sees what it sees when the kernel is timed.
+//! wgpu neither enables the extension nor asks for statistics, so this uses the device the
+//! lab opens itself through wgpu-hal (`spirv::open`, with the extension and its feature
+//! added) and compiles each kernel's SPIR-V through `ash` with the capture flags. The
+//! SPIR-V is what the lab times (`spirv::compile`): for most kernels naga's, with the
+//! options wgpu uses for the library's trusted shaders, so the driver sees what it sees
+//! when the kernel is timed.
 
 use ash::vk;
 
 /// Prints `name: statistic = value` lines for each (name, WGSL source), or one line saying
 /// why there are none.
-pub fn print(kernels: &[(String, String)]) {
+pub fn print(kernels: &[(String, Vec<u32>)]) {
     if let Err(why) = try_print(kernels) {
         println!("# driver statistics: {why}");
     }
 }
 
-fn try_print(kernels: &[(String, String)]) -> Result<(), String> {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = wgpu::Backends::VULKAN;
-    let instance = wgpu::Instance::new(desc);
-    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-        power_preference: wgpu::PowerPreference::HighPerformance,
-        ..Default::default()
-    }))
-    .map_err(|e| format!("no Vulkan adapter ({e})"))?;
-    const EXTENSION: &std::ffi::CStr = ash::khr::pipeline_executable_properties::NAME;
-    let mut wanted = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
-        .pipeline_executable_info(true);
-    // SAFETY: the hal device is opened from this adapter's own hal object with the
-    // adapter's features and limits; the callback adds one extension the adapter reports
-    // and its feature, as wgpu-hal's `CreateDeviceCallback` allows. Every object made
-    // through the raw handles below is destroyed before the device is dropped.
+fn try_print(kernels: &[(String, Vec<u32>)]) -> Result<(), String> {
+    use crate::spirv::{enabled, open, EXECUTABLE_PROPERTIES};
+    let (_adapter, wgpu_device, _queue) = open()?;
+    if !enabled(&wgpu_device, EXECUTABLE_PROPERTIES) {
+        return Err(format!("{EXECUTABLE_PROPERTIES:?} is not offered"));
+    }
+    // SAFETY: the device was opened with the extension and its feature (`spirv::open`);
+    // every object made through the raw handles below is destroyed before it is dropped.
     unsafe {
-        let hal_adapter = adapter
+        let hal = wgpu_device
             .as_hal::<wgpu::hal::api::Vulkan>()
-            .ok_or("the adapter is not Vulkan")?;
-        if !hal_adapter
-            .physical_device_capabilities()
-            .supports_extension(EXTENSION)
-        {
-            return Err(format!("{EXTENSION:?} is not offered"));
-        }
-        let wanted = &mut wanted;
-        let add: Box<wgpu::hal::vulkan::CreateDeviceCallback<'_>> = Box::new(move |args| {
-            args.extensions.push(EXTENSION);
-            let info = std::mem::take(args.create_info);
-            *args.create_info = info.push_next(wanted);
-        });
-        let open = hal_adapter
-            .open_with_callback(
-                adapter.features(),
-                &adapter.limits(),
-                &wgpu::MemoryHints::Performance,
-                Some(add),
-            )
-            .map_err(|e| format!("opening the device: {e}"))?;
-        let device = open.device.raw_device();
+            .ok_or("the device is not Vulkan")?;
+        let device = hal.raw_device();
         let exe = ash::khr::pipeline_executable_properties::Device::new(
-            open.device.shared_instance().raw_instance(),
+            hal.shared_instance().raw_instance(),
             device,
         );
         let bindings = [0, 1, 2, 3].map(|i| {
@@ -90,8 +62,8 @@ fn try_print(kernels: &[(String, String)]) -> Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
         let dir = std::env::var("LAB_STATS_DIR").unwrap_or_else(|_| "lab_stats".into());
-        for (name, source) in kernels {
-            match one(device, &exe, layout, source) {
+        for (name, words) in kernels {
+            match one(device, &exe, layout, words) {
                 Ok((stats, texts)) => {
                     println!("# {name}: {}", stats.join(", "));
                     for (i, (what, text)) in texts.iter().enumerate() {
@@ -125,39 +97,12 @@ unsafe fn one(
     device: &ash::Device,
     exe: &ash::khr::pipeline_executable_properties::Device,
     layout: vk::PipelineLayout,
-    source: &str,
+    words: &[u32],
 ) -> Result<Report, String> {
-    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.to_string())?;
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .map_err(|e| e.to_string())?;
-    let options = naga::back::spv::Options {
-        lang_version: (1, 6),
-        flags: naga::back::spv::WriterFlags::empty(),
-        bounds_check_policies: naga::proc::BoundsCheckPolicies {
-            index: naga::proc::BoundsCheckPolicy::Unchecked,
-            buffer: naga::proc::BoundsCheckPolicy::Unchecked,
-            image_load: naga::proc::BoundsCheckPolicy::Unchecked,
-            binding_array: naga::proc::BoundsCheckPolicy::Unchecked,
-        },
-        zero_initialize_workgroup_memory:
-            naga::back::spv::ZeroInitializeWorkgroupMemoryMode::Native,
-        force_loop_bounding: false,
-        ..Default::default()
-    };
-    let pipeline_options = naga::back::spv::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: "matmul".into(),
-    };
-    let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline_options))
-        .map_err(|e| e.to_string())?;
     // SAFETY: as the function's; every object made here is destroyed before returning.
     unsafe {
         let shader = device
-            .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+            .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
             .map_err(|e| e.to_string())?;
         let stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)

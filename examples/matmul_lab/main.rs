@@ -11,12 +11,21 @@
 //! inputs, eight halves per `vec4<u32>`, `c` f32; the lab declares the bindings, `GUARDED`,
 //! `TILE_M`, `TILE_N` and `matmul_params.wgsl`), or `kind=f32` (`vec4<f32>` inputs; the
 //! file declares `c`). For `kind=coop`, `in=pairs` binds the inputs as `vec2<f16>`,
-//! `in=quads` as `vec4<f16>` and `in=eight` as structs `Eight` of two `vec4<f16>` (so no
+//! `in=quads` as `vec4<f16>`, `in=half` as `f16` and `in=eight` as structs `Eight` of two `vec4<f16>` (so no
 //! half passes through f32 on its way to workgroup memory), and `out=vec4` binds `c` as
 //! `vec4<f32>`. `walk`: one workgroup per `LAB_TILES_PER_GROUP` tiles (default 1, as shipped)
 //! on a 1-D grid, as the shipped matrix-unit kernel; otherwise one per tile on a 2-D grid
 //! with `workgroup_id.z` the product. `nocheck`: time it without the CPU check (the
 //! ceilings compute no product).
+//!
+//! `spirv`: the lab compiles the variant to SPIR-V itself and rewrites it (`spirv.rs`): all
+//! its workgroup variables share one block (so a variant can lay views of one memory over
+//! each other), `subgroupBarrier()` orders workgroup memory, and with `coop2=MxKxN` its
+//! matrices become workgroup-scope matrices of those sizes (`tensor`: loaded through
+//! tensor layouts). Such variants run only on a device that offers those extensions
+//! (`spirv::open`); elsewhere they are validated and rewritten, not run. The variants in
+//! `variants/` are the ones BENCHMARKS.md reports; `.ci/run` rewrites them on every run.
+//! `LAB_SPIRV_DIR=dir` writes the rewritten words there.
 //!
 //! `LAB_LIBRARY=1` times f16 and f32 products through the library's own call instead, with
 //! split-k on and off (`library.rs`).
@@ -35,6 +44,7 @@ use std::time::Instant;
 #[cfg(vulkan_hal)]
 mod driver_stats;
 mod library;
+mod spirv;
 
 const F32_PREFIX: &str = "alias In4 = vec4<f32>;\n\
 fn widen4(v: In4) -> vec4<f32> { return v; }\n\
@@ -48,6 +58,8 @@ struct Kernel {
     tile: (u32, u32),
     walk: bool,
     check: bool,
+    /// Compiled by the lab with its workgroup variables sharing one block (`spirv.rs`).
+    spirv: bool,
     /// The source for a shape of whole tiles, and for any other.
     source: [String; 2],
     /// Workgroup memory its sources declare (the larger), set when they are validated.
@@ -64,6 +76,7 @@ fn shipped() -> Vec<Kernel> {
             tile: (128, 128),
             walk: true,
             check: true,
+            spirv: false,
             source: [
                 MATMUL_COOP_F16[1][1].source.into(),
                 MATMUL_COOP_F16[0][1].source.into(),
@@ -76,6 +89,7 @@ fn shipped() -> Vec<Kernel> {
             tile: (128, 128),
             walk: false,
             check: true,
+            spirv: false,
             source: [0, 1].map(|_| MATMUL_VEC4_F32[1].source.to_string()),
             workgroup_bytes: 0,
         },
@@ -114,6 +128,8 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         "struct Eight { lo: vec4<f16>, hi: vec4<f16> }\nalias Input = Eight;\n"
     } else if head.contains(" in=pairs") {
         "alias Input = vec2<f16>;\n"
+    } else if head.contains(" in=half") {
+        "alias Input = f16;\n"
     } else if head.contains(" in=quads") {
         "alias Input = vec4<f16>;\n"
     } else {
@@ -146,6 +162,7 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         tile,
         walk: head.contains(" walk"),
         check: !head.contains("nocheck"),
+        spirv: head.contains(" spirv"),
         source,
         workgroup_bytes: 0,
     }
@@ -220,6 +237,9 @@ fn main() {
             .map(|s| validate(&kernel.name, s))
             .max();
         kernel.workgroup_bytes = bytes.unwrap_or(0);
+        if kernel.spirv {
+            kernel.workgroup_bytes = lab_spirv::check(kernel);
+        }
         println!("# {}: valid WGSL", kernel.name);
     }
     if std::env::var("LAB_STATS").is_ok_and(|v| v != "0") {
@@ -227,7 +247,13 @@ fn main() {
         driver_stats::print(
             &kernels
                 .iter()
-                .map(|k| (k.name.clone(), k.source[0].clone()))
+                .filter_map(|k| match spirv::compile(&k.source[0], k.spirv) {
+                    Ok(words) => Some((k.name.clone(), words)),
+                    Err(e) => {
+                        println!("# {}: no SPIR-V ({e})", k.name);
+                        None
+                    }
+                })
                 .collect::<Vec<_>>(),
         );
         #[cfg(not(vulkan_hal))]
@@ -236,7 +262,20 @@ fn main() {
             return;
         }
     }
-    let gpu = vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}"));
+    // `spirv` variants need a device with the extensions they use; where there is none
+    // (lavapipe, other backends) they were validated and rewritten above, and stop there.
+    let mut spirv_gpu = None;
+    if kernels.iter().any(|k| k.spirv) {
+        match lab_spirv::gpu(&mut kernels) {
+            Ok(gpu) => spirv_gpu = Some(gpu),
+            Err(why) => {
+                println!("# `spirv` variants: rewritten, not run here ({why})");
+                kernels.retain(|k| !k.spirv);
+            }
+        }
+    }
+    let gpu =
+        spirv_gpu.unwrap_or_else(|| vramkit::Gpu::headless().unwrap_or_else(|e| panic!("{e}")));
     println!("device: {}", gpu.describe());
     if std::env::var("LAB_LIBRARY").is_ok_and(|v| v != "0") {
         library::run(&gpu, &shapes);
@@ -347,12 +386,19 @@ fn main() {
             // SAFETY: a measuring tool; the shipped kernels are trusted as the library
             // trusts them, and every other kernel here is either checked against the CPU
             // below or marked as computing no product.
-            let module = unsafe {
-                device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            let module = if kernel.spirv {
+                lab_spirv::module(device, &kernel.name, &kernel.source[usize::from(!whole)])
+            } else {
+                unsafe {
+                    device
+                        .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+                }
             };
+            // Passthrough modules carry no reflection: their layout is given.
+            let layout = kernel.spirv.then(|| lab_spirv::layout(device));
             let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(&kernel.name),
-                layout: None,
+                layout: layout.as_ref(),
                 module: &module,
                 entry_point: Some("matmul"),
                 compilation_options: Default::default(),
@@ -473,5 +519,121 @@ fn main() {
     }
     if any_wrong {
         std::process::exit(1);
+    }
+}
+
+/// The lab's side of `spirv.rs`: `spirv` kernels' checks, device, modules and layout.
+mod lab_spirv {
+    use super::Kernel;
+
+    /// Compiles and rewrites each source of a `spirv` kernel (so a rewrite that fails
+    /// stops the lab here, on every machine) and returns the workgroup memory its shared
+    /// block takes.
+    pub fn check(kernel: &Kernel) -> u32 {
+        kernel
+            .source
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let words = super::spirv::compile(s, true)
+                    .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+                // `LAB_SPIRV_DIR=dir`: the words as `dir/<name>.<source>.spv`, to read.
+                if let Ok(dir) = std::env::var("LAB_SPIRV_DIR") {
+                    let path = format!("{dir}/{}.{i}.spv", kernel.name);
+                    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    if let Err(e) = std::fs::create_dir_all(&dir).and(std::fs::write(&path, bytes))
+                    {
+                        println!("# {path}: {e}");
+                    }
+                }
+                super::spirv::shared_workgroup_bytes(s)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The device `spirv` kernels need (`spirv::open`), as a `Gpu`, or why there is none.
+    /// Variants with workgroup-scope matrices (`coop2=`) are dropped here where the device
+    /// has no `VK_NV_cooperative_matrix2`.
+    #[cfg(vulkan_hal)]
+    pub fn gpu(kernels: &mut Vec<Kernel>) -> Result<vramkit::Gpu, String> {
+        use super::spirv::{enabled, open, COOPMAT2, EXPLICIT_LAYOUT};
+        let (adapter, device, queue) = open()?;
+        if !device
+            .features()
+            .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+        {
+            return Err("the device takes no passthrough shaders".into());
+        }
+        if !enabled(&device, EXPLICIT_LAYOUT) {
+            return Err(format!("{EXPLICIT_LAYOUT:?} is not offered"));
+        }
+        if !enabled(&device, COOPMAT2) {
+            kernels.retain(|k| {
+                let keep = !k.source[0].contains(" coop2=");
+                if !keep {
+                    println!("# {}: not run ({COOPMAT2:?} is not offered)", k.name);
+                }
+                keep
+            });
+        }
+        Ok(vramkit::Gpu::from_wgpu_with_adapter(
+            &adapter, device, queue,
+        ))
+    }
+
+    #[cfg(not(vulkan_hal))]
+    pub fn gpu(_: &mut Vec<Kernel>) -> Result<vramkit::Gpu, String> {
+        Err("they need the Vulkan backend".into())
+    }
+
+    /// The passthrough module of `source`, compiled by `spirv::compile`.
+    pub fn module(device: &wgpu::Device, name: &str, source: &str) -> wgpu::ShaderModule {
+        let words = super::spirv::compile(source, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Read on Metal only; the SPIR-V carries its own workgroup size.
+        let entry = [wgpu::PassthroughShaderEntryPoint {
+            name: "matmul".into(),
+            workgroup_size: (128, 1, 1),
+        }];
+        // SAFETY: naga's SPIR-V of WGSL it validated, rewritten by `spirv.rs`; the device
+        // was opened by `spirv::open` with the extensions those rewrites use, and every
+        // product is checked against the CPU before it is timed.
+        unsafe {
+            device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                label: Some(name),
+                entry_points: entry[..].into(),
+                spirv: Some(words.into()),
+                ..Default::default()
+            })
+        }
+    }
+
+    /// The bindings every kernel here has: the uniform parameters, a, b (read-only), c.
+    pub fn layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
+        let entry = |binding: u32, ty: wgpu::BufferBindingType| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let storage = |read_only| wgpu::BufferBindingType::Storage { read_only };
+        let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &[
+                entry(0, wgpu::BufferBindingType::Uniform),
+                entry(1, storage(true)),
+                entry(2, storage(true)),
+                entry(3, storage(false)),
+            ],
+        });
+        device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[Some(&group)],
+            immediate_size: 0,
+        })
     }
 }
