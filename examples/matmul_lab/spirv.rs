@@ -566,9 +566,9 @@ fn string_words(s: &str) -> Vec<u32> {
 #[cfg(vulkan_hal)]
 /// `VkPhysicalDeviceCooperativeMatrix2FeaturesNV` (ash 0.38 predates it).
 #[repr(C)]
-pub struct CoopMat2Features {
+struct CoopMat2Features {
     s_type: vk::StructureType,
-    pub p_next: *mut std::ffi::c_void,
+    p_next: *mut std::ffi::c_void,
     workgroup_scope: vk::Bool32,
     flexible_dimensions: vk::Bool32,
     reductions: vk::Bool32,
@@ -579,17 +579,17 @@ pub struct CoopMat2Features {
 }
 
 #[cfg(vulkan_hal)]
-/// The features the `coop2` variants need: workgroup scope and flexible dimensions.
-pub fn coopmat2_features() -> CoopMat2Features {
+/// The extension's features structure, every feature off.
+fn coopmat2_features() -> CoopMat2Features {
     CoopMat2Features {
         s_type: vk::StructureType::from_raw(COOPMAT2_FEATURES),
         p_next: std::ptr::null_mut(),
-        workgroup_scope: 1,
-        flexible_dimensions: 1,
+        workgroup_scope: 0,
+        flexible_dimensions: 0,
         reductions: 0,
         conversions: 0,
         per_element_operations: 0,
-        tensor_addressing: 1,
+        tensor_addressing: 0,
         block_loads: 0,
     }
 }
@@ -635,18 +635,18 @@ const COOPMAT2_PROPERTIES: i32 = 1_000_593_002;
 
 #[cfg(vulkan_hal)]
 /// Prints what the adapter says of `VK_NV_cooperative_matrix2`: its features, limits and
-/// the flexible dimensions it runs. Returns whether workgroup scope and flexible
-/// dimensions are both offered.
+/// the flexible dimensions it runs. Returns the features the `coop2` variants use
+/// (workgroup scope, flexible dimensions, and tensor addressing where offered), or `None`
+/// where workgroup scope or flexible dimensions are not offered.
 ///
 /// # Safety
 /// `adapter` is a live hal adapter.
-pub unsafe fn describe_coopmat2(adapter: &wgpu::hal::vulkan::Adapter) -> bool {
+unsafe fn describe_coopmat2(adapter: &wgpu::hal::vulkan::Adapter) -> Option<CoopMat2Features> {
     let shared = adapter.shared_instance();
     let instance = shared.raw_instance();
     let phd = adapter.raw_physical_device();
     // SAFETY: as the function's; each query gets structures of the sizes it writes.
     unsafe {
-        // What the device offers is written over what the lab asks for.
         let mut features = coopmat2_features();
         let mut query = vk::PhysicalDeviceFeatures2 {
             p_next: (&mut features as *mut CoopMat2Features).cast(),
@@ -720,7 +720,14 @@ pub unsafe fn describe_coopmat2(adapter: &wgpu::hal::vulkan::Adapter) -> bool {
                 );
             }
         }
-        features.workgroup_scope != 0 && features.flexible_dimensions != 0
+        (features.workgroup_scope != 0 && features.flexible_dimensions != 0).then(|| {
+            CoopMat2Features {
+                workgroup_scope: 1,
+                flexible_dimensions: 1,
+                tensor_addressing: features.tensor_addressing,
+                ..coopmat2_features()
+            }
+        })
     }
 }
 
@@ -765,7 +772,7 @@ pub fn open() -> Result<(wgpu::Adapter, wgpu::Device, wgpu::Queue), String> {
     let mut layout = vk::PhysicalDeviceWorkgroupMemoryExplicitLayoutFeaturesKHR::default()
         .workgroup_memory_explicit_layout(true)
         .workgroup_memory_explicit_layout16_bit_access(true);
-    let mut coopmat2 = coopmat2_features();
+    let mut coopmat2 = None;
     // SAFETY: the hal device is opened from this adapter's own hal object with the features
     // and limits wgpu is then given (`create_device_from_hal` requires a subset of what the
     // hal device has: the same set); the callback only adds extensions the adapter reports
@@ -777,8 +784,10 @@ pub fn open() -> Result<(wgpu::Adapter, wgpu::Device, wgpu::Queue), String> {
         let caps = hal_adapter.physical_device_capabilities();
         let has_executable = caps.supports_extension(EXECUTABLE_PROPERTIES);
         let has_layout = caps.supports_extension(EXPLICIT_LAYOUT);
-        let has_coopmat2 = caps.supports_extension(COOPMAT2) && describe_coopmat2(&hal_adapter);
-        let (executable, layout, coopmat2) = (&mut executable, &mut layout, &mut coopmat2);
+        if caps.supports_extension(COOPMAT2) {
+            coopmat2 = describe_coopmat2(&hal_adapter);
+        }
+        let (executable, layout, coopmat2) = (&mut executable, &mut layout, coopmat2.as_mut());
         let add: Box<wgpu::hal::vulkan::CreateDeviceCallback<'_>> = Box::new(move |args| {
             let mut info = std::mem::take(args.create_info);
             if has_executable {
@@ -789,7 +798,7 @@ pub fn open() -> Result<(wgpu::Adapter, wgpu::Device, wgpu::Queue), String> {
                 args.extensions.push(EXPLICIT_LAYOUT);
                 info = info.push_next(layout);
             }
-            if has_coopmat2 {
+            if let Some(coopmat2) = coopmat2 {
                 // ash 0.38 has no type for it: linked by hand, as `push_next` would.
                 args.extensions.push(COOPMAT2);
                 coopmat2.p_next = info.p_next.cast_mut();
