@@ -58,8 +58,10 @@ struct Kernel {
     tile: (u32, u32),
     walk: bool,
     check: bool,
-    /// Compiled by the lab with its workgroup variables sharing one block (`spirv.rs`).
-    spirv: bool,
+    /// `spirv`: compiled by the lab, its SPIR-V rewritten so (`spirv.rs`).
+    rewrite: Option<spirv::Rewrite>,
+    /// The rewritten SPIR-V of each source, made when they are validated (`spirv` only).
+    spirv_words: Vec<Vec<u32>>,
     /// The source for a shape of whole tiles, and for any other.
     source: [String; 2],
     /// Workgroup memory its sources declare (the larger), set when they are validated.
@@ -76,7 +78,8 @@ fn shipped() -> Vec<Kernel> {
             tile: (128, 128),
             walk: true,
             check: true,
-            spirv: false,
+            rewrite: None,
+            spirv_words: Vec::new(),
             source: [
                 MATMUL_COOP_F16[1][1].source.into(),
                 MATMUL_COOP_F16[0][1].source.into(),
@@ -89,7 +92,8 @@ fn shipped() -> Vec<Kernel> {
             tile: (128, 128),
             walk: false,
             check: true,
-            spirv: false,
+            rewrite: None,
+            spirv_words: Vec::new(),
             source: [0, 1].map(|_| MATMUL_VEC4_F32[1].source.to_string()),
             workgroup_bytes: 0,
         },
@@ -162,24 +166,26 @@ fn variant_text(path: &str, text: &str) -> Kernel {
         tile,
         walk: head.contains(" walk"),
         check: !head.contains("nocheck"),
-        spirv: head.contains(" spirv"),
+        rewrite: head
+            .contains(" spirv")
+            .then(|| spirv::Rewrite::parse(head).unwrap_or_else(|e| panic!("{path}: {e}"))),
+        spirv_words: Vec::new(),
         source,
         workgroup_bytes: 0,
     }
 }
 
-/// Parses and validates `source` with naga (every capability on), or panics with the error;
-/// returns the workgroup memory it declares, in bytes.
-fn validate(name: &str, source: &str) -> u32 {
+/// Parses and validates `source` with naga (every capability on), or panics with the error.
+fn validate(name: &str, source: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let module = naga::front::wgsl::parse_str(source)
         .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
-    naga::valid::Validator::new(
+    let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
         naga::valid::Capabilities::all(),
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
-    vramkit::shaders::check::workgroup_bytes(name, &module).unwrap_or_else(|e| panic!("{e}"))
+    (module, info)
 }
 
 /// Small xorshift; values are multiples of 1/8 in [-1, 1], so every product and every f32
@@ -230,15 +236,22 @@ fn main() {
     }
     // Every source is validated first, also those this device cannot run (CI runs the
     // lab on lavapipe, which has no matrix units: the ceilings' WGSL is checked there).
+    // `spirv` kernels are compiled and rewritten here too, once (so a rewrite that fails
+    // stops the lab on every machine); their variables share one block, the largest.
     for kernel in &mut kernels {
-        let bytes = kernel
-            .source
-            .iter()
-            .map(|s| validate(&kernel.name, s))
-            .max();
-        kernel.workgroup_bytes = bytes.unwrap_or(0);
-        if kernel.spirv {
-            kernel.workgroup_bytes = lab_spirv::check(kernel);
+        for (i, source) in kernel.source.iter().enumerate() {
+            let (module, info) = validate(&kernel.name, source);
+            let bytes = match &kernel.rewrite {
+                None => vramkit::shaders::check::workgroup_bytes(&kernel.name, &module)
+                    .map_err(|e| e.to_string()),
+                Some(rewrite) => spirv::compile(&module, &info, Some(rewrite)).and_then(|words| {
+                    lab_spirv::dump(&kernel.name, i, &words);
+                    kernel.spirv_words.push(words);
+                    spirv::shared_workgroup_bytes(&module)
+                }),
+            }
+            .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+            kernel.workgroup_bytes = kernel.workgroup_bytes.max(bytes);
         }
         println!("# {}: valid WGSL", kernel.name);
     }
@@ -247,11 +260,20 @@ fn main() {
         driver_stats::print(
             &kernels
                 .iter()
-                .filter_map(|k| match spirv::compile(&k.source[0], k.spirv) {
-                    Ok(words) => Some((k.name.clone(), words)),
-                    Err(e) => {
-                        println!("# {}: no SPIR-V ({e})", k.name);
-                        None
+                .filter_map(|k| {
+                    let words = match k.rewrite {
+                        Some(_) => Ok(k.spirv_words[0].clone()),
+                        None => {
+                            let (module, info) = validate(&k.name, &k.source[0]);
+                            spirv::compile(&module, &info, None)
+                        }
+                    };
+                    match words {
+                        Ok(words) => Some((k.name.clone(), words)),
+                        Err(e) => {
+                            println!("# {}: no SPIR-V ({e})", k.name);
+                            None
+                        }
                     }
                 })
                 .collect::<Vec<_>>(),
@@ -265,12 +287,12 @@ fn main() {
     // `spirv` variants need a device with the extensions they use; where there is none
     // (lavapipe, other backends) they were validated and rewritten above, and stop there.
     let mut spirv_gpu = None;
-    if kernels.iter().any(|k| k.spirv) {
+    if kernels.iter().any(|k| k.rewrite.is_some()) {
         match lab_spirv::gpu(&mut kernels) {
             Ok(gpu) => spirv_gpu = Some(gpu),
             Err(why) => {
                 println!("# `spirv` variants: rewritten, not run here ({why})");
-                kernels.retain(|k| !k.spirv);
+                kernels.retain(|k| k.rewrite.is_none());
             }
         }
     }
@@ -386,8 +408,12 @@ fn main() {
             // SAFETY: a measuring tool; the shipped kernels are trusted as the library
             // trusts them, and every other kernel here is either checked against the CPU
             // below or marked as computing no product.
-            let module = if kernel.spirv {
-                lab_spirv::module(device, &kernel.name, &kernel.source[usize::from(!whole)])
+            let module = if kernel.rewrite.is_some() {
+                lab_spirv::module(
+                    device,
+                    &kernel.name,
+                    &kernel.spirv_words[usize::from(!whole)],
+                )
             } else {
                 unsafe {
                     device
@@ -395,7 +421,7 @@ fn main() {
                 }
             };
             // Passthrough modules carry no reflection: their layout is given.
-            let layout = kernel.spirv.then(|| lab_spirv::layout(device));
+            let layout = kernel.rewrite.is_some().then(|| lab_spirv::layout(device));
             let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(&kernel.name),
                 layout: layout.as_ref(),
@@ -522,34 +548,20 @@ fn main() {
     }
 }
 
-/// The lab's side of `spirv.rs`: `spirv` kernels' checks, device, modules and layout.
+/// The lab's side of `spirv.rs`: `spirv` kernels' device, modules and layout.
 mod lab_spirv {
     use super::Kernel;
 
-    /// Compiles and rewrites each source of a `spirv` kernel (so a rewrite that fails
-    /// stops the lab here, on every machine) and returns the workgroup memory its shared
-    /// block takes.
-    pub fn check(kernel: &Kernel) -> u32 {
-        kernel
-            .source
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let words = super::spirv::compile(s, true)
-                    .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
-                // `LAB_SPIRV_DIR=dir`: the words as `dir/<name>.<source>.spv`, to read.
-                if let Ok(dir) = std::env::var("LAB_SPIRV_DIR") {
-                    let path = format!("{dir}/{}.{i}.spv", kernel.name);
-                    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-                    if let Err(e) = std::fs::create_dir_all(&dir).and(std::fs::write(&path, bytes))
-                    {
-                        println!("# {path}: {e}");
-                    }
-                }
-                super::spirv::shared_workgroup_bytes(s)
-            })
-            .max()
-            .unwrap_or(0)
+    /// `LAB_SPIRV_DIR=dir`: writes the words of source `i` of kernel `name` as
+    /// `dir/<name>.<i>.spv`, to read.
+    pub fn dump(name: &str, i: usize, words: &[u32]) {
+        if let Ok(dir) = std::env::var("LAB_SPIRV_DIR") {
+            let path = format!("{dir}/{name}.{i}.spv");
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            if let Err(e) = std::fs::create_dir_all(&dir).and(std::fs::write(&path, bytes)) {
+                println!("# {path}: {e}");
+            }
+        }
     }
 
     /// The device `spirv` kernels need (`spirv::open`), as a `Gpu`, or why there is none.
@@ -570,7 +582,7 @@ mod lab_spirv {
         }
         if !enabled(&device, COOPMAT2) {
             kernels.retain(|k| {
-                let keep = !k.source[0].contains(" coop2=");
+                let keep = k.rewrite.is_none_or(|r| r.workgroup_matrices.is_none());
                 if !keep {
                     println!("# {}: not run ({COOPMAT2:?} is not offered)", k.name);
                 }
@@ -587,9 +599,8 @@ mod lab_spirv {
         Err("they need the Vulkan backend".into())
     }
 
-    /// The passthrough module of `source`, compiled by `spirv::compile`.
-    pub fn module(device: &wgpu::Device, name: &str, source: &str) -> wgpu::ShaderModule {
-        let words = super::spirv::compile(source, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+    /// The passthrough module of a kernel's rewritten `words`.
+    pub fn module(device: &wgpu::Device, name: &str, words: &[u32]) -> wgpu::ShaderModule {
         // Read on Metal only; the SPIR-V carries its own workgroup size.
         let entry = [wgpu::PassthroughShaderEntryPoint {
             name: "matmul".into(),

@@ -3,8 +3,9 @@
 //! workgroup memory (`VK_KHR_workgroup_memory_explicit_layout`), and `subgroupBarrier()`
 //! orders workgroup memory too.
 //!
-//! How: naga compiles the WGSL (the options of `driver_stats.rs`, but no zero-initialised
-//! workgroup memory, which the variants never read before writing), then [`explicit_layout`]
+//! How: naga compiles the WGSL (the options wgpu uses for the library's trusted shaders,
+//! but no zero-initialised workgroup memory, which the variants never read before
+//! writing), then [`explicit_layout`]
 //! rewrites the words: each workgroup variable's type becomes a `Block` struct of one member
 //! at offset 0, every access chain into it gains the leading index 0, and all of them are
 //! `Aliased`. A variant can then declare a `vec4<u32>` view of its `vec2<f16>` slices and
@@ -59,18 +60,52 @@ const SCOPE_WORKGROUP: u32 = 2;
 const SCOPE_SUBGROUP: u32 = 3;
 const SEMANTICS_WORKGROUP_MEMORY: u32 = 0x100;
 
-/// naga's SPIR-V for the `matmul` entry point of `source`: where `explicit`, with
-/// [`explicit_layout`] and [`subgroup_barriers_order_workgroup_memory`] applied; otherwise
-/// as wgpu compiles the library's trusted shaders (native zero-initialised workgroup memory).
-pub fn compile(source: &str, explicit: bool) -> Result<Vec<u32>, String> {
-    let workgroup_matrices = workgroup_matrix_sizes(source)?;
-    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .map_err(|e| e.emit_to_string(source))?;
+/// The rewrites a `spirv` variant asks for on its first line (`variant_text` reads them).
+/// Every `spirv` variant gets [`explicit_layout`] and
+/// [`subgroup_barriers_order_workgroup_memory`]; these are the optional ones.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rewrite {
+    /// `coop2=MxKxN`: workgroup-scope matrices of a: M x K, b: K x N, c: M x N
+    /// ([`workgroup_scope`]).
+    pub workgroup_matrices: Option<[u32; 3]>,
+    /// `tensor`: their loads through tensor layouts.
+    pub tensor_loads: bool,
+}
+
+impl Rewrite {
+    /// The rewrites named on a variant's first line `head`.
+    pub fn parse(head: &str) -> Result<Rewrite, String> {
+        let workgroup_matrices = match head
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("coop2="))
+        {
+            None => None,
+            Some(field) => {
+                let v: Vec<u32> = field
+                    .split('x')
+                    .map(|x| x.parse().map_err(|_| format!("coop2={field}: MxKxN")))
+                    .collect::<Result<_, _>>()?;
+                match v[..] {
+                    [m, k, n] => Some([m, k, n]),
+                    _ => return Err(format!("coop2={field}: MxKxN")),
+                }
+            }
+        };
+        Ok(Rewrite {
+            workgroup_matrices,
+            tensor_loads: head.contains(" tensor"),
+        })
+    }
+}
+
+/// naga's SPIR-V for the `matmul` entry point of a validated module: with `rewrite`, its
+/// workgroup memory left to the kernel and the words rewritten ([`Rewrite`]); without, as
+/// wgpu compiles the library's trusted shaders (native zero-initialised workgroup memory).
+pub fn compile(
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+    rewrite: Option<&Rewrite>,
+) -> Result<Vec<u32>, String> {
     let options = naga::back::spv::Options {
         lang_version: (1, 6),
         flags: naga::back::spv::WriterFlags::empty(),
@@ -80,7 +115,7 @@ pub fn compile(source: &str, explicit: bool) -> Result<Vec<u32>, String> {
             image_load: naga::proc::BoundsCheckPolicy::Unchecked,
             binding_array: naga::proc::BoundsCheckPolicy::Unchecked,
         },
-        zero_initialize_workgroup_memory: if explicit {
+        zero_initialize_workgroup_memory: if rewrite.is_some() {
             naga::back::spv::ZeroInitializeWorkgroupMemoryMode::None
         } else {
             naga::back::spv::ZeroInitializeWorkgroupMemoryMode::Native
@@ -92,40 +127,16 @@ pub fn compile(source: &str, explicit: bool) -> Result<Vec<u32>, String> {
         shader_stage: naga::ShaderStage::Compute,
         entry_point: "matmul".into(),
     };
-    let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline_options))
+    let words = naga::back::spv::write_vec(module, info, &options, Some(&pipeline_options))
         .map_err(|e| e.to_string())?;
-    if !explicit {
+    let Some(rewrite) = rewrite else {
         return Ok(words);
-    }
+    };
     let words = explicit_layout(&words)?;
     let words = subgroup_barriers_order_workgroup_memory(&words)?;
-    let tensor_loads = source
-        .lines()
-        .find(|l| l.contains("lab:"))
-        .is_some_and(|l| l.contains(" tensor"));
-    match workgroup_matrices {
-        Some(sizes) => workgroup_scope(&words, sizes, tensor_loads),
+    match rewrite.workgroup_matrices {
+        Some(sizes) => workgroup_scope(&words, sizes, rewrite.tensor_loads),
         None => Ok(words),
-    }
-}
-
-/// `coop2=MxKxN` on a variant's first line: its matrix types become workgroup-scope
-/// matrices (`VK_NV_cooperative_matrix2`) of a: M x K, b: K x N, c: M x N.
-fn workgroup_matrix_sizes(source: &str) -> Result<Option<[u32; 3]>, String> {
-    let Some(field) = source
-        .lines()
-        .find(|l| l.contains("lab:"))
-        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("coop2=")))
-    else {
-        return Ok(None);
-    };
-    let v: Vec<u32> = field
-        .split('x')
-        .map(|x| x.parse().map_err(|_| format!("coop2={field}: MxKxN")))
-        .collect::<Result<_, _>>()?;
-    match v[..] {
-        [m, k, n] => Ok(Some([m, k, n])),
-        _ => Err(format!("coop2={field}: MxKxN")),
     }
 }
 
@@ -270,22 +281,19 @@ pub fn workgroup_scope(
     Ok(w.finish())
 }
 
-/// The workgroup memory a variant takes once its variables share one block: the largest.
-pub fn shared_workgroup_bytes(source: &str) -> u32 {
-    let Ok(module) = naga::front::wgsl::parse_str(source) else {
-        return 0;
-    };
+/// The workgroup memory a module takes once its variables share one block: the largest.
+pub fn shared_workgroup_bytes(module: &naga::Module) -> Result<u32, String> {
     let mut layouter = naga::proc::Layouter::default();
-    if layouter.update(module.to_ctx()).is_err() {
-        return 0;
-    }
-    module
+    layouter
+        .update(module.to_ctx())
+        .map_err(|e| format!("laying out the types: {e}"))?;
+    Ok(module
         .global_variables
         .iter()
         .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
         .map(|(_, v)| layouter[v.ty].size)
         .max()
-        .unwrap_or(0)
+        .unwrap_or(0))
 }
 
 /// A module as its header and instructions (each whole, opcode word first).
