@@ -3,10 +3,23 @@
 //! Vulkan through wgpu-hal (host memory the GPU copies directly, the host-read barrier,
 //! the device-local heap size) compile only there and fall back to wgpu's portable paths
 //! elsewhere (Metal, WebGPU).
+//!
+//! Sets `validate_locks` (the lock-rank checks of `src/lock_rank.rs`) in builds with debug
+//! assertions, and in optimised builds asked for it, as wgpu-core's `wgpu_validate_locks`:
+//! `VRAMKIT_VALIDATE_LOCKS=1 cargo test --release`, or
+//! `RUSTFLAGS="--cfg vramkit_validate_locks"`.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(vulkan_hal)");
+    println!("cargo::rustc-check-cfg=cfg(validate_locks)");
+    println!("cargo::rustc-check-cfg=cfg(vramkit_validate_locks)");
     println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-env-changed=VRAMKIT_VALIDATE_LOCKS");
+    let asked = std::env::var("VRAMKIT_VALIDATE_LOCKS").is_ok_and(|v| v == "1")
+        || std::env::var_os("CARGO_CFG_VRAMKIT_VALIDATE_LOCKS").is_some();
+    if asked || std::env::var_os("CARGO_CFG_DEBUG_ASSERTIONS").is_some() {
+        println!("cargo::rustc-cfg=validate_locks");
+    }
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if matches!(os.as_str(), "windows" | "linux" | "android" | "freebsd") {
         println!("cargo::rustc-cfg=vulkan_hal");

@@ -70,7 +70,7 @@ pub use gpu::{
     parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing,
     TimingSource, INSTALL_HINT, OPTIONAL_FEATURES,
 };
-pub use runtime::{Runtime, RuntimeConfig};
+pub use runtime::{Recovery, Runtime, RuntimeConfig};
 
 /// Formats a byte count with a binary unit (`1.50 GiB`).
 pub fn fmt_bytes(bytes: u64) -> String {

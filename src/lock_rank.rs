@@ -25,14 +25,25 @@
 //! | [`TIER`] | the tiers' state (`tier/`) | a callback drops a `Resident` or a `Movable`; a move drops a device allocation under it |
 //! | [`ARENA`] | the arena's state (`arena/lock.rs`) | a callback drops an allocation |
 //! | [`WORK_DONE`] | the work-done tracker's epoch lock (`gpu/work_done.rs`) | epochs are handed out under the tiers' and the arena's locks |
-//! | [`LEAF`] | the locks under which nothing else is taken (caches, counters, the lost reason, the profiler's spans) | |
+//! | [`LAZY_POLLER`] | a device's polling thread, started on first use (`gpu/poller.rs`) | starting it files a loss hook |
+//! | 90: [`DEVICE_LINKS`], [`KERNEL_BINDINGS`], [`SCAN_STATE`], [`SPLIT_SCRATCH`], [`ARENA_RELIEF`], [`LIVE_BUDGET`], [`LATENCY_SAMPLES`], [`EPOCH_WAKERS`], [`DRIVER_MEMORY_READER`], [`PROFILE_PENDING`], [`PROFILE_SPANS`], [`TIMER_SLOTS`], [`SHADER_MODULES`], [`PIPELINES`], [`POLLER_PENDING`], [`VT_LOAD_QUEUE`], [`TIER_DEVICE`] | caches and counters: no two are held at once, and only the loss state's locks below are taken under them (a cache filled inside an error scope ends with the loss probe) | |
+//! | [`LOST_HOOKS`] | what a recorded loss runs (`gpu/lost.rs`) | filed when a poller starts; run after it is released |
+//! | [`LOST_REASON`] | why the device was lost | read by every `DeviceLost` error, whatever its caller holds |
+//! | [`LOST_WAKERS`] | futures a loss resolves | |
+//! | [`GPU_REGISTRY`] | the live devices (`gpu/registry.rs`) | filed while a device is made, under the lifecycle lock |
+//! | [`REAPER`] | the reaper's channel (`gpu/lifecycle.rs`) | a last handle drops with anything held |
+//! | [`LOST_PROBE`] | the device-loss probe (`gpu/lost.rs`) | ends every call that records GPU work, whatever it holds |
 //!
 //! # What it promises
-//! - In debug builds, taking a lock whose rank is not above every rank this thread holds
-//!   panics, naming both locks; the test suite runs with it. A re-entrant lock may be
-//!   taken again at its own rank. A *try* never waits, so it is not checked, but what it
-//!   takes is held (and checked against) like any other lock.
-//! - Release builds compile all of it away.
+//! - In builds with `validate_locks` (debug builds, and optimised builds made with
+//!   `VRAMKIT_VALIDATE_LOCKS=1` or `RUSTFLAGS="--cfg vramkit_validate_locks"`, as
+//!   wgpu-core's `wgpu_validate_locks`; `build.rs`), taking a lock whose rank is not
+//!   above every rank this thread holds panics, naming both locks; the test suite runs
+//!   with it, and the GPU machine's release runs are built with it. A re-entrant lock
+//!   may be taken again at its own rank. A *try* never waits, so it is not checked, but
+//!   what it takes is held (and checked against) like any other lock.
+//! - Every lock has a rank of its own, named in the table; there is no default rank.
+//! - Other optimised builds compile all of it away.
 //! - Waiting on a condition variable keeps the rank held: the thread is blocked, and
 //!   takes the same lock back before it goes on.
 
@@ -66,8 +77,68 @@ pub(crate) const TIER: Rank = Rank::new(40, "tier state");
 pub(crate) const ARENA: Rank = Rank::new(50, "arena state");
 /// The work-done tracker's epoch lock: held while an epoch's callback is filed.
 pub(crate) const WORK_DONE: Rank = Rank::new(60, "work-done tracker");
-/// Locks under which nothing else is taken.
-pub(crate) const LEAF: Rank = Rank::new(90, "leaf lock");
+/// A device's polling thread, started on first use (`gpu/poller.rs`): held while the
+/// thread is started, which files a loss hook.
+pub(crate) const LAZY_POLLER: Rank = Rank::new(85, "lazy poller");
+
+// Leaves: nothing else of ours is taken under these (level 90; two of them are never
+// held at once, which the checks confirm).
+/// A device set's idle links (`devices/mod.rs`).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) const DEVICE_LINKS: Rank = Rank::new(90, "device links");
+/// The kernels' bind-group cache (`kernels/mod.rs`).
+pub(crate) const KERNEL_BINDINGS: Rank = Rank::new(90, "kernel bind groups");
+/// The scans' look-back state (`kernels/scan.rs`).
+pub(crate) const SCAN_STATE: Rank = Rank::new(90, "scan state");
+/// The split product's scratch allocation (`kernels/matmul.rs`).
+pub(crate) const SPLIT_SCRATCH: Rank = Rank::new(90, "split-k scratch");
+/// The arena's pressure hook to its tiers (`arena/relief.rs`).
+pub(crate) const ARENA_RELIEF: Rank = Rank::new(90, "arena relief hook");
+/// A live budget's readings (`arena/live_budget.rs`).
+pub(crate) const LIVE_BUDGET: Rank = Rank::new(90, "live budget");
+/// Allocation latencies waiting for the metrics recorder (`arena/metrics.rs`).
+#[cfg(feature = "metrics")]
+pub(crate) const LATENCY_SAMPLES: Rank = Rank::new(90, "latency samples");
+/// Futures waiting for an epoch (`gpu/work_done.rs`).
+pub(crate) const EPOCH_WAKERS: Rank = Rank::new(90, "epoch wakers");
+/// A replacement reader of the driver's memory budget (`gpu/driver_memory.rs`).
+pub(crate) const DRIVER_MEMORY_READER: Rank = Rank::new(90, "driver memory reader");
+/// Profiled submissions whose timestamps are on their way (`gpu/profile.rs`).
+pub(crate) const PROFILE_PENDING: Rank = Rank::new(90, "profile pending");
+/// The ring of GPU spans (`gpu/profile.rs`).
+pub(crate) const PROFILE_SPANS: Rank = Rank::new(90, "profile spans");
+/// `Gpu::time`'s query set and buffers (`gpu/timer.rs`).
+pub(crate) const TIMER_SLOTS: Rank = Rank::new(90, "timer slots");
+/// Compiled shader modules (`shaders/pipelines.rs`).
+pub(crate) const SHADER_MODULES: Rank = Rank::new(90, "shader modules");
+/// Compute pipelines (`shaders/pipelines.rs`).
+pub(crate) const PIPELINES: Rank = Rank::new(90, "pipelines");
+/// The polling thread's count of pending transfers (`gpu/poller.rs`): taken inside
+/// callbacks (a transfer's completion) and by a loss hook.
+pub(crate) const POLLER_PENDING: Rank = Rank::new(90, "poller pending");
+/// A virtual texture's queue of tiles to load (`vt/loader.rs`).
+pub(crate) const VT_LOAD_QUEUE: Rank = Rank::new(90, "vt load queue");
+/// The arena and device the tiers live on (`tier/mod.rs`), read for a clone; replaced
+/// when the runtime recovers.
+pub(crate) const TIER_DEVICE: Rank = Rank::new(90, "tier device");
+/// The hooks a recorded loss runs (`gpu/lost.rs`), taken to file or take them; they run
+/// after it is released.
+pub(crate) const LOST_HOOKS: Rank = Rank::new(91, "loss hooks");
+/// Why the device was lost: read by every `DeviceLost` error, whatever the caller holds.
+pub(crate) const LOST_REASON: Rank = Rank::new(92, "loss reason");
+/// The wakers of futures a loss resolves (`gpu/lost.rs`).
+pub(crate) const LOST_WAKERS: Rank = Rank::new(93, "loss wakers");
+/// The list of live devices (`gpu/registry.rs`): taken to file one or to list them, with
+/// at most the lifecycle lock held.
+pub(crate) const GPU_REGISTRY: Rank = Rank::new(94, "gpu registry");
+/// The reaper's channel (`gpu/lifecycle.rs`): taken to send it the last handle of a
+/// device, wherever that drops, with whatever held.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) const REAPER: Rank = Rank::new(95, "gpu reaper");
+/// The device-loss probe (`gpu/lost.rs`): taken at the end of every call that records
+/// GPU work, whatever that call holds (a cache being filled, say); nothing of ours is
+/// taken under it.
+pub(crate) const LOST_PROBE: Rank = Rank::new(96, "loss probe");
 
 impl Rank {
     const fn new(level: u16, name: &'static str) -> Rank {
@@ -79,7 +150,7 @@ impl Rank {
     }
 }
 
-#[cfg(debug_assertions)]
+#[cfg(validate_locks)]
 mod check {
     use super::Rank;
     use std::cell::RefCell;
@@ -114,6 +185,10 @@ mod check {
         HELD.with(|held| held.borrow_mut().push(rank));
     }
 
+    pub(super) fn held_any() -> bool {
+        HELD.with(|held| !held.borrow().is_empty())
+    }
+
     pub(super) fn released(rank: Rank) {
         HELD.with(|held| {
             let mut held = held.borrow_mut();
@@ -127,33 +202,43 @@ mod check {
 /// Checks that `rank` may be taken now (debug builds; panics if not).
 #[inline(always)]
 pub(crate) fn before(rank: Rank) {
-    #[cfg(debug_assertions)]
+    #[cfg(validate_locks)]
     check::before(rank);
-    #[cfg(not(debug_assertions))]
+    #[cfg(not(validate_locks))]
     let _ = rank;
 }
 
 /// Records that this thread now holds `rank` (after a lock or a successful try).
 #[inline(always)]
 pub(crate) fn taken(rank: Rank) {
-    #[cfg(debug_assertions)]
+    #[cfg(validate_locks)]
     check::taken(rank);
-    #[cfg(not(debug_assertions))]
+    #[cfg(not(validate_locks))]
     let _ = rank;
 }
 
 /// Records that this thread released one hold of `rank`.
 #[inline(always)]
 pub(crate) fn released(rank: Rank) {
-    #[cfg(debug_assertions)]
+    #[cfg(validate_locks)]
     check::released(rank);
-    #[cfg(not(debug_assertions))]
+    #[cfg(not(validate_locks))]
     let _ = rank;
+}
+
+/// Whether this thread holds any ranked lock; false where ranks are not tracked
+/// (optimised builds without `validate_locks`).
+#[inline]
+pub(crate) fn held_any() -> bool {
+    #[cfg(validate_locks)]
+    return check::held_any();
+    #[cfg(not(validate_locks))]
+    false
 }
 
 /// Runs `f` with this thread's rank checks off: for unit tests of the raw locks, which
 /// nest two locks of one rank on purpose.
-#[cfg(all(test, debug_assertions))]
+#[cfg(all(test, validate_locks))]
 pub(crate) fn unchecked<R>(f: impl FnOnce() -> R) -> R {
     check::SUSPENDED.with(|s| s.set(true));
     let out = f();
@@ -161,9 +246,9 @@ pub(crate) fn unchecked<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Release builds check no ranks: `f` runs as it is (so that the unit tests build and run
+/// Builds that check no ranks: `f` runs as it is (so that the unit tests build and run
 /// in release too, as the GPU machine's do).
-#[cfg(all(test, not(debug_assertions)))]
+#[cfg(all(test, not(validate_locks)))]
 pub(crate) fn unchecked<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
@@ -228,12 +313,6 @@ impl<T> Mutex<T> {
     }
 }
 
-impl<T: Default> Default for Mutex<T> {
-    fn default() -> Self {
-        Mutex::new(LEAF, T::default())
-    }
-}
-
 impl<T> std::ops::Deref for MutexGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -247,7 +326,7 @@ impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
     }
 }
 
-#[cfg(all(test, debug_assertions))]
+#[cfg(all(test, validate_locks))]
 mod tests {
     use super::*;
 

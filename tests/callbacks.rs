@@ -224,3 +224,117 @@ fn downloads_and_timings_from_callbacks_do_not_wait_on_themselves() {
 fn the_suite_passes_under_the_other_sealing_path() {
     common::rerun_under_the_other_sealing_path();
 }
+
+/// Panics on vramkit's own threads (named `vramkit-...`) while `f` runs, by message: a
+/// panic there kills the thread without failing the test that caused it.
+fn vramkit_thread_panics(f: impl FnOnce()) -> Vec<String> {
+    use std::sync::Mutex as StdMutex;
+    static SEEN: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current();
+            if thread.name().is_some_and(|n| n.starts_with("vramkit")) {
+                if let Ok(mut seen) = SEEN.lock() {
+                    seen.push(format!("{:?}: {info}", thread.name()));
+                }
+            }
+            previous(info);
+        }));
+    });
+    let before = SEEN.lock().map(|s| s.len()).unwrap_or(0);
+    f();
+    SEEN.lock()
+        .map(|s| s[before..].to_vec())
+        .unwrap_or_default()
+}
+
+/// Issue 61, reproduction 1: a work-done callback owns the last handle of an allocation,
+/// the user drops the runtime with an asynchronous upload pending, and the callback runs
+/// on vramkit's polling thread: the drop there takes the arena, the `Gpu` and the poller
+/// down with it. Nothing may join the current thread (before: "failed to join thread:
+/// Resource deadlock avoided" on the polling thread, 5 of 5 on lavapipe).
+#[test]
+fn the_last_handle_dropped_in_a_callback_on_the_polling_thread() {
+    gpu();
+    for round in 0..5 {
+        let panics = vramkit_thread_panics(|| {
+            within(
+                30,
+                "the last handle dropped on the polling thread",
+                move || {
+                    let gpu = vramkit::Gpu::headless().unwrap();
+                    let rt = vramkit::Runtime::new(&gpu, Default::default()).unwrap();
+                    let kept = rt.alloc::<f32>(1 << 20, "kept by a callback").unwrap();
+                    // GPU work long enough that everything below is dropped before it ends,
+                    // then the callback, then an upload whose future the polling thread
+                    // drives: the callback runs in the thread's poll.
+                    let n = 1024;
+                    let a = rt.alloc_from(&vec![1.0f32; n * n], "a").unwrap();
+                    let c = rt.alloc::<f32>(n * n, "c").unwrap();
+                    let shape = vramkit::kernels::MatmulShape {
+                        m: n as u64,
+                        k: n as u64,
+                        n: n as u64,
+                    };
+                    let mut batch = rt.batch();
+                    batch.matmul(shape, &a, &a, &c).unwrap();
+                    batch.submit().unwrap();
+                    let (tx, rx) = mpsc::channel();
+                    rt.gpu().queue().on_submitted_work_done(move || {
+                        drop(kept);
+                        let _ = tx.send(std::thread::current().name().map(String::from));
+                    });
+                    // Small: a large one would wait for staging behind the product.
+                    let bytes = vec![round as u8; 4096];
+                    let target = rt.arena().alloc(4096, "upload target").unwrap();
+                    let landed = rt.uploader().upload_async(&target, 0, &bytes).unwrap();
+                    drop((a, c, target, landed, rt, gpu));
+                    let ran_on = rx
+                        .recv_timeout(Duration::from_secs(20))
+                        .expect("the callback never finished dropping the last handle");
+                    eprintln!("round {round}: the last handle dropped on {ran_on:?}");
+                },
+            );
+        });
+        assert!(panics.is_empty(), "round {round}: {panics:?}");
+    }
+}
+
+/// The last handle of one device dropped in a work-done callback that runs inside a
+/// vramkit submit on another device, under that device's queue lock: the teardown goes to
+/// the reaper instead of taking the lifecycle lock out of rank (`gpu/lifecycle.rs`), and
+/// devices open and close as before afterwards.
+#[test]
+fn the_last_handle_of_a_device_dropped_inside_another_devices_submit() {
+    gpu();
+    let panics = vramkit_thread_panics(|| {
+        within(60, "a device dropped inside a submit", || {
+            let a = vramkit::Gpu::headless().unwrap();
+            let b = vramkit::Gpu::headless().unwrap();
+            let rt_b = vramkit::Runtime::new(&b, Default::default()).unwrap();
+            let kept = rt_b
+                .alloc_from(&[2.0f32; 1024], "kept by a callback")
+                .unwrap();
+            let rt_a = vramkit::Runtime::new(&a, Default::default()).unwrap();
+            let x = rt_a.alloc_from(&[1.0f32; 1024], "x").unwrap();
+            let (tx, rx) = mpsc::channel();
+            a.queue().on_submitted_work_done(move || {
+                drop(kept);
+                let _ = tx.send(());
+            });
+            drop((rt_b, b));
+            // The work finishes on the GPU while nothing polls; the next submit runs the
+            // callback inside itself.
+            std::thread::sleep(Duration::from_millis(200));
+            a.submit([]);
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("the callback never ran");
+            assert_eq!(rt_a.download(&x).unwrap(), vec![1.0; 1024]);
+            // The lifecycle lock is free: devices still open and close.
+            drop(vramkit::Gpu::headless().unwrap());
+        });
+    });
+    assert!(panics.is_empty(), "{panics:?}");
+}

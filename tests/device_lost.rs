@@ -204,3 +204,199 @@ fn destroying_the_device_mid_work_gives_typed_errors_and_no_panic() {
         let _ = tiers.stats();
     });
 }
+
+/// `lost` for a loss vramkit noticed itself or wgpu reported: any reason.
+fn lost_any<T: std::fmt::Debug>(r: vramkit::Result<T>, what: &str) {
+    match r {
+        Err(Error::DeviceLost { .. }) => {}
+        other => panic!("{what}: expected DeviceLost, got {other:?}"),
+    }
+}
+
+/// A product long enough on the test GPU that the loss below lands while it runs (a
+/// second or more on lavapipe; the GPU machine's is shorter, and the checks hold either
+/// way: they are about what happens after the loss, not before).
+fn long_work(rt: &Runtime, n: usize) -> vramkit::Result<()> {
+    use vramkit::kernels::MatmulShape;
+    let a = rt.alloc_from(&vec![0.5f32; n * n], "a")?;
+    let b = rt.alloc_from(&vec![0.25f32; n * n], "b")?;
+    let c = rt.alloc::<f32>(n * n, "c")?;
+    let mut batch = rt.batch();
+    for _ in 0..4 {
+        batch.matmul(
+            MatmulShape {
+                m: n as u64,
+                k: n as u64,
+                n: n as u64,
+            },
+            &a,
+            &b,
+            &c,
+        )?;
+    }
+    batch.submit().map(drop)
+}
+
+/// Issue 61, reproduction 2: futures pending when the loss is recorded resolve with
+/// `DeviceLost` (before: `Ok(())` once the work they waited for had finished, and never on
+/// a real loss, where wgpu runs none of the device's callbacks).
+#[test]
+fn a_pending_future_is_told_of_a_loss() {
+    on_own_thread(|| {
+        let gpu = Gpu::headless().unwrap();
+        let rt = std::sync::Arc::new(Runtime::new(&gpu, RuntimeConfig::default()).unwrap());
+        let x = rt.alloc_from(&[1.0f32; 1 << 16], "x").unwrap();
+        long_work(&rt, 1024).unwrap();
+        rt.synchronize().unwrap(); // compiled and warm: the next batch is all GPU time
+        long_work(&rt, 1024).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let waiter = {
+            let (gpu, tx) = (gpu.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let _ = tx.send(("wait_idle_async", pollster::block_on(gpu.wait_idle_async())));
+            })
+        };
+        let reader = {
+            let rt = rt.clone();
+            std::thread::spawn(move || {
+                let got = pollster::block_on(rt.download_async(&x)).map(drop);
+                let _ = tx.send(("download_async", got));
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        gpu.mark_lost("issue 61: marked lost while futures wait");
+        for _ in 0..2 {
+            let (what, got) = rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("a future pending at the loss never resolved");
+            lost_any(got, what);
+        }
+        waiter.join().unwrap();
+        reader.join().unwrap();
+    });
+}
+
+/// Issue 61, reproduction 5: after `Device::destroy()` with work in flight (wgpu records
+/// the loss only once that work has drained), calls that would record or allocate GPU
+/// work return `DeviceLost` instead of `Ok` with their work silently dropped.
+#[test]
+fn work_after_a_destroy_with_work_in_flight_is_refused() {
+    use vramkit::tier::{TierConfig, Tiers};
+    on_own_thread(|| {
+        let gpu = Gpu::headless().unwrap();
+        let rt = Runtime::new(&gpu, RuntimeConfig::default()).unwrap();
+        let tiers = Tiers::new(rt.arena(), TierConfig::default()).unwrap();
+        let resident = tiers.alloc(4096, "resident").unwrap();
+        let evicted = tiers.alloc(4096, "evicted").unwrap();
+        for m in [&resident, &evicted] {
+            let r = tiers.make_resident(&[m]).unwrap();
+            rt.upload(r.elements::<f32>(m).unwrap(), &[7.0f32; 1024])
+                .unwrap();
+        }
+        assert_eq!(tiers.evict(&[&evicted]).unwrap(), 4096);
+        long_work(&rt, 1024).unwrap();
+        gpu.device().destroy();
+        lost_any(rt.arena().alloc(8 << 20, "a new block"), "8 MiB allocation");
+        lost_any(tiers.evict(&[&resident]), "evict");
+        lost_any(tiers.make_resident(&[&evicted]).map(drop), "make_resident");
+        lost_any(long_work(&rt, 64), "a kernel batch");
+    });
+}
+
+/// Issue 61, recovery: after a loss the runtime continues on a new device; every movable
+/// comes back from its host copy or its restore function, or fails its next use with
+/// `DeviceLost`; plain allocations of the lost device fail with `DeviceLost`; pools,
+/// kernels and transfers work on the new device, checked against the CPU.
+#[test]
+fn a_runtime_recovers_its_movables_on_a_new_device() {
+    use vramkit::tier::{Tier, TierConfig, Tiers};
+    on_own_thread(|| {
+        let mut rng = common::rng();
+        use rand::Rng;
+        let gpu = Gpu::headless().unwrap();
+        let mut rt = Runtime::new(&gpu, RuntimeConfig::default()).unwrap();
+        let pool = rt
+            .arena()
+            .add_pool("scratch", vramkit::arena::PoolConfig::default())
+            .unwrap();
+        let tiers = Tiers::new(rt.arena(), TierConfig::default()).unwrap();
+        let n = 1 << 14;
+        let data = |rng: &mut rand::rngs::SmallRng| -> Vec<f32> {
+            (0..n).map(|_| rng.gen_range(-100i32..100) as f32).collect()
+        };
+        let write = |rt: &Runtime, m: &vramkit::tier::Movable, d: &[f32]| {
+            let r = tiers.make_resident(&[m]).unwrap();
+            rt.upload(r.elements::<f32>(m).unwrap(), d).unwrap();
+        };
+        // On the host at the loss; on the device with a restore function; on the device
+        // with none.
+        let (evicted, restorable, doomed) = (
+            tiers.alloc(4 * n as u64, "evicted").unwrap(),
+            tiers.alloc(4 * n as u64, "restorable").unwrap(),
+            tiers.alloc(4 * n as u64, "doomed").unwrap(),
+        );
+        let (d_evicted, d_restorable, d_doomed) = (data(&mut rng), data(&mut rng), data(&mut rng));
+        write(&rt, &evicted, &d_evicted);
+        write(&rt, &restorable, &d_restorable);
+        write(&rt, &doomed, &d_doomed);
+        let source = d_restorable.clone();
+        restorable.set_restore(move |bytes: &mut [u8]| {
+            bytes.copy_from_slice(bytemuck::cast_slice(&source));
+            Ok(())
+        });
+        tiers.evict(&[&evicted]).unwrap();
+        let plain = rt.alloc_from(&d_doomed, "plain").unwrap();
+        assert!(
+            matches!(rt.recover(), Err(Error::InvalidArgument { .. })),
+            "not lost yet"
+        );
+        gpu.device().destroy();
+        lost_any(rt.download(&plain), "a download after the destroy");
+        let report = rt.recover().unwrap();
+        eprintln!("{report}");
+        assert!(!rt.gpu().same_device(&gpu) && rt.gpu().lost().is_none());
+        assert_eq!(report.movables.restored.len(), 2, "{report:?}");
+        assert_eq!(report.movables.lost, vec![doomed.id()], "{report:?}");
+        // The movables: their bytes, or DeviceLost.
+        for (m, d) in [(&evicted, &d_evicted), (&restorable, &d_restorable)] {
+            let r = tiers.make_resident(&[m]).unwrap();
+            assert_eq!(
+                &rt.download(r.elements::<f32>(m).unwrap()).unwrap(),
+                d,
+                "{}",
+                m.label()
+            );
+        }
+        assert_eq!(doomed.tier(), Tier::Lost);
+        lost_any(tiers.make_resident(&[&doomed]).map(drop), "a lost movable");
+        // Plain allocations of the lost device: DeviceLost, on the new runtime too.
+        lost_any(rt.download(&plain), "an allocation of the lost device");
+        drop(plain);
+        // The new device works: the old pool id, kernels, transfers, new movables.
+        let a = rt
+            .arena()
+            .alloc_in(pool, 4 * n as u64, "in the old pool")
+            .unwrap();
+        let x = rt.alloc_from(&d_evicted, "x").unwrap();
+        let y = rt.alloc_from(&d_restorable, "y").unwrap();
+        let mut batch = rt.batch();
+        batch.axpy(2.0, &x, &y).unwrap();
+        batch.submit().unwrap();
+        let want: Vec<f32> = d_evicted
+            .iter()
+            .zip(&d_restorable)
+            .map(|(x, y)| 2.0 * x + y)
+            .collect();
+        assert_eq!(rt.download(&y).unwrap(), want);
+        let fresh = tiers.alloc(4 * n as u64, "fresh").unwrap();
+        write(&rt, &fresh, &want);
+        tiers.evict(&[&fresh]).unwrap();
+        let r = tiers.make_resident(&[&fresh]).unwrap();
+        assert_eq!(
+            rt.download(r.elements::<f32>(&fresh).unwrap()).unwrap(),
+            want
+        );
+        drop((r, a, doomed));
+        tiers.check_invariants().unwrap();
+    });
+}

@@ -547,3 +547,63 @@ fn allocations_read_a_live_budget_again_once_a_reading_is_due() {
     assert_eq!(arena.budget(), Some(64 << 20), "{}", arena.summary());
     gpu.set_driver_memory_reader(None);
 }
+
+/// Issue 61, reproduction 4: whole-array copies of any element type and length (an odd
+/// number of `f16` is not a whole number of words: the arena rounds the allocation up,
+/// and the copy moves the covering words), and a same-device copy between overlapping
+/// ranges of one allocation lands as a `memmove` would (before: "offsets and lengths
+/// must be multiples of 4", and half the values wrong on lavapipe).
+#[test]
+fn whole_arrays_of_any_length_and_overlapping_copies_on_one_device() {
+    use half::f16;
+    let set = set();
+    let mut rng = common::rng();
+    let n = 2 * rng.gen_range(100..5000) + 1;
+    let x: Vec<f16> = (0..n)
+        .map(|_| f16::from_f32(rng.gen_range(-8.0f32..8.0)))
+        .collect();
+    let src = set.device(0).alloc_from(&x, "odd f16").unwrap();
+    let replicas = set.replicate(&src, "replica").unwrap();
+    for (d, r) in replicas.iter().enumerate() {
+        assert_eq!(
+            set.device(d).download(r).unwrap(),
+            x,
+            "replica on device {d}"
+        );
+    }
+    let there = set.device(1).alloc::<f16>(n, "there").unwrap();
+    set.copy_typed(&src, &there).unwrap();
+    assert_eq!(set.device(1).download(&there).unwrap(), x);
+    // Overlapping ranges of one allocation, both directions.
+    let words = 10 << 20; // more than a CPU adapter's four chunks of 4 MiB in flight
+    for (from, to) in [(0u64, 4096u64), (4096, 0), (0, 13 << 20), (8, 0)] {
+        let data: Vec<u32> = (0..words).map(|_| rng.gen()).collect();
+        let a = set.device(0).alloc_from(&data, "overlap").unwrap();
+        let len = 4 * words as u64 - from.max(to);
+        set.copy((a.allocation(), from), (a.allocation(), to), len)
+            .unwrap();
+        let mut expected = bytemuck::cast_slice::<u32, u8>(&data).to_vec();
+        expected.copy_within(from as usize..(from + len) as usize, to as usize);
+        let got = set.device(0).download(&a).unwrap();
+        assert!(
+            bytemuck::cast_slice::<u32, u8>(&got) == expected.as_slice(),
+            "copy {from} -> {to}, {len} bytes, on one device"
+        );
+    }
+}
+
+/// Issue 61: the links between devices (pinned host memory, 256 MiB each on GPUs) go
+/// when trimmed, and the next copy makes one again.
+#[test]
+fn idle_links_are_trimmed_and_made_again() {
+    let set = fresh_set(2);
+    let x = random_f32(1 << 16, 7);
+    let a = set.device(0).alloc_from(&x, "a").unwrap();
+    let b = set.device(1).alloc::<f32>(x.len(), "b").unwrap();
+    set.copy_typed(&a, &b).unwrap();
+    assert_eq!(set.trim(), 1, "the link the copy used, idle now");
+    assert_eq!(set.trim(), 0);
+    let c = set.device(1).alloc::<f32>(x.len(), "c").unwrap();
+    set.copy_typed(&a, &c).unwrap();
+    assert_eq!(set.device(1).download(&c).unwrap(), x);
+}

@@ -342,3 +342,35 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
         }
     }
 }
+
+/// Issue 61: two wrappers of one wgpu device are one `Gpu` (one queue lock, one identity),
+/// also for a device vramkit opened itself; a device set refuses them as two devices,
+/// and a different device with wgpu's same id is told apart.
+#[test]
+fn one_wgpu_device_is_one_gpu_however_often_it_is_wrapped() {
+    let (device, queue) = common::host_device(wgpu::Limits::default());
+    let first = Gpu::from_wgpu(device.clone(), queue.clone());
+    let second = Gpu::from_wgpu(device.clone(), queue.clone());
+    assert!(first.same_device(&second), "two wrappers of one device");
+    let opened = common::gpu();
+    let rewrapped = Gpu::from_wgpu(opened.device().clone(), opened.queue().clone());
+    assert!(
+        rewrapped.same_device(opened),
+        "a vramkit device wrapped again"
+    );
+    assert!(!first.same_device(opened), "two devices on one adapter");
+    let runtimes = vec![
+        vramkit::Runtime::new(&first, Default::default()).unwrap(),
+        vramkit::Runtime::new(&second, Default::default()).unwrap(),
+    ];
+    let refused = vramkit::devices::DeviceSet::from_runtimes(runtimes, Default::default());
+    assert!(refused.is_err(), "a device set of one device wrapped twice");
+    // The wrappers share the queue lock: writes through either land before the next
+    // submit of the other, and the bytes read back are the ones written last.
+    let arena = vramkit::Arena::new(&first, Default::default()).unwrap();
+    let a = arena.alloc(1024, "a").unwrap();
+    second.write_buffer(a.buffer(), a.offset(), &[7u8; 1024]);
+    first.write_buffer(a.buffer(), a.offset(), &[9u8; 1024]);
+    let got = vramkit::readback::read_as::<u8>(&second, a.buffer(), a.offset(), 1024).unwrap();
+    assert_eq!(got, vec![9u8; 1024]);
+}

@@ -561,3 +561,40 @@ fn prefetched_tiles_survive_feedback_lists_that_do_not_ask_for_them() {
     assert_eq!(missing, 0, "{}", vt.stats());
     assert!(vt.stats().requests == 0, "the feedback lists were empty");
 }
+
+/// Issue 61, recovery: a virtual texture whose device was lost is rebuilt on the
+/// recovered runtime's device, the tiles it had read again from the source, and every
+/// level and page border matches the CPU reference again.
+#[test]
+fn a_virtual_texture_comes_back_on_a_recovered_device() {
+    common::gpu();
+    let gpu = vramkit::Gpu::headless().unwrap();
+    let mut rt = vramkit::Runtime::new(&gpu, Default::default()).unwrap();
+    let source = Arc::new(ProceduralSource::new(1500, 900).unwrap());
+    let tiles = all_tiles(source.as_ref(), 0);
+    let mut vt = VirtualTexture::new(rt.gpu(), rt.arena(), source.clone(), config(512)).unwrap();
+    vt.prefetch(&tiles);
+    vt.settle(200).unwrap();
+    assert!(tiles.iter().all(|&t| vt.is_resident(t)));
+    gpu.device().destroy();
+    let lost = vt
+        .settle(2)
+        .and_then(|_| vt.sample_points(rt.arena(), &[([0.5, 0.5], 0)]));
+    assert!(matches!(lost, Err(Error::DeviceLost { .. })), "{lost:?}");
+    rt.recover().unwrap();
+    vt.recover(rt.gpu(), rt.arena()).unwrap();
+    let frames = vt.settle(200).unwrap();
+    let missing = tiles.iter().filter(|&&t| !vt.is_resident(t)).count();
+    assert_eq!(missing, 0, "after {frames} frames: {}", vt.stats());
+    let pts = points(source.as_ref(), 20);
+    let got = vt.sample_points(rt.arena(), &pts).unwrap();
+    let mut reference = ReferenceSampler::new(source.as_ref());
+    for (&(uv, level), g) in pts.iter().zip(&got) {
+        assert_near(
+            *g,
+            reference.sample(uv, level).unwrap(),
+            &format!("uv {uv:?} level {level}"),
+        );
+    }
+    assert_eq!(vt.unmapped_samples().unwrap(), 0);
+}

@@ -118,18 +118,21 @@ impl Allocation {
 
     /// Fails unless this allocation lives on `gpu`'s device ([`crate::Gpu::same_device`]);
     /// `what` names the call for the message.
+    /// An allocation of a lost device (one a runtime has since recovered from, say) fails
+    /// with [`crate::Error::DeviceLost`]: its bytes are gone.
     pub(crate) fn check_device(&self, gpu: &crate::Gpu, what: &str) -> crate::Result<()> {
         if self.shared.gpu.same_device(gpu) {
             return Ok(());
         }
+        self.shared.gpu.check_alive()?;
         Err(crate::Error::invalid(
             format!(
                 "{what}: allocation '{}' belongs to another device than this call's ({})",
                 self.label(),
                 gpu.info().name
             ),
-            "use allocations of an arena on the same Gpu (clone the Gpu rather than wrapping \
-             one device twice); move data between devices through host memory",
+            "use allocations of an arena on the same Gpu; move data between devices through \
+             host memory",
         ))
     }
 

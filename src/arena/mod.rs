@@ -161,7 +161,45 @@ pub(crate) struct Shared {
 
 impl Arena {
     /// Creates an arena with a default pool using `config.usage`.
-    pub fn new(gpu: &Gpu, mut config: ArenaConfig) -> Result<Arena> {
+    pub fn new(gpu: &Gpu, config: ArenaConfig) -> Result<Arena> {
+        Self::with_id(gpu, config, None)
+    }
+
+    /// The arena a runtime recovering from a lost device continues with: on `gpu`, with
+    /// this arena's configuration, its pools in the same order (so every [`PoolId`] the
+    /// program holds names the same pool) and its identity. Nothing of this arena's
+    /// memory carries over: its allocations belong to the lost device, and fail their next
+    /// use with [`Error::DeviceLost`].
+    pub(crate) fn successor(&self, gpu: &Gpu) -> Result<Arena> {
+        let shared = self.shared();
+        let (pools, budget) = {
+            let st = shared.state.lock();
+            let pools: Vec<(String, PoolConfig, bool)> = st
+                .pools
+                .iter()
+                .skip(1)
+                .map(|p| (p.name.clone(), p.config.clone(), p.keep_one))
+                .collect();
+            (pools, st.budget)
+        };
+        let next = Self::with_id(gpu, shared.config.clone(), Some(shared.id))?;
+        for (name, config, keep_one) in pools {
+            let pool = next.add_pool(&name, config)?;
+            if keep_one {
+                next.keep_one_block(pool);
+            }
+        }
+        // A fixed budget changed since (set_budget) carries over; a live one follows the
+        // new device's driver by itself.
+        let live = matches!(shared.config.budget, Budget::FractionOfAvailable(_));
+        let fresh = next.shared().state.lock().budget;
+        if !live && budget != fresh {
+            next.set_budget(budget.map_or(Budget::Unlimited, Budget::Bytes))?;
+        }
+        Ok(next)
+    }
+
+    fn with_id(gpu: &Gpu, mut config: ArenaConfig, id: Option<u64>) -> Result<Arena> {
         let budget = resolve_budget(gpu, config.budget)?;
         let limits = gpu.limits();
         let max_binding = limits
@@ -172,7 +210,8 @@ impl Arena {
             .clone()
             .unwrap_or_else(|| BlockPolicy::for_max_binding(max_binding));
         static NEXT_ARENA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let id = NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id =
+            id.unwrap_or_else(|| NEXT_ARENA.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         if config.name.is_empty() {
             config.name = format!("arena-{id}");
         }
@@ -184,11 +223,11 @@ impl Arena {
             completion: Arc::new(Completion::new(gpu.work_done().clone())),
             host_visible_blocks: config.block_memory.host_visible_on(gpu),
             chained_callbacks: chained_callbacks(gpu),
-            relief: Mutex::new(lock_rank::LEAF, None),
-            live: Mutex::new(lock_rank::LEAF, Default::default()),
+            relief: Mutex::new(lock_rank::ARENA_RELIEF, None),
+            live: Mutex::new(lock_rank::LIVE_BUDGET, Default::default()),
             live_due: std::sync::atomic::AtomicU64::new(live_budget::NOT_LIVE),
             #[cfg(feature = "metrics")]
-            latency_samples: Mutex::new(lock_rank::LEAF, Vec::new()),
+            latency_samples: Mutex::new(lock_rank::LATENCY_SAMPLES, Vec::new()),
             config,
         });
         let arena = Arena {

@@ -28,6 +28,10 @@ pub(crate) trait Relief: Send + Sync {
     /// Lines about the tiers for the arena's summary. Called with no lock of the arena
     /// held.
     fn summary_lines(&self) -> Vec<String>;
+
+    /// The hook's owner, for a layer above that knows its type (a runtime recovering from
+    /// a lost device moves the tiers onto its new arena).
+    fn as_any(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn std::any::Any + Send + Sync>;
 }
 
 /// One host-tier block as the dumps show it.

@@ -299,12 +299,19 @@ impl Link {
         slot: usize,
         r: &Range<u64>,
     ) -> Result<wgpu::SubmissionIndex> {
-        self.src.submit_copy(
-            "copying between devices: the source's download",
-            (src.buffer(), src.offset() + src_offset + r.start),
-            (self.slots[slot].src_buffer(), 0),
-            r.end - r.start,
-        )
+        // Host memory the host copies out of (staged) or the other device reads (shared):
+        // the source's writes are made available to the host first (`gpu::submit`, "GPU
+        // writes and host reads"). wgpu's own mapped read-back needs no barrier of ours.
+        let to_host = !matches!(self.slots[slot], Slot::Mapped { .. });
+        let during = "copying between devices: the source's download";
+        let from = (src.buffer(), src.offset() + src_offset + r.start);
+        let into = (self.slots[slot].src_buffer(), 0);
+        if to_host {
+            self.src
+                .submit_copy_for_host(during, from, into, r.end - r.start)
+        } else {
+            self.src.submit_copy(during, from, into, r.end - r.start)
+        }
     }
 
     /// Moves chunk `r`, which the source has finished copying into slot `slot`, on to

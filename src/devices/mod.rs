@@ -163,7 +163,8 @@ pub struct DeviceSet {
     devices: Vec<Runtime>,
     transfer: TransferConfig,
     /// Links not in use, by (source, destination); a copy takes one out and puts it back.
-    links: Mutex<HashMap<(usize, usize), Vec<Link>>>,
+    /// Idle links by (source, destination), each with when it was last put back.
+    links: Mutex<IdleLinks>,
 }
 
 impl std::fmt::Debug for DeviceSet {
@@ -247,7 +248,7 @@ impl DeviceSet {
         Ok(DeviceSet {
             devices,
             transfer,
-            links: Mutex::new(lock_rank::LEAF, HashMap::new()),
+            links: Mutex::new(lock_rank::DEVICE_LINKS, HashMap::new()),
         })
     }
 
@@ -364,9 +365,12 @@ impl DeviceSet {
     }
 
     /// Copies `len` bytes of `src` at `src_offset` into `dst` at `dst_offset`, on whichever
-    /// devices of the set they live (the same device: one GPU copy). Returns once the bytes
-    /// have landed; work submitted on `dst`'s device afterwards sees them. Offsets and
-    /// length must be multiples of 4.
+    /// devices of the set they live. Between devices it returns once the bytes have landed;
+    /// work submitted on `dst`'s device afterwards sees them. On one device it is GPU work
+    /// only (one copy command; through a scratch buffer where both ranges lie in one arena
+    /// block, which wgpu's copies refuse), queued before whatever is submitted next, with
+    /// `memmove` semantics: overlapping ranges of one allocation land as if the source
+    /// were read whole first. Offsets and length must be multiples of 4.
     ///
     /// Errors: an allocation of no device in the set, a range past either end, unaligned
     /// offsets or length, a buffer without `COPY_SRC` / `COPY_DST`; a device lost
@@ -394,13 +398,21 @@ impl DeviceSet {
             gpu.check_alive()
                 .map_err(|e| on_device(i, &gpu.info().name, e))?;
         }
+        if s == d {
+            let gpu = self.devices[s].gpu();
+            return copy_on_one_device(gpu, (src, src_offset), (dst, dst_offset), len)
+                .map_err(|e| on_device(s, &gpu.info().name, e));
+        }
         let link = self.take_link(s, d).map_err(|e| self.blame(&[s, d], e))?;
         let result = link.copy((src, src_offset), (dst, dst_offset), len);
         self.put_link(s, d, link);
         result.map_err(|e| self.blame(&[s, d], e))
     }
 
-    /// Copies all of `src` into `dst` (the same number of elements) across devices.
+    /// Copies all of `src` into `dst` (the same number of elements) across devices, of any
+    /// element type and length: an array whose bytes are not a whole number of 4-byte
+    /// words (an odd number of `f16`, say) is copied with the covering words, which the
+    /// arena allocated with it.
     pub fn copy_typed<T: bytemuck::Pod>(
         &self,
         src: &crate::arena::Typed<T>,
@@ -413,7 +425,13 @@ impl DeviceSet {
             ));
         }
         let bytes = (src.len() * std::mem::size_of::<T>()) as u64;
-        self.copy((src.allocation(), 0), (dst.allocation(), 0), bytes)
+        // The arena rounds every allocation up to whole words; the covering words are
+        // inside both.
+        let words = bytes
+            .next_multiple_of(4)
+            .min(src.allocation().size())
+            .min(dst.allocation().size());
+        self.copy((src.allocation(), 0), (dst.allocation(), 0), words)
     }
 
     /// Whether copies from device `s` to `d` share host memory between the GPUs (no host
@@ -456,14 +474,37 @@ impl DeviceSet {
 
     /// A link from `s` to `d` for one copy: a free one, or a new one.
     fn take_link(&self, s: usize, d: usize) -> Result<Link> {
-        if let Some(link) = self.links.lock().get_mut(&(s, d)).and_then(Vec::pop) {
-            return Ok(link);
+        let (found, stale) = {
+            let mut links = self.links.lock();
+            let found = links.get_mut(&(s, d)).and_then(Vec::pop).map(|(_, l)| l);
+            (found, take_stale(&mut links, LINK_IDLE))
+        };
+        drop(stale);
+        match found {
+            Some(link) => Ok(link),
+            None => Link::new(self.devices[s].gpu(), self.devices[d].gpu(), &self.transfer),
         }
-        Link::new(self.devices[s].gpu(), self.devices[d].gpu(), &self.transfer)
     }
 
     fn put_link(&self, s: usize, d: usize, link: Link) {
-        self.links.lock().entry((s, d)).or_default().push(link);
+        let stale = {
+            let mut links = self.links.lock();
+            links
+                .entry((s, d))
+                .or_default()
+                .push((web_time::Instant::now(), link));
+            take_stale(&mut links, LINK_IDLE)
+        };
+        drop(stale);
+    }
+
+    /// Gives back the host memory of every idle link between devices (each holds `depth`
+    /// chunks of pinned host memory, 256 MiB on GPUs by default); the next copy between
+    /// two devices makes its link again. Links idle for more than 5 s go on their own at
+    /// the set's next copy. Returns how many links were dropped.
+    pub fn trim(&self) -> usize {
+        let idle = take_stale(&mut self.links.lock(), std::time::Duration::ZERO);
+        idle.len()
     }
 
     /// `e`, wrapped with the device it concerns: the first of `devices` that is lost, else
@@ -479,6 +520,26 @@ impl DeviceSet {
     }
 }
 
+/// Idle links by (source, destination), each with when it was last put back.
+type IdleLinks = HashMap<(usize, usize), Vec<(web_time::Instant, Link)>>;
+
+/// How long an idle link keeps its host memory before a copy of the set drops it.
+const LINK_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The links idle for longer than `idle`, taken out of `links` (dropped by the caller,
+/// after the lock: dropping one frees host memory through the driver).
+fn take_stale(links: &mut IdleLinks, idle: std::time::Duration) -> Vec<Link> {
+    let mut stale = Vec::new();
+    for pool in links.values_mut() {
+        let (keep, old): (Vec<_>, Vec<_>) = std::mem::take(pool)
+            .into_iter()
+            .partition(|(at, _)| at.elapsed() < idle && !idle.is_zero());
+        *pool = keep;
+        stale.extend(old.into_iter().map(|(_, l)| l));
+    }
+    stale
+}
+
 /// `e` as an error of device `i`.
 pub(crate) fn on_device(i: usize, adapter: &str, e: Error) -> Error {
     match e {
@@ -489,6 +550,59 @@ pub(crate) fn on_device(i: usize, adapter: &str, e: Error) -> Error {
             source: Box::new(e),
         },
     }
+}
+
+/// The largest scratch buffer a same-block copy goes through at once.
+const SCRATCH_CHUNK: u64 = 64 << 20;
+
+/// A copy between two ranges on one device (`DeviceSet::copy`'s docs): one copy command
+/// between two buffers; within one buffer, chunks through a scratch buffer in the order
+/// that reads every source byte before it is overwritten (back to front when the
+/// destination starts later), all in one submission.
+fn copy_on_one_device(
+    gpu: &Gpu,
+    (src, src_offset): (&Allocation, u64),
+    (dst, dst_offset): (&Allocation, u64),
+    len: u64,
+) -> Result<()> {
+    let (src_at, dst_at) = (src.offset() + src_offset, dst.offset() + dst_offset);
+    if src.buffer() != dst.buffer() {
+        gpu.submit_copy(
+            "copying between allocations of one device",
+            (src.buffer(), src_at),
+            (dst.buffer(), dst_at),
+            len,
+        )?;
+        return Ok(());
+    }
+    if src_at == dst_at {
+        return Ok(());
+    }
+    let chunk = len.min(SCRATCH_CHUNK).min(gpu.limits().max_buffer_size);
+    let during = "copying within an arena block through a scratch buffer";
+    gpu.scoped(during, || {
+        let scratch = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("vramkit same-block copy scratch"),
+            size: chunk,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = gpu
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some(during),
+            });
+        let mut starts: Vec<u64> = (0..len.div_ceil(chunk)).map(|i| i * chunk).collect();
+        if dst_at > src_at {
+            starts.reverse();
+        }
+        for start in starts {
+            let n = chunk.min(len - start);
+            encoder.copy_buffer_to_buffer(src.buffer(), src_at + start, &scratch, 0, n);
+            encoder.copy_buffer_to_buffer(&scratch, 0, dst.buffer(), dst_at + start, n);
+        }
+        gpu.submit([encoder.finish()]);
+    })
 }
 
 /// Fails unless `len` bytes at `offset` lie in `a`, aligned, with `usage`.

@@ -12,6 +12,16 @@
 //!
 //! It is a mitigation, not a proof: wgpu destroys a device when its last resource goes
 //! (a buffer dropped after the `Gpu`), which can still happen outside the lock.
+//!
+//! # The reaper
+//! The last handle may drop anywhere, inside a wgpu callback too. Where this thread holds
+//! a queue lock (a callback running inside a submit or a queued write), taking the
+//! lifecycle lock would break the lock order (`src/lock_rank.rs`: it ranks below
+//! everything), and tearing the device down there would join its polling thread, which
+//! may be waiting for that very queue lock. Such a last handle goes to the *reaper*
+//! instead ([`reap`]): one thread for the process, started on first use, that drops what
+//! it is sent under the lifecycle lock. In the browser (one thread, no locks to order)
+//! it drops at once.
 
 use crate::lock_rank::{Mutex, MutexGuard, LIFECYCLE as RANK};
 
@@ -31,4 +41,42 @@ impl std::fmt::Debug for LifecycleGuard {
 /// Takes the process-wide device lifecycle lock.
 pub(crate) fn lock() -> LifecycleGuard {
     LifecycleGuard(LIFECYCLE.lock())
+}
+
+/// Drops `doomed` under the lifecycle lock on the reaper thread (module docs), or here,
+/// under the lock, where no thread can be started or in the browser.
+pub(crate) fn reap(doomed: Box<dyn Send>) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use std::sync::mpsc::{channel, Sender};
+        static REAPER: Mutex<Option<Sender<Box<dyn Send>>>> =
+            Mutex::new(crate::lock_rank::REAPER, None);
+        let mut reaper = REAPER.lock();
+        if reaper.is_none() {
+            let (tx, rx) = channel::<Box<dyn Send>>();
+            let started = std::thread::Builder::new()
+                .name("vramkit-reaper".into())
+                .spawn(move || {
+                    for doomed in rx {
+                        let _guard = lock();
+                        drop(doomed);
+                    }
+                });
+            if started.is_ok() {
+                *reaper = Some(tx);
+            }
+        }
+        let doomed = match reaper.as_ref() {
+            Some(tx) => match tx.send(doomed) {
+                Ok(()) => return,
+                Err(unsent) => unsent.0,
+            },
+            None => doomed,
+        };
+        drop(reaper);
+        log::warn!("no reaper thread: the last handle of a device drops where it was let go");
+        drop(doomed);
+    }
+    #[cfg(target_arch = "wasm32")]
+    drop(doomed);
 }

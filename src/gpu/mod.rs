@@ -12,7 +12,9 @@ mod lifecycle;
 mod lost;
 mod nonblocking;
 pub(crate) mod poller;
+pub(crate) use lost::PollFailure;
 pub(crate) mod profile;
+mod registry;
 mod select;
 mod submit;
 mod timer;
@@ -87,11 +89,21 @@ pub struct Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        // SAFETY: `inner` is not used after this; `drop` runs once.
+        let inner = unsafe { std::mem::ManuallyDrop::take(&mut self.inner) };
         // Only the last handle takes the lock (two clones dropped at the same instant may
         // both see another and skip it: best effort, see `lifecycle.rs`).
-        let _guard = (Arc::strong_count(&self.inner) == 1).then(lifecycle::lock);
-        // SAFETY: `inner` is not used after this; `drop` runs once.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        if Arc::strong_count(&inner) != 1 {
+            return;
+        }
+        // Inside a submit or a queued write (a callback there), the lock would be taken
+        // out of rank: the reaper drops it instead (`lifecycle.rs`).
+        if submit::queue_held_here() || crate::lock_rank::held_any() {
+            lifecycle::reap(Box::new(inner));
+            return;
+        }
+        let _guard = lifecycle::lock();
+        drop(inner);
     }
 }
 
@@ -119,6 +131,11 @@ struct GpuInner {
     poller: poller::LazyPoller,
     /// Whether and why the device was lost (`lost.rs`).
     lost: Arc<lost::LostState>,
+    /// The loss probe's buffer (`lost.rs`); `None` in the browser.
+    probe: Option<lost::Probe>,
+    /// How vramkit opened this device (`None`: a host app's device), for
+    /// [`Gpu::reopen`].
+    opened_with: Option<GpuOptions>,
     /// Unique per context built (clones share it): wgpu compares devices and buffers by
     /// ids that repeat across instances, so two `Gpu`s' buffers can compare equal.
     id: u64,
@@ -216,10 +233,69 @@ impl Gpu {
                     adapter: info.name.clone(),
                     source,
                 })?;
-        let gpu = Self::build(Some(instance), device, queue, info, matrix_units);
+        let gpu = Self::build(
+            Some(instance),
+            device,
+            queue,
+            info,
+            matrix_units,
+            Some(options.clone()),
+        );
         // vramkit owns this device, so the device-lost callback is ours.
         lost::LostState::install(&gpu.inner.lost, &gpu.inner.device);
         Ok(gpu)
+    }
+
+    /// A new device for one that was lost: on the same adapter (same name, vendor, device
+    /// id and backend) where it is still there, else on the best adapter the options that
+    /// opened this one allow (a driver reset can renumber or remove adapters). The new
+    /// device has nothing of the old one's: see [`crate::Runtime::recover`], which
+    /// rebuilds what a runtime had on top of it. Only for devices vramkit opened; a host
+    /// app's device comes back through the host ([`crate::Runtime::recover_with`]).
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// // ... the device is lost ...
+    /// let fresh = gpu.reopen()?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn reopen(&self) -> Result<Gpu> {
+        let Some(options) = self.inner.opened_with.clone() else {
+            return Err(Error::invalid(
+                format!("reopening '{}', a device a host app owns", self.info().name),
+                "the host opens a new device and hands it to Runtime::recover_with",
+            ));
+        };
+        would_block("Gpu::reopen", "Gpu::headless_async().await")?;
+        pollster::block_on(async {
+            let wanted = self.info();
+            let same = |a: &wgpu::AdapterInfo| {
+                (a.name.as_str(), a.vendor, a.device, a.backend)
+                    == (
+                        wanted.name.as_str(),
+                        wanted.vendor,
+                        wanted.device,
+                        wanted.backend,
+                    )
+            };
+            {
+                #[cfg(not(target_arch = "wasm32"))]
+                let _guard = lifecycle::lock();
+                let backends = wgpu::Backends::from(wanted.backend);
+                let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+                desc.backends = backends;
+                let instance = wgpu::Instance::new(desc);
+                let adapters = instance.enumerate_adapters(backends).await;
+                if let Some(adapter) = adapters.into_iter().find(|a| same(&a.get_info())) {
+                    return Self::open_adapter(instance, &adapter, &options).await;
+                }
+            }
+            log::warn!(
+                "reopening '{}': the adapter is gone; opening the best one the options allow",
+                wanted.name
+            );
+            Self::open(&options).await
+        })
     }
 
     /// An instance on `backends` and the best adapter on it that passes the filters.
@@ -248,9 +324,19 @@ impl Gpu {
     /// The matrix units stay off ([`has_matrix_units`](Self::has_matrix_units)): a device
     /// does not say which cooperative-matrix shapes its adapter runs; hand over the
     /// adapter too with [`from_wgpu_with_adapter`](Self::from_wgpu_with_adapter).
+    ///
+    /// One wgpu device has one `Gpu`: wrapping a device that a live `Gpu` already wraps
+    /// (this call twice, or a device vramkit opened) returns a clone of that `Gpu`, with
+    /// its queue lock, its work-done tracker and its loss state, so that the two are the
+    /// same device to every check ([`same_device`](Self::same_device)) and their writes
+    /// and submits are serialised by one lock.
+    /// Not from inside a wgpu callback: wrapping takes the lifecycle lock
+    /// ([`lifecycle_lock`](Self::lifecycle_lock)), as opening a device does.
     pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Gpu {
-        let info = device.adapter_info();
-        Self::build(None, device, queue, info, false)
+        registry::wrap(&device.clone(), || {
+            let info = device.adapter_info();
+            Self::build(None, device, queue, info, false, None)
+        })
     }
 
     /// [`from_wgpu`](Self::from_wgpu) for a host that also hands over the adapter its
@@ -271,18 +357,21 @@ impl Gpu {
         device: wgpu::Device,
         queue: wgpu::Queue,
     ) -> Gpu {
-        let info = device.adapter_info();
-        let same = {
-            let a = adapter.get_info();
-            (a.name.as_str(), a.vendor, a.device, a.backend)
-                == (info.name.as_str(), info.vendor, info.device, info.backend)
-        };
-        // All three features on the device itself: the adapter offering f16 or subgroups
-        // does not mean the host enabled them, and the kernel needs them.
-        let units = same
-            && device.features().contains(crate::shaders::MATRIX_UNITS)
-            && runs_f16_matrix_units(adapter);
-        Self::build(None, device, queue, info, units)
+        // One `Gpu` per wgpu device (see `from_wgpu`).
+        registry::wrap(&device.clone(), || {
+            let info = device.adapter_info();
+            let same = {
+                let a = adapter.get_info();
+                (a.name.as_str(), a.vendor, a.device, a.backend)
+                    == (info.name.as_str(), info.vendor, info.device, info.backend)
+            };
+            // All three features on the device itself: the adapter offering f16 or
+            // subgroups does not mean the host enabled them, and the kernel needs them.
+            let units = same
+                && device.features().contains(crate::shaders::MATRIX_UNITS)
+                && runs_f16_matrix_units(adapter);
+            Self::build(None, device, queue, info, units, None)
+        })
     }
 
     fn build(
@@ -291,13 +380,19 @@ impl Gpu {
         queue: wgpu::Queue,
         info: wgpu::AdapterInfo,
         matrix_units: bool,
+        opened_with: Option<GpuOptions>,
     ) -> Gpu {
         let host_import_alignment = host_import::alignment(&device);
         let features = device.features();
         let limits = device.limits();
         let device_memory = device_local_memory(&device);
         let work_done = WorkDone::new(queue.clone());
-        Gpu {
+        let lost = Arc::<lost::LostState>::default();
+        // A loss wakes every future waiting for an epoch (`work_done.rs`).
+        let tracker = work_done.clone();
+        lost.on_lost(move || tracker.abandon_all());
+        let probe = lost::Probe::new(&device);
+        let gpu = Gpu {
             inner: std::mem::ManuallyDrop::new(Arc::new(GpuInner {
                 _instance: instance,
                 device,
@@ -313,8 +408,13 @@ impl Gpu {
                 profiler: Default::default(),
                 device_memory,
                 submits: submit::SubmitGate::default(),
-                lost: Arc::default(),
-                driver_memory_reader: crate::lock_rank::Mutex::new(crate::lock_rank::LEAF, None),
+                lost,
+                probe,
+                opened_with,
+                driver_memory_reader: crate::lock_rank::Mutex::new(
+                    crate::lock_rank::DRIVER_MEMORY_READER,
+                    None,
+                ),
                 host_import_alignment,
                 id: {
                     static NEXT: std::sync::atomic::AtomicU64 =
@@ -322,7 +422,9 @@ impl Gpu {
                     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 },
             })),
-        }
+        };
+        registry::register(&gpu);
+        gpu
     }
 
     /// The process-wide lock under which vramkit creates devices and drops the last
@@ -342,9 +444,9 @@ impl Gpu {
 
     /// True when `other` is this context or a clone of it. Allocations, pools and views
     /// are checked with this at every vramkit entry point: wgpu ids repeat across
-    /// instances, so a buffer of another device can name a buffer of this one. Wrap a host
-    /// device once ([`from_wgpu`](Self::from_wgpu)) and clone the `Gpu`: two wrappers of
-    /// the same device count as different devices.
+    /// instances, so a buffer of another device can name a buffer of this one. A device
+    /// wrapped twice ([`from_wgpu`](Self::from_wgpu)) is one `Gpu`, so the two wrappers
+    /// are the same device here too.
     pub fn same_device(&self, other: &Gpu) -> bool {
         self.inner.id == other.inner.id
     }
@@ -451,19 +553,17 @@ impl Gpu {
             "the _async variant (Gpu::wait_idle_async, Runtime::download_async, ...)",
         )?;
         self.check_alive()?;
-        self.inner
-            .device
-            .poll(wgpu::PollType::Wait {
-                submission_index: index,
-                timeout: None,
-            })
-            .map(|_| ())
-            .map_err(|e| {
-                self.explain(Error::Device {
-                    during: during.into(),
-                    message: e.to_string(),
-                })
-            })
+        match self.poll_device(wgpu::PollType::Wait {
+            submission_index: index,
+            timeout: None,
+        }) {
+            Ok(_) => Ok(()),
+            Err(lost::PollFailure::Lost) => Err(self.lost_error()),
+            Err(lost::PollFailure::Wgpu(e)) => Err(self.explain(Error::Device {
+                during: during.into(),
+                message: e.to_string(),
+            })),
+        }
     }
 
     /// Maps `size` bytes of a `MAP_READ` buffer at `offset`, copies them out and unmaps.
@@ -504,9 +604,9 @@ impl Gpu {
 
     /// Processes finished work and map callbacks without blocking.
     pub fn poll(&self) {
-        // A non-blocking poll only fails when the device is lost, which the next blocking
-        // wait reports with context; nothing to do with it here.
-        let _ = self.inner.device.poll(wgpu::PollType::Poll);
+        // A non-blocking poll only fails when the device is lost, which it records and the
+        // next call reports with context; nothing to do with it here.
+        let _ = self.poll_device(wgpu::PollType::Poll);
     }
 
     /// The compute pipeline for `entry` in `shader`, compiled once and cached.
@@ -568,11 +668,14 @@ impl Gpu {
     /// Used wherever user input reaches wgpu, so bad input never becomes a panic in the
     /// uncaptured-error handler.
     /// A loss noticed meanwhile (by another thread's poll or wait) is an error too.
+    /// It ends with the loss probe (`gpu/lost.rs`): wgpu drops work on a device it no
+    /// longer treats as valid without an error, so without it work recorded after
+    /// `Device::destroy` would come back `Ok`.
     pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
         self.check_alive()?;
         let value =
             crate::error::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))?;
-        self.check_alive()?;
+        self.confirm_alive()?;
         Ok(value)
     }
 }

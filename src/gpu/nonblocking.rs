@@ -91,11 +91,11 @@ impl Gpu {
         let pending = poller.begin();
         let epoch = self.work_epoch_then(move || pending.done());
         let done = self.epoch_done(epoch);
-        async move {
+        self.or_lost(async move {
             // Keeps the polling thread alive until the epoch is done.
             let _poller = poller;
             done.await
-        }
+        })
     }
 
     /// Waits until wgpu has answered every error scope opened so far and returns the

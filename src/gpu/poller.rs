@@ -4,13 +4,27 @@
 //! In the browser there is no thread and no need for one: WebGPU settles map and
 //! work-done callbacks on the page's event loop by itself, so the poller there is a
 //! counter with nothing behind it.
+//!
+//! # Loss and teardown
+//! - Once the device's loss is recorded the thread stops polling (wgpu would run no more
+//!   callbacks, and on a real loss a poll panics inside wgpu: `lost.rs`) and sleeps until
+//!   it is stopped; the loss itself resolves the futures it was driving. A poll that finds
+//!   the device lost records the loss.
+//! - The last handle of the device may drop inside a callback this thread runs (a
+//!   work-done callback owning the last allocation of an arena): the poller is then
+//!   dropped on its own thread, which it detaches instead of joining (a thread cannot join
+//!   itself); the thread sees the stop flag once the poll returns and ends.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
 
+use crate::lock_rank::{self, Mutex};
+
+#[cfg(not(target_arch = "wasm32"))]
+use super::lost::LostState;
 use crate::{Error, Gpu, Result};
 
 struct Shared {
@@ -45,7 +59,7 @@ impl Drop for Pending {
 impl Poller {
     pub(crate) fn new(gpu: &Gpu) -> Poller {
         let shared = Arc::new(Shared {
-            pending: Mutex::new(0),
+            pending: Mutex::new(lock_rank::POLLER_PENDING, 0),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
         });
@@ -55,30 +69,40 @@ impl Poller {
             None
         };
         #[cfg(not(target_arch = "wasm32"))]
-        let thread = Self::spawn(gpu.device().clone(), shared.clone());
+        let thread = {
+            // A loss wakes the thread, which then sleeps until it is stopped.
+            let woken = shared.clone();
+            gpu.on_lost(move || {
+                let _p = woken.pending.lock();
+                woken.wake.notify_all();
+            });
+            Self::spawn(gpu.device().clone(), gpu.inner.lost.clone(), shared.clone())
+        };
         Poller { shared, thread }
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn spawn(device: wgpu::Device, thread_shared: Arc<Shared>) -> Option<JoinHandle<()>> {
+    fn spawn(
+        device: wgpu::Device,
+        lost: Arc<LostState>,
+        thread_shared: Arc<Shared>,
+    ) -> Option<JoinHandle<()>> {
         std::thread::Builder::new()
             .name("vramkit-poll".into())
             .spawn(move || loop {
                 {
                     let mut p = thread_shared.pending.lock();
-                    while *p == 0 && !thread_shared.stop.load(Ordering::Acquire) {
-                        thread_shared.wake.wait(&mut p);
+                    while (*p == 0 || lost.is_lost()) && !thread_shared.stop.load(Ordering::Acquire)
+                    {
+                        thread_shared.wake.wait(&mut p.guard);
                     }
                 }
                 if thread_shared.stop.load(Ordering::Acquire) {
                     return;
                 }
                 // Blocks until the work submitted so far is done; map callbacks run inside.
-                // A poll error means a lost device: the callbacks then report failure, and
-                // the loop goes on until nothing is pending.
-                if device.poll(wgpu::PollType::wait_indefinitely()).is_err() {
-                    std::thread::yield_now();
-                }
+                // A poll that finds the device lost records the loss, and the loop sleeps.
+                let _ = lost.poll(&device, wgpu::PollType::wait_indefinitely());
             })
             .ok()
     }
@@ -100,18 +124,31 @@ impl Poller {
 
 impl Drop for Poller {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        {
+            // Under the lock the thread sleeps under: it sees the flag or is asleep.
+            let _p = self.shared.pending.lock();
+            self.shared.stop.store(true, Ordering::Release);
+        }
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // Dropped inside a callback this very thread runs (module docs): detached,
+            // it ends once the poll returns.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }
 
 /// A [`Poller`] started on first use and restarted if its thread could not be spawned:
 /// one per device (`Gpu::poller`), for every asynchronous call on it.
-#[derive(Default)]
 pub(crate) struct LazyPoller(Mutex<Option<Arc<Poller>>>);
+
+impl Default for LazyPoller {
+    fn default() -> Self {
+        LazyPoller(Mutex::new(lock_rank::LAZY_POLLER, None))
+    }
+}
 
 impl LazyPoller {
     /// The running poller, started now if needed; an error if no thread can be spawned.

@@ -49,11 +49,20 @@ pub(crate) struct Span {
 }
 
 /// Profiling state of one [`Gpu`].
-#[derive(Default)]
 pub(crate) struct Profiler {
     on: AtomicBool,
     pending: Mutex<Vec<Pending>>,
     spans: Mutex<VecDeque<Span>>,
+}
+
+impl Default for Profiler {
+    fn default() -> Self {
+        Profiler {
+            on: AtomicBool::new(false),
+            pending: Mutex::new(crate::lock_rank::PROFILE_PENDING, Vec::new()),
+            spans: Mutex::new(crate::lock_rank::PROFILE_SPANS, VecDeque::new()),
+        }
+    }
 }
 
 /// A submission whose timestamps are on their way back.
@@ -231,12 +240,16 @@ impl Gpu {
         if wait {
             self.wait_idle()?;
         } else {
-            self.device()
-                .poll(wgpu::PollType::Poll)
-                .map_err(|e| Error::Device {
-                    during: "polling for GPU timestamps".into(),
-                    message: e.to_string(),
-                })?;
+            match self.poll_device(wgpu::PollType::Poll) {
+                Ok(_) => {}
+                Err(super::PollFailure::Lost) => return Err(self.lost_error()),
+                Err(super::PollFailure::Wgpu(e)) => {
+                    return Err(Error::Device {
+                        during: "polling for GPU timestamps".into(),
+                        message: e.to_string(),
+                    })
+                }
+            }
         }
         Ok(self.file_ready())
     }

@@ -73,6 +73,37 @@ use crate::lock_rank::{self, Held};
 struct QueueGuard<'a> {
     _guard: Option<parking_lot::ReentrantMutexGuard<'a, ()>>,
     _held: Held,
+    _here: QueueHeldHere,
+}
+
+thread_local! {
+    /// How many queue locks (of any device) this thread holds: callbacks run under them,
+    /// and the last handle of a device dropped there goes to the reaper
+    /// (`gpu/lifecycle.rs`) instead of taking the lifecycle lock out of rank. Counted in
+    /// every build, unlike the rank checks.
+    static QUEUE_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// One count of [`QUEUE_HELD`], released on drop.
+struct QueueHeldHere;
+
+impl QueueHeldHere {
+    fn new() -> QueueHeldHere {
+        QUEUE_HELD.with(|n| n.set(n.get() + 1));
+        QueueHeldHere
+    }
+}
+
+impl Drop for QueueHeldHere {
+    fn drop(&mut self) {
+        QUEUE_HELD.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Whether this thread holds a queue lock now (it runs inside a submit or a queued write,
+/// perhaps in a wgpu callback there).
+pub(super) fn queue_held_here() -> bool {
+    QUEUE_HELD.with(|n| n.get() > 0)
 }
 
 /// Counts vramkit's submissions and lets in-place host access exclude them.
@@ -112,9 +143,34 @@ impl Gpu {
     pub(crate) fn submit_copy(
         &self,
         during: &str,
+        src: (&wgpu::Buffer, u64),
+        dst: (&wgpu::Buffer, u64),
+        len: u64,
+    ) -> crate::Result<wgpu::SubmissionIndex> {
+        self.submit_copies(during, src, dst, len, false)
+    }
+
+    /// [`submit_copy`](Self::submit_copy) into host memory vramkit maps itself
+    /// ([`super::HostBuffer`]) that the host will read once the copy's fence is waited
+    /// for: the host-read barrier follows the copy (module docs, "GPU writes and host
+    /// reads").
+    pub(crate) fn submit_copy_for_host(
+        &self,
+        during: &str,
+        src: (&wgpu::Buffer, u64),
+        dst: (&wgpu::Buffer, u64),
+        len: u64,
+    ) -> crate::Result<wgpu::SubmissionIndex> {
+        self.submit_copies(during, src, dst, len, true)
+    }
+
+    fn submit_copies(
+        &self,
+        during: &str,
         (src, src_offset): (&wgpu::Buffer, u64),
         (dst, dst_offset): (&wgpu::Buffer, u64),
         len: u64,
+        host_reads: bool,
     ) -> crate::Result<wgpu::SubmissionIndex> {
         let mut encoder = self
             .device()
@@ -122,7 +178,10 @@ impl Gpu {
                 label: Some(during),
             });
         encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, len);
-        self.scoped(during, || self.submit([encoder.finish()]))
+        let barrier = host_reads.then(|| self.host_read_barrier()).flatten();
+        self.scoped(during, || {
+            self.submit(std::iter::once(encoder.finish()).chain(barrier))
+        })
     }
 
     /// `Queue::write_buffer`, serialised with vramkit's submits: a write racing another
@@ -150,6 +209,7 @@ impl Gpu {
         QueueGuard {
             _guard: (!off).then(|| self.inner.submits.queue.lock()),
             _held: held,
+            _here: QueueHeldHere::new(),
         }
     }
 
@@ -188,8 +248,7 @@ impl Gpu {
         let empty = |poll: std::result::Result<wgpu::PollStatus, _>| {
             matches!(poll, Ok(wgpu::PollStatus::QueueEmpty))
         };
-        let device = &self.inner.device;
-        if !empty(device.poll(wgpu::PollType::Poll)) {
+        if !empty(self.poll_device(wgpu::PollType::Poll)) {
             return None;
         }
         // The flush carries pending `write_buffer` data (and the barrier) to the GPU.
@@ -205,7 +264,7 @@ impl Gpu {
         if gate.finished.load(Ordering::SeqCst) != mine {
             return None;
         }
-        if !empty(device.poll(wgpu::PollType::Wait {
+        if !empty(self.poll_device(wgpu::PollType::Wait {
             submission_index: Some(flush),
             timeout: None,
         })) {

@@ -32,9 +32,16 @@ pub struct Timing {
 }
 
 /// Query set and buffers reused across timings, created on first use.
-#[derive(Default)]
 pub(super) struct TimerState {
     slots: Mutex<Option<TimerSlots>>,
+}
+
+impl Default for TimerState {
+    fn default() -> Self {
+        TimerState {
+            slots: Mutex::new(crate::lock_rank::TIMER_SLOTS, None),
+        }
+    }
 }
 
 struct TimerSlots {

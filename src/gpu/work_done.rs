@@ -40,7 +40,9 @@
 //! - The done mark never goes down, and never passes the newest epoch handed out.
 //! - A callback given to [`Gpu::work_epoch_then`] runs once, after its epoch is marked
 //!   done, inside whatever polls the device; on a lost device it may never run (wgpu
-//!   drops pending callbacks), and waits report the loss instead.
+//!   drops pending callbacks, or on a real loss keeps them unrun), and waits report the
+//!   loss instead: recording a loss wakes every future waiting for an epoch
+//!   ([`WorkDone::abandon_all`]), which then resolves with it.
 //! - No lock of the tracker's is held while wgpu runs a callback: the epoch lock is held
 //!   only around filing (`on_submitted_work_done` flushes queued writes and files the
 //!   closure; it runs none), the wakers' lock only to take or wake wakers.
@@ -111,7 +113,7 @@ impl WorkDone {
                 done: AtomicU64::new(0),
                 filed: AtomicU64::new(0),
                 issue: Mutex::new(lock_rank::WORK_DONE, 0),
-                wakers: Mutex::new(lock_rank::LEAF, Vec::new()),
+                wakers: Mutex::new(lock_rank::EPOCH_WAKERS, Vec::new()),
                 waiting: AtomicBool::new(false),
                 abandoned: AtomicU64::new(0),
             }),
@@ -165,6 +167,12 @@ impl WorkDone {
     /// Hands out the next epoch and files its callback.
     pub fn issue(&self) -> Epoch {
         self.issue_then(|| {})
+    }
+
+    /// Wakes every future waiting for an epoch, done or not: run when the device's loss is
+    /// recorded (`lost.rs`), after which those futures resolve with the loss.
+    pub fn abandon_all(&self) {
+        self.inner.wake(self.done(), true);
     }
 
     /// Marks every epoch filed before `filed` was read done: call after a wait that
@@ -237,14 +245,15 @@ impl Future for EpochDone {
 }
 
 impl EpochDone {
-    /// Done, failed (lost device, or the epoch's callback dropped unrun), or neither yet.
+    /// Failed (lost device, or the epoch's callback dropped unrun), done, or neither yet.
+    /// The loss comes first: a future pending when it is recorded resolves with it.
     fn outcome(&self) -> Option<Result<()>> {
         let work = self.gpu.work_done();
-        if work.is_done(self.epoch) {
-            return Some(Ok(()));
-        }
         if let Err(e) = self.gpu.check_alive() {
             return Some(Err(e));
+        }
+        if work.is_done(self.epoch) {
+            return Some(Ok(()));
         }
         if self.epoch <= work.inner.abandoned.load(Ordering::Acquire) {
             return Some(Err(crate::Error::Device {
@@ -296,6 +305,7 @@ impl Gpu {
         self.submit([]);
         let start = web_time::Instant::now();
         while !work.is_done(epoch) {
+            self.check_alive()?;
             self.poll();
             let waited = start.elapsed();
             if waited > IDLE_AFTER {
@@ -332,7 +342,7 @@ impl Gpu {
         }
         let start = web_time::Instant::now();
         loop {
-            let status = self.inner.device.poll(wgpu::PollType::Poll);
+            let status = self.poll_device(wgpu::PollType::Poll);
             if done() || !matches!(status, Ok(wgpu::PollStatus::Poll)) || start.elapsed() >= timeout
             {
                 return;
@@ -371,7 +381,7 @@ mod tests {
             done: AtomicU64::new(0),
             filed: AtomicU64::new(0),
             issue: Mutex::new(lock_rank::WORK_DONE, 0),
-            wakers: Mutex::new(lock_rank::LEAF, Vec::new()),
+            wakers: Mutex::new(lock_rank::EPOCH_WAKERS, Vec::new()),
             waiting: AtomicBool::new(false),
             abandoned: AtomicU64::new(0),
         };

@@ -282,7 +282,7 @@ impl Kernels {
                 spare,
                 layouts,
                 cache: Mutex::new(
-                    lock_rank::LEAF,
+                    lock_rank::KERNEL_BINDINGS,
                     BindCache {
                         released: 0,
                         groups: HashMap::new(),
@@ -290,8 +290,8 @@ impl Kernels {
                 ),
                 reduce_state,
                 reduce_epoch: AtomicU32::new(0),
-                scan_state: Mutex::new(lock_rank::LEAF, scan::ScanState::default()),
-                split_scratch: Mutex::new(lock_rank::LEAF, None),
+                scan_state: Mutex::new(lock_rank::SCAN_STATE, scan::ScanState::default()),
+                split_scratch: Mutex::new(lock_rank::SPLIT_SCRATCH, None),
             }),
         })
     }

@@ -11,10 +11,18 @@ use crate::lock_rank::Mutex;
 use crate::{Error, Result};
 
 /// Compute pipelines by (shader, entry point), created on first use.
-#[derive(Default)]
 pub(crate) struct PipelineCache {
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl Default for PipelineCache {
+    fn default() -> Self {
+        PipelineCache {
+            modules: Mutex::new(crate::lock_rank::SHADER_MODULES, HashMap::new()),
+            pipelines: Mutex::new(crate::lock_rank::PIPELINES, HashMap::new()),
+        }
+    }
 }
 
 /// Shader file, entry point, and the name of the explicit layout (`""` for automatic).

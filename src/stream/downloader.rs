@@ -218,14 +218,17 @@ impl Downloader {
             },
         )?;
         let gpu = self.gpu.clone();
-        Ok(futures::future::Either::Right(async move {
-            // Keeps the polling thread alive until this download has resolved.
-            let _poller = poller;
-            if !rx.await.unwrap_or(false) {
-                return Err(gpu.explain(view_unmapped()));
-            }
-            plan.into_view(len, pool, keep)
-        }))
+        // A loss resolves it even where wgpu never runs (or drops) the map callback.
+        Ok(futures::future::Either::Right(self.gpu.or_lost(
+            async move {
+                // Keeps the polling thread alive until this download has resolved.
+                let _poller = poller;
+                if !rx.await.unwrap_or(false) {
+                    return Err(gpu.explain(view_unmapped()));
+                }
+                plan.into_view(len, pool, keep)
+            },
+        )))
     }
 
     /// Submits a copy of `len` bytes of `src` from byte `from` into the start of `staging`,

@@ -190,16 +190,29 @@ fn host_len(len: u64) -> Result<usize> {
     })
 }
 
+/// Which way a pinned copy goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Upload,
+    /// Into the pinned buffer, which the host then reads: the host-read barrier follows
+    /// the copy (`gpu::submit`, "GPU writes and host reads").
+    Download,
+}
+
 /// Records one copy, submits it and waits for it to complete (so the caller's borrow of
 /// the pinned buffer outlives the GPU's use of it).
 fn copy_and_wait(
     gpu: &Gpu,
     during: &str,
-    (src, src_offset): (&wgpu::Buffer, u64),
-    (dst, dst_offset): (&wgpu::Buffer, u64),
+    direction: Direction,
+    src: (&wgpu::Buffer, u64),
+    dst: (&wgpu::Buffer, u64),
     len: u64,
 ) -> Result<()> {
-    let index = gpu.submit_copy(during, (src, src_offset), (dst, dst_offset), len)?;
+    let index = match direction {
+        Direction::Upload => gpu.submit_copy(during, src, dst, len)?,
+        Direction::Download => gpu.submit_copy_for_host(during, src, dst, len)?,
+    };
     if let Err(e) = gpu.wait_for(index) {
         // Keep the promise before reporting: no copy may outlive the borrow. If even this
         // fails, the device is gone and runs nothing more.
@@ -241,6 +254,7 @@ impl Uploader {
         copy_and_wait(
             self.gpu(),
             "uploading from a pinned buffer",
+            Direction::Upload,
             (host.buffer(), range.start),
             (dst.buffer(), dst.offset() + offset),
             len,
@@ -283,6 +297,7 @@ impl Downloader {
             copy_and_wait(
                 self.gpu(),
                 "downloading into a pinned buffer",
+                Direction::Download,
                 (src.buffer(), src.offset() + offset),
                 (host.buffer(), range.start),
                 len,

@@ -14,9 +14,13 @@
 //!    of live bytes per group) and each group's movables go, largest first, into one
 //!    fresh block sized to exactly their bytes plus a sliver of slack: packed end to
 //!    end, they leave no holes. This needs room under the budget for one such block at a
-//!    time; where there is none, the pass goes on with step 4 only.
+//!    time, and leaves a sixteenth of the budget free for other threads' requests (until
+//!    the copies finish, a move holds both places); where there is no such room, the
+//!    pass goes on with step 4 only.
 //! 4. **Fill holes**: the remaining candidates, emptiest first, are moved into the free
-//!    space of the other blocks while their bytes fit in it (never a new block).
+//!    space of the other blocks while their bytes fit in it (never a new block). A hole
+//!    of a block already reserved needs no budget room, so this step runs under any
+//!    budget, a full one included.
 //! 5. A block being emptied is marked *draining* (the allocator core places nothing new in
 //!    it). If one of its movables finds no place, the block is left as it was.
 //! 6. The pass records one copy per moved allocation into a command encoder (the
@@ -77,9 +81,14 @@ pub struct DefragReport {
     pub reserved_before: u64,
     /// See `reserved_before`.
     pub reserved_after: u64,
-    /// False when a bound of [`DefragLimits`] (or the budget's room) stopped the pass with
-    /// candidates left: call again to go on.
+    /// False when a bound of [`DefragLimits`] stopped the pass with candidates left, or a
+    /// block waits for frees the GPU has not finished: call again to go on. True when
+    /// nothing is left that another call could move now (see `no_room`).
     pub complete: bool,
+    /// Candidates were left where they are because nothing can take them: no hole of the
+    /// other blocks fits them and the budget leaves no room for a fresh block. Calling
+    /// again moves nothing until memory is freed or the budget grows.
+    pub no_room: bool,
     /// Wall time of the call, waits and copies included.
     pub elapsed: Duration,
 }
@@ -125,30 +134,46 @@ struct Pass {
     waiting: bool,
 }
 
+/// Where a planned move goes: what it needs from the budget.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Destination {
+    /// A fresh block: needs the pass's spare room under the budget.
+    FreshBlock,
+    /// Holes of blocks already reserved: no budget room.
+    Holes,
+}
+
 impl Pass {
-    /// Whether moving `bytes` more in `moves` more allocations stays within the limits;
-    /// records that the pass stopped short when not.
-    fn fits(&mut self, bytes: u64, moves: usize) -> bool {
-        let within = self.within(bytes, moves);
+    /// Whether moving `bytes` more in `moves` more allocations to `to` stays within the
+    /// limits (and, for a fresh block, the spare room); records why the pass stopped
+    /// short when not.
+    fn fits(&mut self, bytes: u64, moves: usize, to: Destination) -> bool {
+        let within = self.within(bytes, moves, to);
+        let room = to == Destination::Holes || bytes <= self.spare;
         // The first block of a pass goes even past the limits (not past the budget's
         // room), so that limits smaller than a block still converge over passes; a
         // zero limit stops everything.
-        let first = self.report.moves == 0
-            && self.limits.max_bytes > 0
-            && self.limits.max_moves > 0
-            && bytes <= self.spare;
-        let ok = within || first;
-        if !ok {
-            self.report.complete = false;
+        let first =
+            self.report.moves == 0 && self.limits.max_bytes > 0 && self.limits.max_moves > 0;
+        if within || (first && room) {
+            return true;
         }
-        ok
+        if room {
+            self.report.complete = false;
+        } else {
+            self.report.no_room = true;
+        }
+        false
     }
 
-    /// Whether `bytes` more in `moves` more allocations stay within the limits (no side
-    /// effects).
-    fn within(&self, bytes: u64, moves: usize) -> bool {
-        self.report.bytes_moved + bytes <= self.limits.max_bytes.min(self.spare)
-            && self.report.moves + moves <= self.limits.max_moves
+    /// Whether `bytes` more in `moves` more allocations to `to` stay within the limits
+    /// (no side effects).
+    fn within(&self, bytes: u64, moves: usize, to: Destination) -> bool {
+        let cap = match to {
+            Destination::FreshBlock => self.limits.max_bytes.min(self.spare),
+            Destination::Holes => self.limits.max_bytes,
+        };
+        self.report.bytes_moved + bytes <= cap && self.report.moves + moves <= self.limits.max_moves
     }
 
     fn take(&mut self, planned: Vec<Move>) {
@@ -161,6 +186,8 @@ impl Pass {
 /// One planned move: the old allocation taken out of the entry and its new place.
 pub(super) struct Move {
     slot: u32,
+    /// The movable's identity, for the pass's report.
+    pub(super) id: super::MovableId,
     from: Arc<Allocation>,
     to: Allocation,
 }
@@ -169,7 +196,7 @@ impl Tiers {
     /// Plans one pass within `limits` over `pool` (or every pool): the moves, with their
     /// entries marked moving, and the blocks they drain. See the module docs.
     pub(super) fn plan_pass(&self, pool: Option<PoolId>, limits: DefragLimits) -> Planned {
-        let (budget, allocated) = self.shared.arena.budget_and_allocated();
+        let (budget, allocated) = self.shared.arena().budget_and_allocated();
         let mut pass = Pass {
             report: DefragReport {
                 complete: true,
@@ -185,7 +212,7 @@ impl Tiers {
         for pool in super::distinct_pools(by_block.keys().map(|(p, _)| *p)) {
             // One look at the pool's blocks for the whole pass: what the repack changes
             // (its fresh blocks, the blocks it drains) the hole filling leaves alone.
-            let usage = self.shared.arena.block_usage(pool);
+            let usage = self.shared.arena().block_usage(pool);
             self.repack(pool, &by_block, &usage, &mut pass);
             self.fill_holes(pool, &by_block, &usage, &mut pass);
         }
@@ -194,6 +221,8 @@ impl Tiers {
             drained: pass.drained,
             bytes: pass.report.bytes_moved,
             complete: pass.report.complete && !pass.waiting,
+            no_room: pass.report.no_room,
+            waiting: pass.waiting,
         }
     }
 
@@ -202,7 +231,7 @@ impl Tiers {
     /// tiers' (ranks rise: `src/lock_rank.rs`), so no handle is cloned.
     fn movable_blocks(&self, pool: Option<PoolId>) -> ByBlock {
         let st = self.shared.state.lock();
-        let done = self.shared.gpu.work_done().done();
+        let done = self.shared.gpu().work_done().done();
         let mut found: Vec<(u32, &super::Entry)> = Vec::new();
         let mut allocs: Vec<&Allocation> = Vec::new();
         for (slot, e) in st.entries.iter().enumerate() {
@@ -216,7 +245,7 @@ impl Tiers {
             found.push((slot as u32, e));
             allocs.push(a);
         }
-        let places = self.shared.arena.placements(&allocs);
+        let places = self.shared.arena().placements(&allocs);
         let mut by_block = ByBlock::default();
         for ((slot, e), place) in found.into_iter().zip(places) {
             let Some((block, placed)) = place else {
@@ -262,7 +291,7 @@ impl Tiers {
 
     /// Step 3 of the module docs.
     fn repack(&self, pool: PoolId, by_block: &ByBlock, usage: &[BlockUsage], pass: &mut Pass) {
-        let arena = &self.shared.arena;
+        let arena = self.shared.arena();
         let (align, max_block) = arena.pool_layout(pool);
         let candidates = self.candidate_blocks(pool, by_block, usage, pass);
         let mut i = 0;
@@ -271,7 +300,13 @@ impl Tiers {
             while j < candidates.len() && used + candidates[j].0 <= max_block {
                 let members = by_block.get(&(pool, candidates[j].2)).map_or(0, Vec::len);
                 // A group grows only within the pass's limits (its first block always).
-                if j > i && !pass.within(used + candidates[j].0, count + members) {
+                if j > i
+                    && !pass.within(
+                        used + candidates[j].0,
+                        count + members,
+                        Destination::FreshBlock,
+                    )
+                {
                     break;
                 }
                 used += candidates[j].0;
@@ -302,7 +337,7 @@ impl Tiers {
             if bytes + size / 16 > size {
                 continue;
             }
-            if !pass.fits(used, members.len()) {
+            if !pass.fits(used, members.len(), Destination::FreshBlock) {
                 break;
             }
             let Ok(block) = arena.reserve_block(pool, bytes, "defragment") else {
@@ -322,7 +357,7 @@ impl Tiers {
 
     /// Step 4 of the module docs.
     fn fill_holes(&self, pool: PoolId, by_block: &ByBlock, usage: &[BlockUsage], pass: &mut Pass) {
-        let arena = &self.shared.arena;
+        let arena = self.shared.arena();
         let mut free_elsewhere: u64 = usage
             .iter()
             .filter(|b| !b.dedicated && !pass.drained.contains(&(pool, b.id)))
@@ -332,12 +367,13 @@ impl Tiers {
             // Its own free space no longer counts once it drains.
             let room = free_elsewhere.saturating_sub(size - used);
             if used > room {
+                pass.report.no_room = true;
                 break;
             }
             let Some(members) = by_block.get(&(pool, id)) else {
                 continue;
             };
-            if !pass.fits(used, members.len()) {
+            if !pass.fits(used, members.len(), Destination::Holes) {
                 break;
             }
             let mut members: Vec<&Candidate> = members.iter().collect();
@@ -375,19 +411,20 @@ impl Tiers {
                     label.push_str(&e.label);
                 }
             }
-            let Ok(to) = shared.arena.alloc_mode(pool, c.size, &label, mode) else {
+            let Ok(to) = shared.arena().alloc_mode(pool, c.size, &label, mode) else {
                 self.unplan(planned);
                 return None;
             };
             // Decided on a snapshot: act only if the slot still holds the same movable in
             // the same place, unpinned and with no GPU work in flight on it.
             let mut st = shared.state.lock();
-            let done = shared.gpu.work_done().done();
+            let done = shared.gpu().work_done().done();
             let taken = match st.entry_of(c.slot, c.generation) {
                 Some(e) if e.movable_now(done) => std::mem::replace(&mut e.place, Place::Moving),
                 _ => Place::Moving,
             };
-            let Place::Device(from) = taken else {
+            let id = st.entry(c.slot).map(|e| e.id);
+            let (Place::Device(from), Some(id)) = (taken, id) else {
                 // Pinned, moved, dropped or in flight meanwhile: the block cannot empty.
                 drop(st);
                 to.discard_unused();
@@ -397,6 +434,7 @@ impl Tiers {
             drop(st);
             planned.push(Move {
                 slot: c.slot,
+                id,
                 from,
                 to,
             });
@@ -432,7 +470,7 @@ impl Tiers {
         if moves.is_empty() {
             return Ok(());
         }
-        let gpu = &self.shared.gpu;
+        let gpu = &self.shared.gpu();
         gpu.scoped("defragmenting", || {
             let copies: Vec<super::copy::Copy<'_>> = moves
                 .iter()
@@ -478,6 +516,24 @@ impl Tiers {
     pub(super) fn abandon_moves(&self, moves: Vec<Move>) {
         self.unplan(moves);
     }
+
+    /// Puts back moves whose copies may or may not have been submitted (a pass whose
+    /// token was dropped without `end_pass`): the handles keep their old places, whose
+    /// bytes are intact either way, and the new places are freed by the arena's rule for
+    /// frees, after all work submitted so far, so a copy that was submitted lands in
+    /// memory nothing else has yet.
+    pub(super) fn undo_moves(&self, moves: Vec<Move>) {
+        let shared = &self.shared;
+        let mut st = shared.state.lock();
+        let mut unused = Vec::with_capacity(moves.len());
+        for m in moves {
+            shared.commit(&mut st, m.slot, Place::Device(m.from));
+            unused.push(m.to);
+        }
+        shared.moved.notify_all();
+        drop(st);
+        drop(unused);
+    }
 }
 
 /// One planned pass (see [`Tiers::plan_pass`]).
@@ -488,4 +544,8 @@ pub(super) struct Planned {
     /// False when a bound stopped the planning with candidates left, or a block of
     /// movables waits for frees to come back.
     pub complete: bool,
+    /// Candidates were left for lack of room (holes or budget).
+    pub no_room: bool,
+    /// A block of movables waits for frees to come back.
+    pub waiting: bool,
 }

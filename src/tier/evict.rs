@@ -108,7 +108,7 @@ impl TierShared {
             })
             .collect();
         let copied = copy::submit_commands(
-            &self.gpu,
+            &self.gpu(),
             "evicting movables to host memory",
             "evict",
             &copies,
@@ -138,7 +138,7 @@ impl TierShared {
         drop(olds);
         // Their ranges come back when the copies finish, not when whatever is submitted
         // next does: the restore waiting for them must not wait for the caller's kernels.
-        self.arena.seal_frees();
+        self.arena().seal_frees();
         Ok(bytes)
     }
 
@@ -146,7 +146,7 @@ impl TierShared {
     /// last, then lower priority first, then least recently used first), each with
     /// whether GPU work submitted before its last use may still be running on it.
     pub(super) fn candidates(&self, st: &TierState, prefer: Option<usize>) -> Vec<(u32, bool)> {
-        let done = self.gpu.work_done().done();
+        let done = self.gpu().work_done().done();
         let mut c: Vec<(bool, u8, u64, u32, bool)> = st
             .entries
             .iter()
@@ -225,7 +225,7 @@ impl TierShared {
         // (pool, block) -> (block bytes, live ranges): read without our lock held.
         let mut blocks = std::collections::HashMap::new();
         for pool in pools {
-            for b in self.arena.block_usage(pool) {
+            for b in self.arena().block_usage(pool) {
                 blocks.insert((pool.index(), b.id), (b.size, b.live));
             }
         }
@@ -275,6 +275,10 @@ impl TierShared {
 }
 
 impl Relief for TierShared {
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+
     fn relieve(&self, pool: usize, bytes: u64, whole_blocks: bool) -> u64 {
         let before = self.state.lock().counters.evictions;
         let moved = if whole_blocks {
@@ -285,7 +289,7 @@ impl Relief for TierShared {
             // per visit. Evicting the least recently used ahead lets the next requests
             // find room without waiting.
             let batch = self
-                .arena
+                .arena()
                 .budget()
                 .map_or(0, |b| (b / PRESSURE_BATCH_DIVISOR).min(PRESSURE_BATCH_MAX));
             self.evict_lru(bytes.max(batch), Some(pool))

@@ -238,6 +238,23 @@ impl HostTier {
     }
 
     /// Returns a range to its block.
+    /// The bytes of `range`, read on the host: for a recovery, when the device that
+    /// copied them is gone. `None` where the block is a wgpu buffer (only the GPU reads
+    /// those).
+    pub(crate) fn read(&self, range: &HostRange) -> Option<Vec<u8>> {
+        match range.block.as_ref() {
+            HostBlock::Pinned(h) => {
+                let start = range.offset() as usize;
+                let end = start + range.placed.size as usize;
+                // SAFETY: the device that copied into this memory is lost (the caller's
+                // promise, `recover.rs`): no GPU work touches it any more, and the memory
+                // is vramkit's own, mapped for the block's life.
+                Some(unsafe { h.bytes(start..end) }.to_vec())
+            }
+            HostBlock::Plain(_) => None,
+        }
+    }
+
     pub(crate) fn free(&mut self, range: HostRange) {
         self.set.free(range.placed);
     }
@@ -275,4 +292,18 @@ fn host_oom(size: u64, label: &str, reserved: u64, budget: Option<u64>, block: u
         top_labels: Vec::new(),
         hint: BOTH_FULL_HINT.to_string(),
     }))
+}
+
+/// Writes `bytes` into `range` of a host block no GPU work uses yet (a recovery's new
+/// host tier): a host copy into mapped memory, or a queued write into a wgpu buffer.
+pub(crate) fn fill(gpu: &Gpu, range: &HostRange, bytes: &[u8]) {
+    match range.block.as_ref() {
+        HostBlock::Pinned(h) => {
+            let start = range.offset() as usize;
+            // SAFETY: the range is new and no submitted work uses it (the caller's
+            // promise); it lies inside the block.
+            unsafe { h.bytes_mut(start..start + bytes.len()) }.copy_from_slice(bytes);
+        }
+        HostBlock::Plain(b) => gpu.write_buffer(b, range.offset(), bytes),
+    }
 }

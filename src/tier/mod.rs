@@ -88,12 +88,14 @@ mod host;
 mod metrics;
 mod movable;
 mod passes;
+mod recover;
 mod state;
 mod stats;
 
 pub use defrag::{DefragLimits, DefragReport};
-pub use movable::{Movable, Resident, Tier};
-pub use passes::{DefragOptions, Defragmentation, PassReport};
+pub use movable::{Movable, MovableId, Resident, Tier};
+pub use passes::{DefragOptions, DefragPass, Defragmentation, PassReport};
+pub use recover::MovablesRecovered;
 pub use stats::TierStats;
 
 use std::sync::{Arc, Weak};
@@ -125,11 +127,26 @@ pub struct Tiers {
 }
 
 pub(crate) struct TierShared {
-    arena: Arena,
-    gpu: Gpu,
+    /// The arena and its device: replaced when the runtime recovers from a lost device
+    /// (`recover.rs`), so read through [`TierShared::arena`] and [`TierShared::gpu`].
+    on: parking_lot::RwLock<(Arena, Gpu)>,
     state: state::TierLock,
     /// Signalled whenever a move finishes (see [`Place::Moving`]).
     moved: Condvar,
+}
+
+impl TierShared {
+    /// The arena the device tier lives in now.
+    fn arena(&self) -> Arena {
+        let _rank = crate::lock_rank::Held::take(crate::lock_rank::TIER_DEVICE);
+        self.on.read().0.clone()
+    }
+
+    /// Its device.
+    fn gpu(&self) -> Gpu {
+        let _rank = crate::lock_rank::Held::take(crate::lock_rank::TIER_DEVICE);
+        self.on.read().1.clone()
+    }
 }
 
 /// The distinct pools of `pools`, by index.
@@ -161,7 +178,7 @@ impl Tiers {
         }
         let gpu = arena.gpu().clone();
         let shared = Arc::new(TierShared {
-            arena: arena.clone(),
+            on: parking_lot::RwLock::new((arena.clone(), gpu.clone())),
             state: state::TierLock::new(TierState {
                 entries: Vec::new(),
                 free_slots: Vec::new(),
@@ -170,7 +187,6 @@ impl Tiers {
                 tick: 0,
                 counters: Counters::default(),
             }),
-            gpu,
             moved: Condvar::new(),
         });
         let weak: Weak<TierShared> = Arc::downgrade(&shared);
@@ -178,15 +194,15 @@ impl Tiers {
         Ok(Tiers { shared })
     }
 
-    /// The arena the device tier lives in.
-    pub fn arena(&self) -> &Arena {
-        &self.shared.arena
+    /// The arena the device tier lives in (after a recovery, the runtime's new arena).
+    pub fn arena(&self) -> Arena {
+        self.shared.arena()
     }
 
     /// A movable allocation of `size` bytes in the arena's default pool, on the device.
     /// Over the budget, less recently used movables are evicted to make room.
     pub fn alloc(&self, size: u64, label: &str) -> Result<Movable> {
-        self.alloc_in(self.shared.arena.default_pool(), size, label)
+        self.alloc_in(self.shared.arena().default_pool(), size, label)
     }
 
     /// [`alloc`](Self::alloc) in `pool`.
@@ -194,6 +210,7 @@ impl Tiers {
         let a = self.shared.alloc_device(pool, size, label)?;
         let size = a.size();
         let label: Arc<str> = Arc::from(label);
+        let id = MovableId::next();
         let mut st = self.shared.state.lock();
         st.tick += 1;
         let last_use = st.tick;
@@ -208,12 +225,15 @@ impl Tiers {
             last_use,
             dropped: false,
             generation: 0,
+            id,
+            restore: None,
         });
         drop(st);
         Ok(Movable {
             tiers: self.shared.clone(),
             slot,
             size,
+            id,
         })
     }
 
@@ -222,7 +242,7 @@ impl Tiers {
     /// on the host come back in one submission (allocating room may evict others). On an
     /// error nothing is pinned and every handle stays where it was.
     pub fn make_resident<'a>(&self, set: &[&'a Movable]) -> Result<Resident<'a>> {
-        self.shared.gpu.check_alive()?;
+        self.shared.gpu().check_alive()?;
         for m in set {
             self.check(m)?;
         }
@@ -233,6 +253,16 @@ impl Tiers {
         let shared = &self.shared;
         let mut st = shared.state.lock();
         st = shared.wait_not_moving(st, &slots);
+        // Bytes lost with a device fail here, before anything is pinned.
+        if let Some(e) = slots
+            .iter()
+            .filter_map(|&s| st.get(s))
+            .find(|e| matches!(e.place, Place::Lost))
+        {
+            let lost = recover::lost_movable(&e.label, &shared.gpu().info().name);
+            drop(st);
+            return Err(lost);
+        }
         st.tick += 1;
         let tick = st.tick;
         let mut restores = Vec::new();
@@ -299,7 +329,7 @@ impl Tiers {
     /// nothing, if one is pinned by a live [`Resident`], also by one made while this call
     /// waited; waits for GPU work still using them. Returns the bytes moved.
     pub fn evict(&self, set: &[&Movable]) -> Result<u64> {
-        self.shared.gpu.check_alive()?;
+        self.shared.gpu().check_alive()?;
         for m in set {
             self.check(m)?;
         }
@@ -318,7 +348,7 @@ impl Tiers {
                     "drop the guard (after submitting the work that uses it) before evicting",
                 ));
             }
-            let done = shared.gpu.work_done().done();
+            let done = shared.gpu().work_done().done();
             if !slots
                 .iter()
                 .any(|&s| st.get(s).is_some_and(|e| e.busy_until > done))
@@ -337,7 +367,7 @@ impl Tiers {
     /// Evicts unpinned, idle movables, least recently used first, until at least `bytes`
     /// are on the host or none is left; returns the bytes moved (none on a lost device).
     pub fn evict_bytes(&self, bytes: u64) -> u64 {
-        if self.shared.gpu.lost().is_some() {
+        if self.shared.gpu().lost().is_some() {
             return 0;
         }
         self.shared.evict_lru(bytes, None)
@@ -360,7 +390,7 @@ impl Tiers {
     /// acquisition of the tiers' lock).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         self.shared.state.lock().check_invariants()?;
-        self.shared.arena.check_invariants()
+        self.shared.arena().check_invariants()
     }
 
     /// Gives empty host blocks back to the system; returns the bytes given back.
@@ -383,6 +413,33 @@ impl Tiers {
 }
 
 impl TierShared {
+    /// Brings the movables of `slots` that are in the host tier back to the device, without
+    /// pinning them (a recovery's last step, `recover.rs`).
+    fn restore_slots(&self, slots: &[u32]) -> Result<()> {
+        let mut st = self.state.lock();
+        st = self.wait_not_moving(st, slots);
+        let mut restores = Vec::new();
+        for &slot in slots {
+            let Some(e) = st.entry(slot) else { continue };
+            if let Place::Host(_) = e.place {
+                if let Place::Host(range) = std::mem::replace(&mut e.place, Place::Moving) {
+                    restores.push(Restore {
+                        slot,
+                        pool: e.pool,
+                        size: e.size,
+                        label: e.label.clone(),
+                        from: range,
+                    });
+                }
+            }
+        }
+        drop(st);
+        if restores.is_empty() {
+            return Ok(());
+        }
+        self.restore(restores)
+    }
+
     /// Releases the state lock, then destroys host blocks given back while it was held.
     fn unlock(&self, mut st: MutexGuard<'_, TierState>) {
         let doomed = std::mem::take(&mut st.host.doomed);
@@ -416,7 +473,7 @@ impl TierShared {
     /// tier refused an eviction says that both tiers are full.
     fn alloc_device(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
         HOST_FULL.with(|f| f.set(false));
-        let result = self.arena.alloc_in(pool, size, label);
+        let result = self.arena().alloc_in(pool, size, label);
         match result {
             Err(Error::OutOfMemory(mut o)) if HOST_FULL.with(|f| f.get()) => {
                 o.limit = crate::arena::Limit::HostTier;
@@ -431,7 +488,7 @@ impl TierShared {
     /// Makes all GPU work submitted so far complete and its in-flight marks clear (the
     /// wait completes every epoch handed out before it, `gpu/work_done.rs`).
     fn settle(&self) -> Result<()> {
-        self.gpu.wait_idle()
+        self.gpu().wait_idle()
     }
 
     /// Brings `restores` (entries already marked moving and pinned) back to the device:
@@ -460,7 +517,7 @@ impl TierShared {
             })
             .collect();
         let copied = copy::submit_commands(
-            &self.gpu,
+            &self.gpu(),
             "restoring movables to the device",
             "restore",
             &copies,
@@ -521,7 +578,7 @@ impl TierShared {
     /// Marks the end of a [`Resident`] guard: its entries lose a pin and stay in flight
     /// until the GPU finishes what was submitted so far.
     pub(crate) fn unpin(&self, slots: impl Iterator<Item = u32>) {
-        let epoch = self.gpu.work_epoch();
+        let epoch = self.gpu().work_epoch();
         let mut st = self.state.lock();
         for slot in slots {
             if let Some(e) = st.entry(slot) {

@@ -17,6 +17,10 @@ pub enum Tier {
     Host,
     /// Being copied between tiers or blocks right now.
     Moving,
+    /// Its bytes were on a device that was lost and did not come back
+    /// ([`crate::Runtime::recover`]): its next use fails with
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
+    Lost,
 }
 
 /// An allocation the [`Tiers`](super::Tiers) may move between uses: to host memory under
@@ -26,9 +30,27 @@ pub struct Movable {
     pub(super) tiers: Arc<TierShared>,
     pub(super) slot: u32,
     pub(super) size: u64,
+    pub(super) id: MovableId,
+}
+
+/// Names one [`Movable`] for its whole life (never reused), as reports list them
+/// ([`PassReport::moved`](super::PassReport::moved)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MovableId(u64);
+
+impl MovableId {
+    pub(super) fn next() -> MovableId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        MovableId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 impl Movable {
+    /// Its identity, for matching it in reports ([`MovableId`]).
+    pub fn id(&self) -> MovableId {
+        self.id
+    }
+
     /// Usable bytes (the request rounded up to 4).
     pub fn size(&self) -> u64 {
         self.size
@@ -40,6 +62,7 @@ impl Movable {
         match st.entry(self.slot).map(|e| &e.place) {
             Some(Place::Device(_)) => Tier::Device,
             Some(Place::Host(_)) => Tier::Host,
+            Some(Place::Lost) => Tier::Lost,
             _ => Tier::Moving,
         }
     }
@@ -50,6 +73,32 @@ impl Movable {
         st.entry(self.slot)
             .map(|e| e.label.to_string())
             .unwrap_or_default()
+    }
+
+    /// Registers how its bytes come back after a device loss
+    /// ([`crate::Runtime::recover`]) when they are not in the host tier then: `restore`
+    /// gets a buffer of the movable's size to fill (reload weights from a file, recompute
+    /// a table). Without one, a movable that was on the lost device is lost: its next use
+    /// fails with [`Error::DeviceLost`](crate::Error::DeviceLost). Replaces an earlier
+    /// one.
+    ///
+    /// ```no_run
+    /// # let rt = vramkit::Runtime::headless()?;
+    /// # let tiers = vramkit::tier::Tiers::new(rt.arena(), Default::default())?;
+    /// let table: Vec<f32> = (0..1024).map(|i| (i as f32).sqrt()).collect();
+    /// let m = tiers.alloc(4096, "sqrt table")?;
+    /// // ... upload `table` into it ...
+    /// m.set_restore(move |bytes: &mut [u8]| {
+    ///     bytes.copy_from_slice(bytemuck::cast_slice(&table));
+    ///     Ok(())
+    /// });
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn set_restore(&self, restore: impl Fn(&mut [u8]) -> Result<()> + Send + Sync + 'static) {
+        let mut st = self.tiers.state.lock();
+        if let Some(e) = st.entry(self.slot) {
+            e.restore = Some(Arc::new(restore));
+        }
     }
 
     /// Sets the eviction priority: under pressure, lower priorities go to the host first

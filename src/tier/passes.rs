@@ -9,34 +9,43 @@
 //!    finished (an epoch of the device's work-done tracker, `gpu/work_done.rs`, checked
 //!    without waiting), then plans one bounded pass (`defrag.rs`, within
 //!    [`DefragLimits`]) and records one copy per moved allocation into the caller's
-//!    command encoder. The moved movables are *moving* from here on.
-//! 2. The caller submits the encoder, then calls [`Defragmentation::end_pass`]: the
-//!    handles point at the new places and the old ranges are freed into an epoch that
-//!    completes with the copies; once it has, the next `pass` gives the emptied blocks
-//!    back.
+//!    command encoder. The moved movables are *moving* from here on. It returns a
+//!    [`DefragPass`] token.
+//! 2. The caller submits the encoder, then hands the token to
+//!    [`Defragmentation::end_pass`]: the handles point at the new places and the old
+//!    ranges are freed into an epoch that completes with the copies; once it has, the
+//!    next `pass` gives the emptied blocks back.
 //!
 //! [`Defragmentation::pass_submit`] does both around a submission of its own.
-//! [`Defragmentation::end`] ends the last pass, waits for the epochs of the passes still
-//! finishing (only their copies, never other work) and returns the report.
-//! [`Tiers::defragment`] is the same loop in one call, after waiting for all GPU work so
-//! that every pending free is back in its block first.
+//! [`Defragmentation::end`] waits for the epochs of the passes still finishing (only
+//! their copies, never other work) and returns the report. [`Tiers::defragment`] is the
+//! same loop in one call, after waiting for all GPU work so that every pending free is
+//! back in its block first.
 //!
 //! # The contract
-//! - **Submit the encoder a pass recorded into, then call `end_pass`** (or the next
-//!   `pass`, or `end`, which end it first, taking it as submitted).
+//! - **Submit the encoder a pass recorded into, then hand its token to `end_pass`.** A
+//!   pass whose token is never ended (dropped, or followed by another `pass`, `end` or the
+//!   `Defragmentation`'s drop) is taken as *never submitted*: its handles keep their old
+//!   places, whose bytes are intact whether or not the copies ran, and its new places are
+//!   freed after the work submitted so far. So an encoder dropped on an error path costs
+//!   the pass, never the data.
 //! - Between `pass` and `end_pass` the moved movables are moving: `make_resident` on one
 //!   waits for `end_pass`, so the frame thread takes its `Resident` guards before `pass`
 //!   (a pinned movable is never moved) or after `end_pass`. Other threads just wait, as
 //!   they do for an eviction.
 //! - A movable is moved only while unpinned and with no GPU work in flight on it.
-//! - Dropping a `Defragmentation` ends its pass the same way and stops its blocks
-//!   draining; blocks not yet empty stay with the arena, which gives empty ones back on
-//!   `trim`.
+//! - **The passes end.** A pass that moves nothing while no block waits for frees to
+//!   come back has nothing left to do: [`Defragmentation::is_done`] is true from then on
+//!   (and [`PassReport::no_room`] says when candidates are left only because nothing can
+//!   take them). Moves into holes of blocks already reserved need no budget room, so a
+//!   full budget does not stop them.
+//! - Dropping a `Defragmentation` stops its blocks draining; blocks not yet empty stay
+//!   with the arena, which gives empty ones back on `trim`.
 
 use web_time::Instant;
 
 use super::defrag::{Move, Planned};
-use super::{DefragLimits, DefragReport, Tiers};
+use super::{DefragLimits, DefragReport, MovableId, Tiers};
 use crate::alloc::BlockId;
 use crate::arena::PoolId;
 use crate::gpu::Epoch;
@@ -52,10 +61,13 @@ pub struct DefragOptions {
 }
 
 /// What one pass recorded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassReport {
     /// Allocations moved by this pass.
     pub moves: usize,
+    /// Which movables they are ([`Movable::id`](super::Movable::id)), in no particular
+    /// order: a frame loop that caches bind groups of them rebuilds these.
+    pub moved: Vec<MovableId>,
     /// Bytes they hold.
     pub bytes_moved: u64,
     /// Blocks this pass empties (given back once its copies finish). A pass within its
@@ -65,6 +77,29 @@ pub struct PassReport {
     pub blocks_freed: usize,
     /// Their bytes.
     pub bytes_freed: u64,
+    /// Candidates were left because nothing can take them now (no hole fits them, and
+    /// the budget leaves no room for a fresh block).
+    pub no_room: bool,
+}
+
+/// A pass recorded by [`Defragmentation::pass`]: submit the encoder it recorded into, then
+/// hand this to [`Defragmentation::end_pass`]. Dropped without that, the pass is taken as
+/// never submitted (module docs of `tier::passes`).
+#[must_use = "submit the encoder, then hand the pass to Defragmentation::end_pass"]
+#[derive(Debug)]
+pub struct DefragPass {
+    report: PassReport,
+    /// Which pass of its `Defragmentation` this is.
+    serial: u64,
+    /// Which `Defragmentation`.
+    owner: u64,
+}
+
+impl DefragPass {
+    /// What the pass recorded.
+    pub fn report(&self) -> &PassReport {
+        &self.report
+    }
 }
 
 /// A defragmentation under way (see the module docs of `tier::passes`).
@@ -82,9 +117,9 @@ pub struct PassReport {
 /// while !defrag.is_done() {
 ///     // ... this frame's work on the movables (its Resident guards taken before the pass) ...
 ///     let mut encoder = rt.gpu().device().create_command_encoder(&Default::default());
-///     defrag.pass(&mut encoder)?;
+///     let pass = defrag.pass(&mut encoder)?;
 ///     rt.gpu().submit([encoder.finish()]);
-///     defrag.end_pass();
+///     defrag.end_pass(pass)?; // the moved handles point at their new places from here
 /// }
 /// let report = defrag.end()?;
 /// println!("{} moves, {} blocks given back", report.moves, report.blocks_freed);
@@ -98,6 +133,10 @@ pub struct Defragmentation<'t> {
     /// The pass recorded and not yet ended: its moves (entries moving) and the blocks it
     /// drains.
     recorded: Option<Recorded>,
+    /// The serial number of the last pass recorded.
+    serial: u64,
+    /// Unique per `Defragmentation`: ties its [`DefragPass`] tokens to it.
+    id: u64,
     /// Passes whose old places are freed, waiting for the epoch of those frees.
     finishing: Vec<Finishing>,
     /// The last planning found nothing left to move within the limits.
@@ -120,9 +159,9 @@ impl Tiers {
     /// `tier::passes`). Nothing is waited for; the first [`Defragmentation::pass`] plans.
     pub fn begin_defragmentation(&self, options: DefragOptions) -> Result<Defragmentation<'_>> {
         if let Some(pool) = options.pool {
-            self.shared.arena.check_pool(pool)?;
+            self.shared.arena().check_pool(pool)?;
         }
-        let before = self.shared.arena.stats();
+        let before = self.shared.arena().stats();
         Ok(Defragmentation {
             tiers: self,
             options,
@@ -134,6 +173,11 @@ impl Tiers {
             },
             start: Instant::now(),
             recorded: None,
+            serial: 0,
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             finishing: Vec::new(),
             exhausted: false,
             ended: false,
@@ -156,7 +200,7 @@ impl Tiers {
     /// ```
     pub fn defragment(&self, limits: DefragLimits) -> Result<DefragReport> {
         let start = Instant::now();
-        self.shared.arena.synchronize()?;
+        self.shared.arena().synchronize()?;
         self.shared.settle()?;
         let mut d = self.begin_defragmentation(DefragOptions {
             pool: None,
@@ -176,7 +220,7 @@ impl Tiers {
         let mut report = d.end()?;
         // A repack block whose moves were abandoned is empty too: give it back with the
         // rest of the empty blocks, as the whole device was waited for anyway.
-        let arena = &self.shared.arena;
+        let arena = self.shared.arena();
         let blocks = arena.stats().blocks;
         report.bytes_freed += arena.release_all_empty();
         let after = arena.stats();
@@ -189,18 +233,21 @@ impl Tiers {
 }
 
 impl Defragmentation<'_> {
-    /// Ends the previous pass if it is still open (taking its encoder as submitted), gives
-    /// back the blocks of finished passes, and records one bounded pass of copies into
-    /// `encoder` (module docs). Submit `encoder`, then call [`end_pass`](Self::end_pass).
-    pub fn pass(&mut self, encoder: &mut wgpu::CommandEncoder) -> Result<PassReport> {
-        self.end_pass();
-        self.tiers.shared.arena.collect_finished();
+    /// Gives back the blocks of finished passes and records one bounded pass of copies
+    /// into `encoder` (module docs). Submit `encoder`, then hand the returned token to
+    /// [`end_pass`](Self::end_pass). A previous pass whose token was never ended is undone
+    /// first, as never submitted.
+    pub fn pass(&mut self, encoder: &mut wgpu::CommandEncoder) -> Result<DefragPass> {
+        self.undo_unended();
+        self.tiers.shared.arena().collect_finished();
         let (blocks_freed, bytes_freed) = self.finish_done();
         let Planned {
             moves,
             drained,
             bytes,
             complete,
+            no_room,
+            waiting,
         } = self
             .tiers
             .plan_pass(self.options.pool, self.options.per_pass);
@@ -211,44 +258,86 @@ impl Defragmentation<'_> {
         }
         let count = moves.len();
         let blocks_drained = drained.len();
-        // Nothing to move and nothing left over: done once the finishing passes are.
-        self.exhausted = count == 0 && complete;
+        // Nothing moved and no block waiting for its frees: nothing a later pass could
+        // do, whether every candidate is gone or what is left has nowhere to go. Done
+        // once the finishing passes are.
+        self.exhausted = count == 0 && !waiting;
         self.report.moves += count;
         self.report.bytes_moved += bytes;
         self.report.complete = complete;
+        self.report.no_room = no_room;
+        let moved = moves.iter().map(|m| m.id).collect();
+        self.serial += 1;
         if count > 0 || !drained.is_empty() {
             self.recorded = Some(Recorded { moves, drained });
         }
-        Ok(PassReport {
-            moves: count,
-            bytes_moved: bytes,
-            blocks_drained,
-            blocks_freed,
-            bytes_freed,
+        Ok(DefragPass {
+            report: PassReport {
+                moves: count,
+                moved,
+                bytes_moved: bytes,
+                blocks_drained,
+                blocks_freed,
+                bytes_freed,
+                no_room,
+            },
+            serial: self.serial,
+            owner: self.id,
         })
     }
 
-    /// Ends the pass recorded last, whose encoder the caller has submitted: the moved
-    /// handles point at their new places, and the old ranges are freed into an epoch that
-    /// completes with the copies. Does nothing when no pass is open.
-    pub fn end_pass(&mut self) {
+    /// Ends `pass`, whose encoder the caller has submitted: the moved handles point at
+    /// their new places, and the old ranges are freed into an epoch that completes with
+    /// the copies. A token of another `Defragmentation`, or of a pass already undone (a
+    /// later `pass` was recorded first), is an error that changes nothing.
+    pub fn end_pass(&mut self, pass: DefragPass) -> Result<()> {
+        if pass.owner != self.id || pass.serial != self.serial {
+            return Err(crate::Error::invalid(
+                format!(
+                    "ending pass {} of a defragmentation whose open pass is {}",
+                    pass.serial, self.serial
+                ),
+                "hand each DefragPass to end_pass of the Defragmentation that made it, \
+                 before its next pass (a pass not ended by then was undone as unsubmitted)",
+            ));
+        }
+        self.commit_recorded();
+        Ok(())
+    }
+
+    /// Commits the recorded pass (its encoder was submitted).
+    fn commit_recorded(&mut self) {
         let Some(Recorded { moves, drained }) = self.recorded.take() else {
             return;
         };
         self.tiers.commit_moves(moves);
-        let epoch = self.tiers.shared.arena.seal_frees();
+        let epoch = self.tiers.shared.arena().seal_frees();
         self.finishing.push(Finishing { epoch, drained });
+    }
+
+    /// Undoes a recorded pass whose token was never ended: taken as never submitted
+    /// (module docs).
+    fn undo_unended(&mut self) {
+        if let Some(Recorded { moves, drained }) = self.recorded.take() {
+            log::warn!(
+                "defragmentation: a pass of {} moves was not ended; it is undone as never \
+                 submitted",
+                moves.len()
+            );
+            self.tiers.undo_moves(moves);
+            self.undrain(&drained);
+        }
     }
 
     /// [`pass`](Self::pass) into an encoder of its own, submitted at once.
     pub fn pass_submit(&mut self) -> Result<PassReport> {
-        let gpu = self.tiers.shared.gpu.clone();
+        let gpu = self.tiers.shared.gpu();
         let mut encoder = gpu
             .device()
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("vramkit defragment"),
             });
-        let report = self.pass(&mut encoder)?;
+        let pass = self.pass(&mut encoder)?;
         let submitted = gpu.scoped("defragmenting", || {
             gpu.submit_timed("defragment", [encoder.finish()]);
         });
@@ -260,7 +349,8 @@ impl Defragmentation<'_> {
             }
             return Err(e);
         }
-        self.end_pass();
+        let report = pass.report.clone();
+        self.end_pass(pass)?;
         Ok(report)
     }
 
@@ -275,11 +365,11 @@ impl Defragmentation<'_> {
         self.report
     }
 
-    /// Ends the last pass (taking its encoder as submitted), waits for the copies of the
-    /// passes still finishing (not for other GPU work), gives their emptied blocks back
-    /// and returns the report.
+    /// Waits for the copies of the passes still finishing (not for other GPU work), gives
+    /// their emptied blocks back and returns the report. A pass whose token was not ended
+    /// is undone first, as never submitted.
     pub fn end(mut self) -> Result<DefragReport> {
-        self.end_pass();
+        self.undo_unended();
         let waited = self.wait_finishing();
         self.ended = true;
         let left: Vec<Finishing> = std::mem::take(&mut self.finishing);
@@ -287,7 +377,7 @@ impl Defragmentation<'_> {
             self.undrain(&f.drained);
         }
         waited?;
-        let after = self.tiers.shared.arena.stats();
+        let after = self.tiers.shared.arena().stats();
         self.report.allocated_after = after.allocated;
         self.report.reserved_after = after.reserved;
         self.report.elapsed = self.start.elapsed();
@@ -297,10 +387,10 @@ impl Defragmentation<'_> {
     /// Gives back the emptied blocks of every finishing pass whose epoch is done; returns
     /// the blocks and bytes given back.
     fn finish_done(&mut self) -> (usize, u64) {
-        let work = self.tiers.shared.gpu.work_done().clone();
+        let work = self.tiers.shared.gpu().work_done().clone();
         if self.finishing.iter().all(|f| !work.is_done(f.epoch)) {
             // wgpu runs callbacks only inside polls: give the copies a chance to report.
-            self.tiers.shared.gpu.poll();
+            self.tiers.shared.gpu().poll();
         }
         let (done, waiting): (Vec<Finishing>, Vec<Finishing>) = std::mem::take(&mut self.finishing)
             .into_iter()
@@ -321,7 +411,7 @@ impl Defragmentation<'_> {
     fn wait_finishing(&mut self) -> Result<()> {
         let newest = self.finishing.iter().map(|f| f.epoch).max();
         if let Some(epoch) = newest {
-            self.tiers.shared.gpu.wait_epoch(epoch)?;
+            self.tiers.shared.gpu().wait_epoch(epoch)?;
         }
         self.finish_done();
         Ok(())
@@ -329,7 +419,7 @@ impl Defragmentation<'_> {
 
     /// Gives back the empty ones of `drained` (all marked no longer draining).
     fn release(&self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
-        let arena = &self.tiers.shared.arena;
+        let arena = self.tiers.shared.arena();
         let (mut blocks, mut bytes) = (0, 0);
         for pool in super::distinct_pools(drained.iter().map(|(p, _)| *p)) {
             let ids: Vec<BlockId> = drained
@@ -347,7 +437,7 @@ impl Defragmentation<'_> {
     /// Marks `drained` no longer draining, giving nothing back.
     fn undrain(&self, drained: &[(PoolId, BlockId)]) {
         for &(pool, id) in drained {
-            self.tiers.shared.arena.set_draining(pool, &[id], false);
+            self.tiers.shared.arena().set_draining(pool, &[id], false);
         }
     }
 }
@@ -357,7 +447,7 @@ impl Drop for Defragmentation<'_> {
         if self.ended {
             return;
         }
-        self.end_pass();
+        self.undo_unended();
         self.finish_done();
         for f in std::mem::take(&mut self.finishing) {
             self.undrain(&f.drained);

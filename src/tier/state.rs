@@ -32,6 +32,8 @@ pub(crate) enum Place {
     Host(HostRange),
     /// Being copied by a thread that holds no lock meanwhile; wait on `moved`.
     Moving,
+    /// Its bytes were on a device that was lost and did not come back (`recover.rs`).
+    Lost,
 }
 
 pub(crate) struct Entry {
@@ -48,6 +50,12 @@ pub(crate) struct Entry {
     pub last_use: u64,
     /// The handle was dropped while a move was under way; the mover frees it.
     pub dropped: bool,
+    /// The movable's identity for users ([`super::MovableId`]): fixed for its life, never
+    /// reused, unlike its slot and generation.
+    pub id: super::MovableId,
+    /// What brings its bytes back after a device loss, if it is not in the host tier
+    /// then ([`super::Movable::set_restore`]).
+    pub restore: Option<super::recover::RestoreFn>,
     /// Identity of this entry *and* its place: new whenever a slot gets a new entry or an
     /// entry a new place. Whoever decides on a snapshot (a defragmentation's plan) and
     /// acts after a wait checks it is unchanged first: a slot is reused by the next
@@ -159,6 +167,7 @@ impl TierState {
             }
             match &e.place {
                 Place::Moving => moving = true,
+                Place::Lost => {}
                 Place::Host(range) => {
                     if e.pins > 0 || e.dropped {
                         return Err(format!("4: slot {slot} on the host is pinned or dropped"));

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
+
+use crate::lock_rank::{self, Mutex};
 
 use super::layout::TileId;
 use super::source::{read_checked, TileSource};
@@ -56,7 +58,7 @@ impl Loader {
         staging: Option<Arc<TileStaging>>,
     ) -> Result<Loader> {
         let shared = Arc::new(Shared {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(lock_rank::VT_LOAD_QUEUE, VecDeque::new()),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
         });
@@ -86,7 +88,7 @@ impl Loader {
                             if let Some(t) = q.pop_front() {
                                 break t;
                             }
-                            shared.wake.wait(&mut q);
+                            shared.wake.wait(&mut q.guard);
                         }
                     };
                     let bytes = match &staging {
@@ -172,8 +174,14 @@ impl Drop for Loader {
             self.shared.stop.store(true, Ordering::Release);
         }
         self.shared.wake.notify_all();
+        // The last handle of a virtual texture may drop inside a tile source a worker
+        // runs: that worker is detached (it sees the flag and ends), never joined by
+        // itself.
+        let me = std::thread::current().id();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -160,6 +160,36 @@ pub struct VirtualTexture {
 const POOLS: [&str; 3] = ["vt-read", "vt-written", "vt-compact"];
 
 impl VirtualTexture {
+    /// Rebuilds this virtual texture on `gpu` and `arena` after its device was lost (a
+    /// runtime's, after [`Runtime::recover`](crate::Runtime::recover)): a new cache
+    /// texture, page table and feedback buffers, the loader restarted on the same tile
+    /// source, the pinned coarsest levels loaded again, and every tile that was resident
+    /// before the loss asked for again (coarse first, as [`prefetch`](Self::prefetch)
+    /// does), so the next frames read them back from the source. Its statistics carry
+    /// over. The bind group is new: rebuild whatever the host's pass bound from
+    /// [`bind_group`](Self::bind_group) (the host rebuilds its pipelines on the new device
+    /// anyway).
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// # let mut rt = vramkit::Runtime::headless()?;
+    /// # let source = std::sync::Arc::new(vramkit::vt::ProceduralSource::new(1 << 16, 1 << 16)?);
+    /// # let mut vt = vramkit::vt::VirtualTexture::new(rt.gpu(), rt.arena(), source, Default::default())?;
+    /// // ... a frame returned Error::DeviceLost ...
+    /// rt.recover()?;
+    /// vt.recover(rt.gpu(), rt.arena())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn recover(&mut self, gpu: &Gpu, arena: &Arena) -> Result<()> {
+        let mut resident: Vec<TileId> = self.slots.resident().keys().copied().collect();
+        resident.extend(self.prefetched.iter().copied());
+        let mut next = VirtualTexture::new(gpu, arena, self.source.clone(), self.config.clone())?;
+        next.stats = self.stats.clone();
+        next.prefetch(&resident);
+        *self = next;
+        Ok(())
+    }
+
     /// The WGSL to put in the host's shader: the bindings at `@group(group)` and the
     /// functions `vt_sample(uv, ddx, ddy)`, `vt_sample_level(uv, level)` and
     /// `vt_feedback(pixel, uv, ddx, ddy)` (documented in `shaders/vt.wgsl`).

@@ -22,6 +22,10 @@
 //! # Ok(()) }
 //! ```
 
+mod recover;
+
+pub use recover::Recovery;
+
 use crate::arena::{ArenaConfig, Budget, Elements, Typed};
 use crate::kernels::{KernelOptions, Kernels, TypedBatch};
 use crate::plan::{search_max_batch, DryRun, MaxBatch};
