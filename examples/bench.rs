@@ -1,7 +1,7 @@
 //! The runnable benchmark: prints a short table, then one `name: value` line per figure.
 //!
 //! ```text
-//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [all]
+//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [recovery] [all]
 //! ```
 //! With no argument every suite runs. Suites that need a GPU open one with
 //! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
@@ -16,6 +16,8 @@ mod bench_gpu;
 mod bench_labels;
 #[path = "support/bench_plan.rs"]
 mod bench_plan;
+#[path = "support/bench_recovery.rs"]
+mod bench_recovery;
 #[path = "support/bench_tier.rs"]
 mod bench_tier;
 #[path = "support/bench_vt.rs"]
@@ -132,7 +134,7 @@ fn main() {
         suite_alloc(&mut figures);
     }
     let gpu_suites = [
-        "arena", "kernels", "stream", "vt", "tier", "plan", "labels", "defrag",
+        "arena", "kernels", "stream", "vt", "tier", "plan", "labels", "defrag", "recovery",
     ];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
@@ -162,6 +164,9 @@ fn main() {
                 }
                 if want("defrag") {
                     bench_defrag::suite_defrag(&gpu, &mut figures);
+                }
+                if want("recovery") {
+                    bench_recovery::suite_recovery(&gpu, &mut figures);
                 }
             }
             Err(e) => {

@@ -13,13 +13,25 @@
 //! cargo run --release --example soak -- 600     # seconds (default 30)
 //! ```
 //!
-//! Knobs: `SOAK_THREADS`, `SOAK_CHECK=1` (read each axpy back at once and classify a
-//! mismatch), `SOAK_SMALL_UPLOAD=0` and `SOAK_HOST_STAGING=0` (upload paths), and the
-//! library's `VRAMKIT_QUEUE_LOCK=0` (reproduces the wgpu-core race `gpu::submit` guards).
+//! With `SOAK_LOSS=1` one more thread loses the device at random points (`Device::destroy`
+//! or `Gpu::mark_lost`, in turn), waits until the others have seen it, recovers
+//! (`Runtime::recover`, the runtime shared as `RwLock<Runtime>`), and checks that every
+//! movable came back equal to its shadow (from the host tier or its restore function) or,
+//! without either, fails with `DeviceLost`; then a virtual texture rebuilt on the new
+//! device, settled, sampled against the CPU reference. Errors after a loss must be
+//! `DeviceLost`; a watchdog ends the run with exit code 1 if no operation completes for
+//! 60 s.
+//!
+//! Knobs: `SOAK_THREADS`, `SOAK_LOSS=1`, `SOAK_CHECK=1` (read each axpy back at once and
+//! classify a mismatch), `SOAK_SMALL_UPLOAD=0` and `SOAK_HOST_STAGING=0` (upload paths),
+//! and the library's `VRAMKIT_QUEUE_LOCK=0` (reproduces the wgpu-core race `gpu::submit`
+//! guards).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
 
 use half::f16;
 use rand::rngs::SmallRng;
@@ -51,6 +63,35 @@ struct Counts {
     tier_checks: AtomicU64,
     /// Defragmentation passes, and the movables they moved.
     defrag_passes: AtomicU64,
+    /// Device losses caused, recoveries made, and their slowest time (microseconds).
+    losses: AtomicU64,
+    recoveries: AtomicU64,
+    recovery_max_us: AtomicU64,
+    /// `DeviceLost` errors after a loss (expected), movables checked after recoveries,
+    /// movables lost as expected, virtual-texture samples checked after recoveries.
+    lost_errors: AtomicU64,
+    recovered_checks: AtomicU64,
+    recovered_lost: AtomicU64,
+    vt_samples: AtomicU64,
+}
+
+impl Counts {
+    /// Counts `e`, an error of an operation: out-of-memory is part of the mix,
+    /// `DeviceLost` once a loss was caused; anything else is unexpected.
+    fn error(&self, e: &Error, what: &str) {
+        match e {
+            Error::OutOfMemory(_) => {
+                self.out_of_memory.fetch_add(1, Ordering::Relaxed);
+            }
+            Error::DeviceLost { .. } if self.losses.load(Ordering::Acquire) > 0 => {
+                self.lost_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            e => {
+                eprintln!("unexpected error during {what}: {e}");
+                self.unexpected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// A live allocation and what its bytes must be.
@@ -71,7 +112,8 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: u64 = std::env::args().nth(1).map_or(Ok(30), |s| s.parse())?;
-    let rt = Arc::new(Runtime::new(
+    let losing = knob("SOAK_LOSS") == Some(1);
+    let rt = Arc::new(RwLock::new(Runtime::new(
         &vramkit::Gpu::headless()?,
         RuntimeConfig {
             arena: vramkit::ArenaConfig {
@@ -92,9 +134,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             },
             ..Default::default()
         },
-    )?);
-    println!("{}", rt.gpu().describe());
-    let aux = rt.arena().add_pool(
+    )?));
+    println!("{}", rt.read().gpu().describe());
+    let aux = rt.read().arena().add_pool(
         "aux",
         PoolConfig {
             quota: Some(64 << 20),
@@ -105,11 +147,15 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let counts = Arc::new(Counts::default());
     let tiers = Tiers::new(
-        rt.arena(),
+        rt.read().arena(),
         TierConfig {
             host_budget: Some(256 << 20),
         },
     )?;
+    // The tier thread's movables, shared with the loss thread, which checks them after a
+    // recovery.
+    let held: Arc<Mutex<Vec<Held>>> = Arc::default();
+    watchdog(counts.clone());
     let threads = knob("SOAK_THREADS").map_or_else(
         || std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
         |t| t.max(1) as usize,
@@ -127,22 +173,32 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
             let (r, c) = (rt.clone(), counts.clone());
             s.spawn(move || planned_worker(&r, &c, until, seed * 1000 + 999));
+            let (r, t, h, c) = (rt.clone(), tiers.clone(), held.clone(), counts.clone());
+            s.spawn(move || tier_worker(&r, &t, &h, &c, until, seed * 1000 + 998));
             let (r, t, c) = (rt.clone(), tiers.clone(), counts.clone());
-            s.spawn(move || tier_worker(&r, &t, &c, until, seed * 1000 + 998));
-            let (t, c) = (tiers.clone(), counts.clone());
-            s.spawn(move || defrag_worker(&t, &c, until));
+            s.spawn(move || defrag_worker(&r, &t, &c, until));
+            if losing {
+                let (r, t, h, c) = (rt.clone(), tiers.clone(), held.clone(), counts.clone());
+                s.spawn(move || loss_worker(&r, &t, &h, &c, until, seed * 1000 + 997));
+            }
         });
     };
     run_phase(warm_until, 1);
-    rt.arena().set_budget(Budget::Bytes(BUDGET_HIGH))?;
-    rt.synchronize()?;
-    rt.arena().trim();
-    let reserved_warm = rt.arena().stats().reserved;
+    let settle = || -> vramkit::Result<u64> {
+        let rt = rt.read();
+        rt.arena().set_budget(Budget::Bytes(BUDGET_HIGH))?;
+        rt.synchronize()?;
+        rt.arena().trim();
+        Ok(rt.arena().stats().reserved)
+    };
+    let reserved_warm = settle()?;
+    let losses_warm = counts.losses.load(Ordering::Acquire);
     run_phase(deadline, 2);
-    rt.arena().set_budget(Budget::Bytes(BUDGET_HIGH))?;
-    rt.synchronize()?;
-    rt.arena().trim();
-    let reserved_end = rt.arena().stats().reserved;
+    held.lock().clear();
+    let reserved_end = settle()?;
+    // Memory creeping is measured within one device: a recovery starts a new arena.
+    let same_device = counts.losses.load(Ordering::Acquire) == losses_warm;
+    let rt = rt.read();
     rt.uploader().release_idle(Duration::ZERO);
     let staging_end = rt.uploader().stats().staging_bytes;
     let c = &counts;
@@ -175,6 +231,32 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         reserved_end.saturating_sub(reserved_warm)
     );
     println!("staging_bytes_end: {staging_end}");
+    let (losses, recoveries) = (
+        c.losses.load(Ordering::Relaxed),
+        c.recoveries.load(Ordering::Relaxed),
+    );
+    println!("device_losses: {losses}");
+    println!("recoveries: {recoveries}");
+    println!(
+        "recovery_max_ms: {:.1}",
+        c.recovery_max_us.load(Ordering::Relaxed) as f64 / 1e3
+    );
+    println!(
+        "device_lost_errors_expected: {}",
+        c.lost_errors.load(Ordering::Relaxed)
+    );
+    println!(
+        "movables_checked_after_recovery: {}",
+        c.recovered_checks.load(Ordering::Relaxed)
+    );
+    println!(
+        "movables_lost_as_expected: {}",
+        c.recovered_lost.load(Ordering::Relaxed)
+    );
+    println!(
+        "vt_samples_checked_after_recovery: {}",
+        c.vt_samples.load(Ordering::Relaxed)
+    );
     let replayed = c.planned_replayed.load(Ordering::Relaxed);
     println!("planned_iterations_replayed: {replayed}");
     println!(
@@ -190,8 +272,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         || ts.movables > 0
         || c.mismatches.load(Ordering::Relaxed) > 0
         || c.unexpected.load(Ordering::Relaxed) > 0
-        || reserved_end > reserved_warm
-        || staging_end > 0;
+        || (same_device && reserved_end > reserved_warm)
+        || staging_end > 0
+        || (losing && (recoveries == 0 || recoveries != losses));
     if failed {
         return Err("the soak found a problem (see the lines above)".into());
     }
@@ -203,23 +286,22 @@ fn knob(name: &str) -> Option<u64> {
     std::env::var(name).ok()?.parse().ok()
 }
 
-/// One thread's random mix until `until`; its allocations are its own.
-fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64) {
+/// One thread's random mix until `until`; its allocations are its own (those of a lost
+/// device are dropped once the runtime has recovered).
+fn worker(shared: &RwLock<Runtime>, aux: PoolId, counts: &Counts, until: Instant, seed: u64) {
     let mut r = SmallRng::seed_from_u64(seed);
     // SOAK_CHECK=1 reads every axpy's result back at once and says what went wrong.
     let check_each = knob("SOAK_CHECK") == Some(1);
     let mut live: Vec<Live> = Vec::new();
-    let fail = |e: Error, what: &str| match e {
-        // Budget and quota pressure is part of the mix.
-        Error::OutOfMemory(_) => {
-            counts.out_of_memory.fetch_add(1, Ordering::Relaxed);
-        }
-        e => {
-            eprintln!("unexpected error during {what}: {e}");
-            counts.unexpected.fetch_add(1, Ordering::Relaxed);
-        }
-    };
+    let fail = |e: Error, what: &str| counts.error(&e, what);
+    let mut generation = 0;
     while Instant::now() < until {
+        let rt = &*shared.read();
+        let now = counts.recoveries.load(Ordering::Acquire);
+        if now != generation {
+            live.clear();
+            generation = now;
+        }
         counts.operations.fetch_add(1, Ordering::Relaxed);
         match r.gen_range(0..100) {
             // Allocate (default pool or the quota'd one) and upload random values.
@@ -445,19 +527,33 @@ fn worker(rt: &Runtime, aux: PoolId, counts: &Counts, until: Instant, seed: u64)
 /// `out = a - b` and `out += a` on integers, reads `out` back and compares it exactly
 /// with the CPU. Re-plans every 64 iterations (budget pressure may have stopped the plan
 /// from fitting, `LoopStats::plan_failures`).
-fn planned_worker(rt: &Runtime, counts: &Counts, until: Instant, seed: u64) {
+fn planned_worker(shared: &RwLock<Runtime>, counts: &Counts, until: Instant, seed: u64) {
     let mut r = SmallRng::seed_from_u64(seed);
     let sizes: Vec<usize> = (0..4).map(|_| 1usize << r.gen_range(8..16)).collect();
-    let mut planned = match PlannedLoop::new(rt.arena(), LoopConfig::default()) {
-        Ok(p) => p,
+    let make = |rt: &Runtime| match PlannedLoop::new(rt.arena(), LoopConfig::default()) {
+        Ok(p) => Some(p),
         Err(e) => {
-            eprintln!("unexpected error making the planned loop: {e}");
-            counts.unexpected.fetch_add(1, Ordering::Relaxed);
-            return;
+            counts.error(&e, "making the planned loop");
+            None
         }
     };
+    let Some(mut planned) = make(&shared.read()) else {
+        return;
+    };
+    let mut generation = 0;
     let mut iteration = 0u64;
     while Instant::now() < until {
+        let rt = &*shared.read();
+        let now = counts.recoveries.load(Ordering::Acquire);
+        if now != generation {
+            // The loop's arena was the lost device's: plan on the new one.
+            collect_loop_stats(&planned, counts);
+            match make(rt) {
+                Some(p) => planned = p,
+                None => continue,
+            }
+            generation = now;
+        }
         iteration += 1;
         if iteration.is_multiple_of(64) {
             planned.replan();
@@ -507,15 +603,14 @@ fn planned_worker(rt: &Runtime, counts: &Counts, until: Instant, seed: u64) {
                     counts.mismatches.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Err(Error::OutOfMemory(_)) => {
-                counts.out_of_memory.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                eprintln!("unexpected error in planned iteration {iteration}: {e}");
-                counts.unexpected.fetch_add(1, Ordering::Relaxed);
-            }
+            Err(e) => counts.error(&e, "a planned iteration"),
         }
     }
+    collect_loop_stats(&planned, counts);
+}
+
+/// Adds a planned loop's statistics to the counts.
+fn collect_loop_stats(planned: &PlannedLoop, counts: &Counts) {
     let s = planned.stats();
     counts
         .planned_replayed
@@ -567,10 +662,12 @@ fn check_axpy(rt: &Runtime, y: &mut Live, x: &[f32], alpha: f32, counts: &Counts
     y.shadow = got;
 }
 
-/// A movable allocation of the tier thread and what its bytes must be.
+/// A movable allocation of the tier thread and what its bytes must be; most have a restore
+/// function that gives the shadow back after a device loss.
 struct Held {
     m: Movable,
-    shadow: Vec<f32>,
+    shadow: Arc<Mutex<Vec<f32>>>,
+    restorable: bool,
 }
 
 /// Counts `result`: an out-of-memory error is expected under the soak's budgets, anything
@@ -579,13 +676,8 @@ fn counted<T>(counts: &Counts, what: &str, result: vramkit::Result<T>) -> Option
     counts.operations.fetch_add(1, Ordering::Relaxed);
     match result {
         Ok(v) => Some(v),
-        Err(Error::OutOfMemory(_)) => {
-            counts.out_of_memory.fetch_add(1, Ordering::Relaxed);
-            None
-        }
         Err(e) => {
-            eprintln!("unexpected error in the tier thread ({what}): {e}");
-            counts.unexpected.fetch_add(1, Ordering::Relaxed);
+            counts.error(&e, what);
             None
         }
     }
@@ -594,10 +686,18 @@ fn counted<T>(counts: &Counts, what: &str, result: vramkit::Result<T>) -> Option
 /// Tiered memory among the other threads: movables pinned and written on the GPU (small
 /// integers, so every sum is exact), evicted, prefetched, read back and checked, dropped
 /// and made anew in other sizes.
-fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, seed: u64) {
+fn tier_worker(
+    shared: &RwLock<Runtime>,
+    tiers: &Tiers,
+    held: &Mutex<Vec<Held>>,
+    counts: &Counts,
+    until: Instant,
+    seed: u64,
+) {
     let mut r = SmallRng::seed_from_u64(seed);
-    let mut held: Vec<Held> = Vec::new();
     while Instant::now() < until {
+        let rt = &*shared.read();
+        let mut held = held.lock();
         let op = r.gen_range(0..10);
         if held.len() < 4 || (op == 0 && held.len() < 16) {
             let n = r.gen_range(1usize..=64) << 10;
@@ -611,7 +711,22 @@ fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, see
                 rt.upload(x, &shadow)
             });
             if counted(counts, "first write", written).is_some() {
-                held.push(Held { m, shadow });
+                let shadow = Arc::new(Mutex::new(shadow));
+                // Two in three come back from their shadow after a loss; the rest only
+                // from the host tier.
+                let restorable = r.gen_range(0..3) > 0;
+                if restorable {
+                    let source = shadow.clone();
+                    m.set_restore(move |bytes: &mut [u8]| {
+                        bytes.copy_from_slice(bytemuck::cast_slice(&source.lock()));
+                        Ok(())
+                    });
+                }
+                held.push(Held {
+                    m,
+                    shadow,
+                    restorable,
+                });
             }
             continue;
         }
@@ -628,7 +743,7 @@ fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, see
             }
             4..=7 => {
                 let k = r.gen_range(-3i32..=3) as f32;
-                let h = &mut held[i];
+                let h = &held[i];
                 let done = tiers.make_resident(&[&h.m]).and_then(|res| {
                     let x = res.elements::<f32>(&h.m)?;
                     let mut batch = rt.batch();
@@ -636,7 +751,7 @@ fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, see
                     batch.submit().map(drop)
                 });
                 if counted(counts, "touch", done).is_some() {
-                    h.shadow.iter_mut().for_each(|v| *v += k);
+                    h.shadow.lock().iter_mut().for_each(|v| *v += k);
                 }
             }
             _ => {
@@ -646,8 +761,8 @@ fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, see
                     .and_then(|res| rt.download(res.elements::<f32>(&h.m)?));
                 if let Some(got) = counted(counts, "read", got) {
                     counts.tier_checks.fetch_add(1, Ordering::Relaxed);
-                    if got != h.shadow {
-                        eprintln!("mismatch in a movable of {} floats", h.shadow.len());
+                    if got != *h.shadow.lock() {
+                        eprintln!("mismatch in a movable of {} floats", got.len());
                         counts.mismatches.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -656,10 +771,12 @@ fn tier_worker(rt: &Runtime, tiers: &Tiers, counts: &Counts, until: Instant, see
     }
 }
 
-/// Defragments in bounded passes (a whole one now and then) while the others work.
-fn defrag_worker(tiers: &Tiers, counts: &Counts, until: Instant) {
+/// Defragments in bounded passes (a whole one now and then) while the others work. It
+/// holds the runtime's read lock while it does: a recovery moves the tiers too.
+fn defrag_worker(shared: &RwLock<Runtime>, tiers: &Tiers, counts: &Counts, until: Instant) {
     let mut passes = 0u64;
     while Instant::now() < until {
+        let rt = shared.read();
         let limits = if passes % 8 == 7 {
             DefragLimits::default()
         } else {
@@ -683,6 +800,7 @@ fn defrag_worker(tiers: &Tiers, counts: &Counts, until: Instant) {
         if ran {
             counts.defrag_passes.fetch_add(1, Ordering::Relaxed);
         }
+        drop(rt);
         passes += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -702,4 +820,165 @@ fn defragment_in_passes(tiers: &Tiers, per_pass: DefragLimits) -> vramkit::Resul
         std::thread::sleep(Duration::from_millis(1));
     }
     d.end().map(drop)
+}
+
+/// Exits the process with code 1 when no operation completes for 60 s (a hang), naming
+/// the counts it saw last.
+fn watchdog(counts: Arc<Counts>) {
+    std::thread::spawn(move || {
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+            let now = counts.operations.load(Ordering::Relaxed);
+            if now == last {
+                eprintln!(
+                    "watchdog: no operation completed in 60 s ({now} in all, {} losses, {} \
+                     recoveries): a hang",
+                    counts.losses.load(Ordering::Relaxed),
+                    counts.recoveries.load(Ordering::Relaxed)
+                );
+                std::process::exit(1);
+            }
+            last = now;
+        }
+    });
+}
+
+/// Loses the device at random points, in turn destroyed and marked lost, lets the other
+/// threads run into it, then recovers and checks what came back (module docs).
+fn loss_worker(
+    shared: &RwLock<Runtime>,
+    tiers: &Tiers,
+    held: &Mutex<Vec<Held>>,
+    counts: &Counts,
+    until: Instant,
+    seed: u64,
+) {
+    use vramkit::vt::{ProceduralSource, ReferenceSampler, TileId, TileSource, VirtualTexture};
+    let mut r = SmallRng::seed_from_u64(seed);
+    let source = Arc::new(ProceduralSource::new(900, 700).expect("a small source"));
+    let tiles: Vec<TileId> = {
+        let layout = source.layout();
+        (0..layout.levels)
+            .flat_map(|l| {
+                let (px, py) = layout.pages(l);
+                (0..py).flat_map(move |y| (0..px).map(move |x| TileId::new(l, x, y)))
+            })
+            .collect()
+    };
+    let config = vramkit::vt::VtConfig {
+        cache_slots: 256,
+        render_size: (128, 128),
+        ..Default::default()
+    };
+    let mut vt = {
+        let rt = shared.read();
+        match VirtualTexture::new(rt.gpu(), rt.arena(), source.clone(), config.clone()) {
+            Ok(vt) => vt,
+            Err(e) => return counts.error(&e, "making the virtual texture"),
+        }
+    };
+    let mut destroy = true;
+    loop {
+        let wait = Duration::from_millis(r.gen_range(1500..4000));
+        if Instant::now() + wait >= until {
+            return;
+        }
+        std::thread::sleep(wait);
+        let gpu = shared.read().gpu().clone();
+        counts.losses.fetch_add(1, Ordering::AcqRel);
+        if destroy {
+            gpu.device().destroy();
+        } else {
+            gpu.mark_lost("soak: marked lost by the loss thread");
+        }
+        destroy = !destroy;
+        // The others run into the loss for a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut rt = shared.write();
+        // Where each movable was at the loss decides what must come back.
+        let expected: Vec<(vramkit::tier::MovableId, bool)> = held
+            .lock()
+            .iter()
+            .map(|h| {
+                let on_host = h.m.tier() == vramkit::tier::Tier::Host;
+                (h.m.id(), h.restorable || on_host)
+            })
+            .collect();
+        let start = Instant::now();
+        let report = match rt.recover() {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!("unexpected error recovering: {e}");
+                counts.unexpected.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let took = start.elapsed().as_micros() as u64;
+        counts.recovery_max_us.fetch_max(took, Ordering::Relaxed);
+        counts.recoveries.fetch_add(1, Ordering::AcqRel);
+        // Every movable: its shadow, or DeviceLost where nothing could bring it back.
+        let mut held = held.lock();
+        let mut lost = Vec::new();
+        for (i, h) in held.iter().enumerate() {
+            let must_return = expected
+                .iter()
+                .find(|(id, _)| *id == h.m.id())
+                .is_none_or(|(_, back)| *back);
+            let got = tiers
+                .make_resident(&[&h.m])
+                .and_then(|res| rt.download(res.elements::<f32>(&h.m)?));
+            match (got, must_return) {
+                (Ok(got), true) => {
+                    counts.recovered_checks.fetch_add(1, Ordering::Relaxed);
+                    if got != *h.shadow.lock() {
+                        eprintln!("mismatch in a movable after recovery: {report}");
+                        counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                (Err(Error::DeviceLost { .. }), false) => {
+                    counts.recovered_lost.fetch_add(1, Ordering::Relaxed);
+                    lost.push(i);
+                }
+                (Ok(_), false) => {
+                    eprintln!("a movable with no way back came back after recovery");
+                    counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                }
+                (Err(e), _) => counts.error(&e, "reading a movable after recovery"),
+            }
+        }
+        for i in lost.into_iter().rev() {
+            held.swap_remove(i);
+        }
+        drop(held);
+        // The virtual texture on the new device, every tile read again and sampled.
+        let checked = (|| -> vramkit::Result<usize> {
+            vt.recover(rt.gpu(), rt.arena())?;
+            vt.prefetch(&tiles);
+            vt.settle(200)?;
+            let points: Vec<([f32; 2], u32)> = (0..64)
+                .map(|_| {
+                    let level = r.gen_range(0..source.layout().levels);
+                    ([r.gen_range(0.0..1.0), r.gen_range(0.0..1.0)], level)
+                })
+                .collect();
+            let got = vt.sample_points(rt.arena(), &points)?;
+            let mut reference = ReferenceSampler::new(source.as_ref());
+            for (&(uv, level), g) in points.iter().zip(&got) {
+                let want = reference.sample(uv, level)?;
+                if (0..4).any(|c| (g[c] - want[c]).abs() > 3.0 / 255.0) {
+                    eprintln!("virtual texture after recovery: got {g:?}, want {want:?} at {uv:?}");
+                    counts.mismatches.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(points.len())
+        })();
+        match checked {
+            Ok(n) => {
+                counts.vt_samples.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => counts.error(&e, "the virtual texture after recovery"),
+        }
+        counts.operations.fetch_add(1, Ordering::Relaxed);
+    }
 }
