@@ -104,6 +104,8 @@ const BUDGET_HIGH: u64 = 512 << 20;
 const BUDGET_LOW: u64 = 24 << 20;
 
 fn main() {
+    // RUST_LOG=wgpu_hal=warn (say) shows what the driver said around a loss.
+    let _ = env_logger::try_init();
     if let Err(e) = run() {
         eprintln!("error: {e}");
         std::process::exit(1);
@@ -236,6 +238,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         c.recoveries.load(Ordering::Relaxed),
     );
     println!("device_losses: {losses}");
+    println!("devices_alive_end: {}", vramkit::Gpu::live_count());
     println!("recoveries: {recoveries}");
     println!(
         "recovery_max_ms: {:.1}",
@@ -887,11 +890,13 @@ fn loss_worker(
         std::thread::sleep(wait);
         let gpu = shared.read().gpu().clone();
         counts.losses.fetch_add(1, Ordering::AcqRel);
-        if destroy {
+        let how = if destroy {
             gpu.device().destroy();
+            "destroyed"
         } else {
             gpu.mark_lost("soak: marked lost by the loss thread");
-        }
+            "marked lost"
+        };
         destroy = !destroy;
         // The others run into the loss for a moment.
         std::thread::sleep(Duration::from_millis(200));
@@ -915,6 +920,12 @@ fn loss_worker(
             }
         };
         let took = start.elapsed().as_micros() as u64;
+        eprintln!(
+            "loss {} ({}): {report}; devices alive: {}",
+            counts.losses.load(Ordering::Relaxed),
+            how,
+            vramkit::Gpu::live_count()
+        );
         counts.recovery_max_us.fetch_max(took, Ordering::Relaxed);
         counts.recoveries.fetch_add(1, Ordering::AcqRel);
         // Every movable: its shadow, or DeviceLost where nothing could bring it back.

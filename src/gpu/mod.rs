@@ -451,6 +451,19 @@ impl Gpu {
         self.inner.id == other.inner.id
     }
 
+    /// How many devices vramkit holds in this process (opened or wrapped, with a handle
+    /// alive): a program that recovers from losses can check that the lost devices were
+    /// let go (every allocation, arena and view of one holds it).
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// assert!(vramkit::Gpu::live_count() >= 1);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn live_count() -> usize {
+        registry::live()
+    }
+
     /// The wgpu device.
     pub fn device(&self) -> &wgpu::Device {
         &self.inner.device

@@ -73,3 +73,8 @@ fn same_sink(a: &wgpu::Device, b: &wgpu::Device) -> bool {
     drop(pollster::block_on(outer.pop()));
     caught_by_a
 }
+
+/// How many `Gpu`s are alive (filed and not yet dropped).
+pub(super) fn live() -> usize {
+    LIVE.lock().iter().filter(|w| w.strong_count() > 0).count()
+}

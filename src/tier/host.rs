@@ -238,21 +238,29 @@ impl HostTier {
     }
 
     /// Returns a range to its block.
-    /// The bytes of `range`, read on the host: for a recovery, when the device that
-    /// copied them is gone. `None` where the block is a wgpu buffer (only the GPU reads
+    /// Whether the host can read `range` itself: for a recovery, when the device that
+    /// copied its bytes is gone. Not where the block is a wgpu buffer (only the GPU reads
     /// those).
-    pub(crate) fn read(&self, range: &HostRange) -> Option<Vec<u8>> {
-        match range.block.as_ref() {
-            HostBlock::Pinned(h) => {
-                let start = range.offset() as usize;
-                let end = start + range.placed.size as usize;
-                // SAFETY: the device that copied into this memory is lost (the caller's
-                // promise, `recover.rs`): no GPU work touches it any more, and the memory
-                // is vramkit's own, mapped for the block's life.
-                Some(unsafe { h.bytes(start..end) }.to_vec())
-            }
-            HostBlock::Plain(_) => None,
-        }
+    pub(crate) fn readable(&self, range: &HostRange) -> bool {
+        matches!(range.block.as_ref(), HostBlock::Pinned(_))
+    }
+
+    /// Copies the bytes of `from` (a range of this tier, [`readable`](Self::readable))
+    /// into `to`, a new range of another device's host tier no GPU work uses yet.
+    pub(crate) fn copy_into(&self, from: &HostRange, gpu: &Gpu, to: &HostRange) {
+        let HostBlock::Pinned(h) = from.block.as_ref() else {
+            return;
+        };
+        let start = from.offset() as usize;
+        let end = start + from.placed.size as usize;
+        // SAFETY: the device that copied into this memory is lost (the caller's promise,
+        // `recover.rs`): no GPU work touches it any more, and the memory is vramkit's
+        // own, mapped for the block's life.
+        let bytes = unsafe { h.bytes(start..end) };
+        let _ = fill_with(gpu, to, |dst| {
+            crate::stream::host_copy::copy_parallel(dst, bytes, rayon::current_num_threads());
+            Ok(())
+        });
     }
 
     pub(crate) fn free(&mut self, range: HostRange) {
@@ -294,16 +302,27 @@ fn host_oom(size: u64, label: &str, reserved: u64, budget: Option<u64>, block: u
     }))
 }
 
-/// Writes `bytes` into `range` of a host block no GPU work uses yet (a recovery's new
-/// host tier): a host copy into mapped memory, or a queued write into a wgpu buffer.
-pub(crate) fn fill(gpu: &Gpu, range: &HostRange, bytes: &[u8]) {
+/// Lets `fill` write the bytes of `range`, a range of a host block no GPU work uses yet
+/// (a recovery's new host tier): in place where the block is mapped memory, else into a
+/// buffer that is then queued as a write into the wgpu buffer.
+pub(crate) fn fill_with(
+    gpu: &Gpu,
+    range: &HostRange,
+    fill: impl FnOnce(&mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let len = range.placed.size as usize;
     match range.block.as_ref() {
         HostBlock::Pinned(h) => {
             let start = range.offset() as usize;
             // SAFETY: the range is new and no submitted work uses it (the caller's
-            // promise); it lies inside the block.
-            unsafe { h.bytes_mut(start..start + bytes.len()) }.copy_from_slice(bytes);
+            // promise); it lies inside the block, and no other range overlaps it.
+            fill(unsafe { h.bytes_mut(start..start + len) })
         }
-        HostBlock::Plain(b) => gpu.write_buffer(b, range.offset(), bytes),
+        HostBlock::Plain(b) => {
+            let mut bytes = vec![0u8; len];
+            fill(&mut bytes)?;
+            gpu.write_buffer(b, range.offset(), &bytes);
+            Ok(())
+        }
     }
 }

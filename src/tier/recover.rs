@@ -19,12 +19,13 @@
 //! ([`Tiers::prefetch`](super::Tiers::prefetch) order), as far as the budget allows.
 //!
 //! # How
-//! Three steps, so that no user code and no wgpu call runs under the tiers' lock: under
-//! the lock every entry is marked moving and its host bytes read (plain memory copies);
-//! without it the restore functions run; under it again each movable gets a range of the
-//! new host tier, which is filled without the lock (a queued write where the host tier is
-//! wgpu buffers) before the entries point at it. Threads that touch a movable meanwhile
-//! wait, as they do for an eviction. The lost device's host tier is dropped at the end.
+//! Three steps, so that no user code runs under the tiers' lock: under the lock every
+//! entry is marked moving and every movable with a way back gets a range of the new host
+//! tier; without it, in parallel, the bytes of the lost device's host tier are copied
+//! into those ranges and the restore functions write straight into them (where the host
+//! tier is wgpu buffers, into a buffer that is queued as a write); under the lock again
+//! the entries point at them. Threads that touch a movable meanwhile wait, as they do for
+//! an eviction. The lost device's host tier is dropped after the copies.
 
 use std::sync::Arc;
 
@@ -53,7 +54,8 @@ pub struct MovablesRecovered {
 
 /// Where one movable's bytes come back from.
 enum Source {
-    Bytes(Vec<u8>),
+    /// Its range of the lost device's host tier.
+    OldHost(super::HostRange),
     Restore(RestoreFn),
     Nothing,
 }
@@ -62,9 +64,12 @@ struct Pending {
     slot: u32,
     id: MovableId,
     size: u64,
-    label: Arc<str>,
     was_on_device: bool,
     source: Source,
+    /// Its range of the new host tier, once it has one.
+    to: Option<super::HostRange>,
+    /// Why its restore function failed.
+    failed: Option<String>,
 }
 
 impl TierShared {
@@ -74,7 +79,8 @@ impl TierShared {
         let gpu = arena.gpu().clone();
         let weak: std::sync::Weak<TierShared> = Arc::downgrade(self);
         arena.set_relief(weak)?;
-        // 1. Under the lock: every entry moving, host bytes read, the device swapped.
+        // 1. Under the lock: every entry moving, the device and the host tier swapped,
+        //    and a range of the new host tier for every movable that has a way back.
         let (mut pending, old_host, old_device) = {
             let mut st = self.state.lock();
             let budget = st.host.budget();
@@ -90,64 +96,72 @@ impl TierShared {
                 let place = std::mem::replace(&mut e.place, Place::Moving);
                 // Epochs of the lost device's tracker mean nothing to the new one.
                 e.busy_until = 0;
+                let restore = || e.restore.clone().map_or(Source::Nothing, Source::Restore);
                 let source = match place {
-                    Place::Host(range) => match old_host.read(&range) {
-                        Some(bytes) => Source::Bytes(bytes),
-                        None => e.restore.clone().map_or(Source::Nothing, Source::Restore),
-                    },
-                    _ => e.restore.clone().map_or(Source::Nothing, Source::Restore),
+                    Place::Host(range) if old_host.readable(&range) => Source::OldHost(range),
+                    _ => restore(),
+                };
+                let (size, label, id) = (e.size, e.label.clone(), e.id);
+                let to = match source {
+                    Source::Nothing => None,
+                    _ => st.host.alloc(size, &label).ok(),
                 };
                 pending.push(Pending {
                     slot,
-                    id: e.id,
-                    size: e.size,
-                    label: e.label.clone(),
+                    id,
+                    size,
                     was_on_device,
                     source,
+                    to,
+                    failed: None,
                 });
             }
             (pending, old_host, old_device)
         };
+        // 2. Without it, in parallel: host copies out of the lost device's host tier, and
+        //    the restore functions, straight into the new ranges where they are mapped.
+        {
+            use rayon::prelude::*;
+            let old = &old_host;
+            pending.par_iter_mut().for_each(|p| {
+                let Some(to) = &p.to else { return };
+                let filled = match &p.source {
+                    Source::OldHost(from) => {
+                        old.copy_into(from, &gpu, to);
+                        Ok(())
+                    }
+                    Source::Restore(restore) => super::host::fill_with(&gpu, to, |b| restore(b)),
+                    Source::Nothing => Ok(()),
+                };
+                if let Err(e) = filled {
+                    p.failed = Some(e.to_string());
+                }
+            });
+        }
         // The lost device's host tier and handles go without a lock held.
         drop((old_host, old_device));
-        // 2. Without it: the restore functions.
+        // 3. Under the lock again: the entries point at what came back.
         let mut report = MovablesRecovered::default();
-        for p in &mut pending {
-            if let Source::Restore(restore) = &p.source {
-                let mut bytes = vec![0u8; p.size as usize];
-                p.source = match restore(&mut bytes) {
-                    Ok(()) => Source::Bytes(bytes),
-                    Err(e) => {
-                        report.failed.push((p.id, e.to_string()));
-                        Source::Nothing
-                    }
-                };
-            }
-        }
-        // 3. New host ranges, filled without the lock, then the entries point at them.
-        let ranges: Vec<Option<super::HostRange>> = {
-            let mut st = self.state.lock();
-            pending
-                .iter()
-                .map(|p| match &p.source {
-                    Source::Bytes(_) => st.host.alloc(p.size, &p.label).ok(),
-                    _ => None,
-                })
-                .collect()
-        };
-        for (p, range) in pending.iter().zip(&ranges) {
-            if let (Source::Bytes(bytes), Some(range)) = (&p.source, range) {
-                super::host::fill(&gpu, range, bytes);
-            }
-        }
         let mut back_on_device = Vec::new();
         {
             let mut st = self.state.lock();
-            for (p, range) in pending.into_iter().zip(ranges) {
+            for p in pending {
                 let generation = st.new_generation();
+                let to = match (p.to, p.failed) {
+                    (Some(to), None) => Some(to),
+                    (to, failed) => {
+                        if let Some(to) = to {
+                            st.host.free(to);
+                        }
+                        if let Some(why) = failed {
+                            report.failed.push((p.id, why));
+                        }
+                        None
+                    }
+                };
                 let Some(e) = st.entry(p.slot) else { continue };
                 e.generation = generation;
-                match range {
+                match to {
                     Some(range) => {
                         e.place = Place::Host(range);
                         report.restored.push(p.id);
