@@ -110,7 +110,7 @@ impl Drop for Gpu {
 struct GpuInner {
     // Kept alive for headless contexts: dropping the instance early would tear down the
     // backend under a live device on some platforms.
-    _instance: Option<wgpu::Instance>,
+    instance: Option<wgpu::Instance>,
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
@@ -282,9 +282,14 @@ impl Gpu {
                 #[cfg(not(target_arch = "wasm32"))]
                 let _guard = lifecycle::lock();
                 let backends = wgpu::Backends::from(wanted.backend);
-                let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-                desc.backends = backends;
-                let instance = wgpu::Instance::new(desc);
+                // The lost device's instance where vramkit made one: an instance outlives
+                // its devices, and a new one per recovery is a driver's instance made and
+                // destroyed every time.
+                let instance = self.inner.instance.clone().unwrap_or_else(|| {
+                    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+                    desc.backends = backends;
+                    wgpu::Instance::new(desc)
+                });
                 let adapters = instance.enumerate_adapters(backends).await;
                 if let Some(adapter) = adapters.into_iter().find(|a| same(&a.get_info())) {
                     return Self::open_adapter(instance, &adapter, &options).await;
@@ -394,7 +399,7 @@ impl Gpu {
         let probe = lost::Probe::new(&device);
         let gpu = Gpu {
             inner: std::mem::ManuallyDrop::new(Arc::new(GpuInner {
-                _instance: instance,
+                instance,
                 device,
                 queue,
                 work_done,
