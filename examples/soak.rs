@@ -145,6 +145,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_DST
                 | wgpu::BufferUsages::COPY_SRC,
+            ..Default::default()
         },
     )?;
     let counts = Arc::new(Counts::default());

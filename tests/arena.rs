@@ -191,6 +191,7 @@ fn pools_have_their_own_buffers_usage_and_quota() {
             PoolConfig {
                 quota: None,
                 usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -735,6 +736,7 @@ fn budgets_and_quotas_fill_to_at_least_95_percent() {
                     PoolConfig {
                         quota: Some(limit),
                         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                        ..Default::default()
                     },
                 )
                 .unwrap();

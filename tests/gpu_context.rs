@@ -374,3 +374,296 @@ fn one_wgpu_device_is_one_gpu_however_often_it_is_wrapped() {
     let got = vramkit::readback::read_as::<u8>(&second, a.buffer(), a.offset(), 1024).unwrap();
     assert_eq!(got, vec![9u8; 1024]);
 }
+
+/// Issue 62: wgpu's `boids` pattern on a host's own device with its buffers from the
+/// arena, through the public API: a compute pass reads one particle buffer (`read`) and
+/// writes the other (`read_write`) with a uniform of parameters, then a render pass draws
+/// what it wrote as a vertex buffer; the two swap every frame. Both particle buffers are
+/// buffers of their own (a shared block is refused with a typed error naming both), and
+/// every frame's pixels match the CPU.
+#[test]
+fn a_boids_style_host_app_binds_arena_buffers_as_its_own() {
+    use std::sync::Arc;
+    use vramkit::arena::{BindEntry, BindGroup, HostUse};
+    let (device, queue) = common::host_device(wgpu::Limits::default());
+    let rt = vramkit::Runtime::from_wgpu(device.clone(), queue.clone()).unwrap();
+    let arena = rt.arena();
+    let (vertex, uniform) = (
+        arena.host_pool(HostUse::Vertex).unwrap(),
+        arena.host_pool(HostUse::Uniform).unwrap(),
+    );
+    // Two triangles covering the target, each vertex (x, y, value).
+    let quad: Vec<f32> = [
+        [-1.0, -1.0],
+        [1.0, -1.0],
+        [1.0, 1.0],
+        [-1.0, -1.0],
+        [1.0, 1.0],
+        [-1.0, 1.0],
+    ]
+    .iter()
+    .flat_map(|[x, y]| [*x, *y, 0.125])
+    .collect();
+    let compute_wgsl = r#"
+struct Params { scale: f32, add: f32, pad0: f32, pad1: f32 }
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    if i >= arrayLength(&dst) { return; }
+    // Positions stay, values step: v' = v * scale + add (exact in f32 for these).
+    if i % 3u == 2u { dst[i] = src[i] * params.scale + params.add; } else { dst[i] = src[i]; }
+}"#;
+    let render_wgsl = r#"
+struct Out { @builtin(position) pos: vec4<f32>, @location(0) @interpolate(flat) value: f32 }
+@vertex fn vs(@location(0) xy: vec2<f32>, @location(1) value: f32) -> Out {
+    return Out(vec4<f32>(xy, 0.0, 1.0), value);
+}
+@fragment fn fs(@location(0) @interpolate(flat) value: f32) -> @location(0) vec4<f32> {
+    return vec4<f32>(value, 0.0, 0.0, 1.0);
+}"#;
+    let cs = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("boids-like compute"),
+        source: wgpu::ShaderSource::Wgsl(compute_wgsl.into()),
+    });
+    let compute = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("boids-like compute"),
+        layout: None,
+        module: &cs,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let rs = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("boids-like render"),
+        source: wgpu::ShaderSource::Wgsl(render_wgsl.into()),
+    });
+    let size = 16u32;
+    let target = device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("frame"),
+        size: wgpu::Extent3d {
+            width: size,
+            height: size,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba32Float,
+        usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::COPY_SRC,
+        view_formats: &[],
+    });
+    let render = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some("boids-like render"),
+        layout: None,
+        vertex: wgpu::VertexState {
+            module: &rs,
+            entry_point: Some("vs"),
+            compilation_options: Default::default(),
+            buffers: &[Some(wgpu::VertexBufferLayout {
+                array_stride: 12,
+                step_mode: wgpu::VertexStepMode::Vertex,
+                attributes: &wgpu::vertex_attr_array![0 => Float32x2, 1 => Float32],
+            })],
+        },
+        fragment: Some(wgpu::FragmentState {
+            module: &rs,
+            entry_point: Some("fs"),
+            compilation_options: Default::default(),
+            targets: &[Some(wgpu::TextureFormat::Rgba32Float.into())],
+        }),
+        primitive: Default::default(),
+        depth_stencil: None,
+        multisample: Default::default(),
+        multiview_mask: None,
+        cache: None,
+    });
+    let layout = compute.get_bind_group_layout(0);
+    let params = Arc::new(
+        arena
+            .alloc_typed_in::<[f32; 4]>(uniform, 1, "sim params")
+            .unwrap(),
+    );
+    rt.upload(&*params, &[[2.0, 0.25, 0.0, 0.0]]).unwrap();
+    // Both particle buffers in the vertex pool's shared block: refused, naming both.
+    {
+        let a = Arc::new(
+            arena
+                .alloc_typed_in::<f32>(vertex, quad.len(), "particles a")
+                .unwrap(),
+        );
+        let b = Arc::new(
+            arena
+                .alloc_typed_in::<f32>(vertex, quad.len(), "particles b")
+                .unwrap(),
+        );
+        assert!(a.buffer() == b.buffer(), "the pool put them in one block");
+        let refused = BindGroup::new(
+            rt.gpu(),
+            "shared",
+            &layout,
+            &[
+                BindEntry::uniform(0, &params),
+                BindEntry::read(1, &a),
+                BindEntry::read_write(2, &b),
+            ],
+        );
+        match refused {
+            Err(vramkit::Error::InvalidArgument { what, hint }) => {
+                assert!(
+                    what.contains("particles a") && what.contains("particles b"),
+                    "{what}"
+                );
+                assert!(hint.contains("alloc_own_buffer_in"), "{hint}");
+            }
+            other => panic!("expected a typed refusal, got {other:?}"),
+        }
+    }
+    // Buffers of their own: the frames run, swapping read and write as boids does.
+    let own = |label: &str| {
+        let a = arena
+            .alloc_own_buffer_in(vertex, 4 * quad.len() as u64, label)
+            .unwrap();
+        Arc::new(a.typed::<f32>().unwrap())
+    };
+    let particles = [own("particles a"), own("particles b")];
+    assert!(particles[0].buffer() != particles[1].buffer());
+    rt.upload(&*particles[0], &quad).unwrap();
+    let groups: Vec<BindGroup> = (0..2)
+        .map(|k| {
+            BindGroup::new(
+                rt.gpu(),
+                "boids step",
+                &layout,
+                &[
+                    BindEntry::uniform(0, &params),
+                    BindEntry::read(1, &particles[k]),
+                    BindEntry::read_write(2, &particles[1 - k]),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    let view = target.create_view(&Default::default());
+    let mut expected = 0.125f32;
+    for frame in 0..6 {
+        let (k, written) = (frame % 2, &particles[1 - frame % 2]);
+        let mut encoder = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&compute);
+            pass.set_bind_group(0, groups[k].group(), &[]);
+            pass.dispatch_workgroups((quad.len() as u32).div_ceil(64), 1, 1);
+        }
+        {
+            let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+                label: Some("frame"),
+                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                    view: &view,
+                    depth_slice: None,
+                    resolve_target: None,
+                    ops: wgpu::Operations {
+                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
+                        store: wgpu::StoreOp::Store,
+                    },
+                })],
+                depth_stencil_attachment: None,
+                timestamp_writes: None,
+                occlusion_query_set: None,
+                multiview_mask: None,
+            });
+            pass.set_pipeline(&render);
+            let range = written.offset()..written.offset() + written.size();
+            pass.set_vertex_buffer(0, written.buffer().slice(range));
+            pass.draw(0..6, 0..1);
+        }
+        rt.gpu().submit([encoder.finish()]);
+        expected = expected * 2.0 + 0.25;
+        let pixels = read_texture_rgba32f(&rt, &target, size);
+        assert!(
+            pixels.chunks(4).all(|p| p[0] == expected),
+            "frame {frame}: want {expected}, got {:?}",
+            &pixels[..4]
+        );
+    }
+}
+
+/// The rgba32float texture `target` (`size` x `size`), read back.
+fn read_texture_rgba32f(rt: &vramkit::Runtime, target: &wgpu::Texture, size: u32) -> Vec<f32> {
+    let row = (size * 16).next_multiple_of(256);
+    let staging = rt
+        .arena()
+        .alloc((row * size) as u64, "frame readback")
+        .unwrap();
+    let mut encoder = rt
+        .gpu()
+        .device()
+        .create_command_encoder(&Default::default());
+    encoder.copy_texture_to_buffer(
+        target.as_image_copy(),
+        wgpu::TexelCopyBufferInfo {
+            buffer: staging.buffer(),
+            layout: wgpu::TexelCopyBufferLayout {
+                offset: staging.offset(),
+                bytes_per_row: Some(row),
+                rows_per_image: None,
+            },
+        },
+        wgpu::Extent3d {
+            width: size,
+            height: size,
+            depth_or_array_layers: 1,
+        },
+    );
+    rt.gpu().submit([encoder.finish()]);
+    let bytes = rt
+        .downloader()
+        .download(&staging, 0, (row * size) as u64)
+        .unwrap();
+    bytes
+        .chunks(row as usize)
+        .flat_map(|r| bytemuck::cast_slice::<u8, f32>(&r[..(size * 16) as usize]).to_vec())
+        .collect()
+}
+
+/// Issue 62: a bind group holds the allocations it binds: dropped by the program, they
+/// stay where they are (the next allocation of that size lands elsewhere) until the bind
+/// group drops.
+#[test]
+fn a_bind_group_keeps_what_it_binds_alive() {
+    use std::sync::Arc;
+    use vramkit::arena::{BindEntry, BindGroup};
+    let gpu = common::gpu();
+    let arena = Arena::new(gpu, Default::default()).unwrap();
+    let layout = gpu
+        .device()
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("one storage buffer"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: false },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            }],
+        });
+    let bound = Arc::new(arena.alloc(4096, "bound").unwrap());
+    let place = (bound.buffer().clone(), bound.offset());
+    let group = BindGroup::new(gpu, "kept", &layout, &[BindEntry::read_write(0, &bound)]).unwrap();
+    drop(bound);
+    arena.synchronize().unwrap();
+    let next = arena.alloc(4096, "next").unwrap();
+    assert!(
+        (next.buffer().clone(), next.offset()) != place,
+        "an allocation took the range a live bind group still binds"
+    );
+    assert_eq!(arena.stats().live_allocations, 2, "{}", arena.summary());
+    drop(group);
+    arena.synchronize().unwrap();
+    assert_eq!(arena.stats().live_allocations, 1);
+}

@@ -77,6 +77,7 @@ fn allocations_and_pools_of_another_device_or_arena_are_refused() {
             PoolConfig {
                 quota: None,
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -178,6 +179,7 @@ fn operands_kernels_cannot_bind_are_typed_errors() {
             PoolConfig {
                 quota: None,
                 usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -199,7 +201,14 @@ fn operands_kernels_cannot_bind_are_typed_errors() {
             continue;
         }
         invalid(
-            arena.add_pool(&format!("bad {usage:?}"), PoolConfig { quota: None, usage }),
+            arena.add_pool(
+                &format!("bad {usage:?}"),
+                PoolConfig {
+                    quota: None,
+                    usage,
+                    ..Default::default()
+                },
+            ),
             "pool",
         );
     }
@@ -282,6 +291,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
             PoolConfig {
                 quota: None,
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -209,6 +209,7 @@ proptest! {
                 PoolConfig {
                     quota: Some(1 << 20),
                     usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                    ..Default::default()
                 },
             )
             .unwrap();

@@ -350,6 +350,7 @@ fn bad_uploads_get_typed_errors() {
             PoolConfig {
                 quota: None,
                 usage: wgpu::BufferUsages::STORAGE,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -307,6 +307,24 @@ impl<A: SubAllocator> BlockSet<A> {
         size: u64,
         align: u64,
         room: u64,
+        reserve: impl FnMut(BlockId, u64) -> Result<(), E>,
+        release: impl FnMut(BlockId),
+    ) -> Result<BlockAlloc<A::Handle>, E>
+    where
+        E: From<AllocError>,
+    {
+        self.allocate_placed(size, align, room, false, reserve, release)
+    }
+
+    /// [`allocate_within`](Self::allocate_within), with `own`: in a dedicated block of
+    /// its own whatever its size (an empty dedicated block, or a new one), which nothing
+    /// else is placed in while it lives.
+    pub fn allocate_placed<E>(
+        &mut self,
+        size: u64,
+        align: u64,
+        room: u64,
+        own: bool,
         mut reserve: impl FnMut(BlockId, u64) -> Result<(), E>,
         mut release: impl FnMut(BlockId),
     ) -> Result<BlockAlloc<A::Handle>, E>
@@ -327,9 +345,9 @@ impl<A: SubAllocator> BlockSet<A> {
             }
             .into());
         }
-        let dedicated = self.is_dedicated(size);
+        let dedicated = own || self.is_dedicated(size);
         // Existing blocks of the right kind, smallest-first for dedicated reuse.
-        if let Some(found) = self.try_existing(size, align, dedicated) {
+        if let Some(found) = self.try_existing(size, align, dedicated, own) {
             return Ok(found);
         }
         let need = A::min_capacity(size).max(size);
@@ -400,6 +418,7 @@ impl<A: SubAllocator> BlockSet<A> {
         size: u64,
         align: u64,
         dedicated: bool,
+        own: bool,
     ) -> Option<BlockAlloc<A::Handle>> {
         let slack = self.policy.dedicated_granularity;
         let index = if dedicated {
@@ -410,7 +429,7 @@ impl<A: SubAllocator> BlockSet<A> {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, b)| b.as_ref().map(|b| (i, b)))
-                .filter(|(_, b)| b.live == 0 && !b.draining)
+                .filter(|(_, b)| b.live == 0 && !b.draining && (b.dedicated || !own))
                 .filter(|(_, b)| b.size >= size && b.size <= size + size / 8 + slack)
                 .min_by_key(|(_, b)| b.size)
                 .map(|(i, _)| i)?

@@ -25,6 +25,13 @@ use super::Shared;
 /// [`buffer`](Self::buffer) or [`binding`](Self::binding) must be submitted before the
 /// allocation drops.
 ///
+/// It is a range of a block, one `wgpu::Buffer` other allocations share. In your own
+/// bind groups that matters twice: wgpu refuses a pass that binds one buffer `read_write`
+/// beside another binding of it (allocate what is written that way with
+/// [`Arena::alloc_own_buffer_in`](super::Arena::alloc_own_buffer_in)), and a bind group
+/// keeps the buffer alive, not this range. [`BindGroup`](super::BindGroup) checks the
+/// first and holds the allocations it binds (README, "Embedding vramkit in a wgpu app").
+///
 /// [`kernels::Batch`]: crate::kernels::Batch
 /// [`stream::UploadBatch`]: crate::stream::UploadBatch
 ///
@@ -109,6 +116,17 @@ impl Allocation {
     /// Usable bytes: the request rounded up to 4.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Which buffer this range lies in, for messages: the arena, the pool and the block.
+    pub(crate) fn buffer_name(&self) -> String {
+        let st = self.shared.state.lock();
+        let Some(r) = st.live.get(self.slot) else {
+            return format!("{}, a freed range", self.shared.config.name);
+        };
+        let block = r.block().0;
+        let pool = st.pools.get(r.pool).map_or("?", |p| p.name.as_str());
+        format!("{}/{pool}/block{block}", self.shared.config.name)
     }
 
     /// The GPU context of the arena this range belongs to.

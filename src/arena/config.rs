@@ -99,6 +99,10 @@ pub struct PoolConfig {
     pub quota: Option<u64>,
     /// Usage flags of this pool's buffers.
     pub usage: wgpu::BufferUsages,
+    /// The size of the pool's first shared block (later ones grow from it), where the
+    /// arena's policy would start at 4 MiB: a pool of a few small buffers (uniforms, a
+    /// mesh's indices) reserves this much, not 4 MiB. `None`: the arena's policy.
+    pub block_size: Option<u64>,
 }
 
 impl Default for PoolConfig {
@@ -106,6 +110,42 @@ impl Default for PoolConfig {
         PoolConfig {
             quota: None,
             usage: ArenaConfig::default().usage,
+            block_size: None,
         }
+    }
+}
+
+/// What a host app binds a buffer as, for a pool made for it
+/// ([`Arena::host_pool`](super::Arena::host_pool)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostUse {
+    /// Uniform buffers (`var<uniform>`): blocks of 64 KiB, within every device's uniform
+    /// binding limit.
+    Uniform,
+    /// Vertex buffers, also bindable as storage (a compute pass that moves particles
+    /// writes what the render pass draws): blocks of 256 KiB.
+    Vertex,
+    /// Index buffers: blocks of 256 KiB.
+    Index,
+}
+
+impl HostUse {
+    /// The pool's name, its usage and its first block.
+    pub(super) fn pool(self) -> (&'static str, PoolConfig) {
+        use wgpu::BufferUsages as U;
+        let copy = U::COPY_DST | U::COPY_SRC;
+        let (name, usage, block) = match self {
+            HostUse::Uniform => ("host uniform", U::UNIFORM | copy, 64 << 10),
+            HostUse::Vertex => ("host vertex", U::VERTEX | U::STORAGE | copy, 256 << 10),
+            HostUse::Index => ("host index", U::INDEX | copy, 256 << 10),
+        };
+        (
+            name,
+            PoolConfig {
+                quota: None,
+                usage,
+                block_size: Some(block),
+            },
+        )
     }
 }

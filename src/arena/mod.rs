@@ -47,6 +47,7 @@
 
 mod acquire;
 mod allocation;
+mod bind;
 mod block;
 mod completion;
 mod config;
@@ -69,8 +70,9 @@ mod stats;
 
 pub use crate::error::{Limit, OutOfMemory};
 pub use allocation::{Allocation, Elements, Typed};
+pub use bind::{Access, BindEntry, BindGroup, Bindable};
 pub use block::BlockMemory;
-pub use config::{ArenaConfig, Budget, PoolConfig};
+pub use config::{ArenaConfig, Budget, HostUse, PoolConfig};
 pub(crate) use for_tiers::BlockUsage;
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
@@ -234,7 +236,13 @@ impl Arena {
             front: Arc::new(Front { shared }),
         };
         let usage = arena.shared().config.usage;
-        arena.add_pool("default", PoolConfig { quota: None, usage })?;
+        arena.add_pool(
+            "default",
+            PoolConfig {
+                usage,
+                ..Default::default()
+            },
+        )?;
         arena.set_live(arena.shared().config.budget);
         arena.shared().refresh_live_budget(true);
         Ok(arena)
@@ -294,6 +302,10 @@ impl Arena {
         }
         let alignment = alignment.max(wgpu::COPY_BUFFER_ALIGNMENT);
         let mut policy = shared.default_policy.clone();
+        if let Some(block) = config.block_size {
+            let block = block.max(alignment).next_multiple_of(alignment);
+            policy.min_block = block.min(policy.max_block);
+        }
         if config.usage.contains(wgpu::BufferUsages::UNIFORM) {
             let cap = limits.max_uniform_buffer_binding_size.max(64 << 10);
             policy.max_block = policy.max_block.min(cap.next_power_of_two() / 2 * 2);
@@ -311,6 +323,34 @@ impl Arena {
         let index = st.pools.len() - 1;
         drop(st);
         Ok(self.pool_id(index))
+    }
+
+    /// The pool for what a host app binds as `use` (uniform, vertex or index buffers),
+    /// made on first use with that usage and small blocks (64 KiB for uniforms, 256 KiB
+    /// for the others), so that a renderer's handful of small buffers does not reserve
+    /// 4 MiB a kind. Allocate in it with [`alloc_in`](Self::alloc_in) or
+    /// [`alloc_typed_in`](Self::alloc_typed_in).
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// use vramkit::arena::HostUse;
+    /// let uniforms = arena.host_pool(HostUse::Uniform)?;
+    /// let params = arena.alloc_typed_in::<[f32; 4]>(uniforms, 1, "sim params")?;
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn host_pool(&self, host_use: HostUse) -> Result<PoolId> {
+        let (name, config) = host_use.pool();
+        if let Some(pool) = self.pool(name) {
+            return Ok(pool);
+        }
+        match self.add_pool(name, config) {
+            // Another thread made it meanwhile.
+            Err(_) if self.pool(name).is_some() => self
+                .pool(name)
+                .ok_or_else(|| Error::invalid(format!("pool '{name}'"), "this is a vramkit bug")),
+            made => made,
+        }
     }
 
     /// Looks a pool up by name.
@@ -340,6 +380,45 @@ impl Arena {
                 )
             })?;
         self.alloc(bytes, label)?.typed_len(len as u64)
+    }
+
+    /// Room for `len` elements of `T` in `pool`.
+    pub fn alloc_typed_in<T: bytemuck::Pod>(
+        &self,
+        pool: PoolId,
+        len: usize,
+        label: &str,
+    ) -> Result<Typed<T>> {
+        let bytes = (len as u64)
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!("{len} elements overflow a 64-bit byte count"),
+                    "allocate fewer elements",
+                )
+            })?;
+        self.alloc_in(pool, bytes, label)?.typed_len(len as u64)
+    }
+
+    /// `size` bytes in `pool` with a wgpu buffer of their own: a block nothing else is
+    /// placed in while the allocation lives (offset 0 when no guard bytes are asked for).
+    /// What a host app binds in ways that may not share a buffer with another binding of
+    /// the same pass: wgpu refuses one buffer bound `read_write` beside any other binding
+    /// of it in one dispatch or draw (README, "Embedding vramkit in a wgpu app";
+    /// [`BindGroup`] checks it). It costs one buffer per
+    /// allocation; its block is cached for the next such request when it drops.
+    ///
+    /// ```no_run
+    /// # let gpu = vramkit::Gpu::headless()?;
+    /// # let arena = vramkit::Arena::new(&gpu, Default::default())?;
+    /// let particles_out = arena.alloc_own_buffer_in(arena.default_pool(), 64 << 10, "particles b")?;
+    /// assert_eq!(particles_out.offset(), 0);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn alloc_own_buffer_in(&self, pool: PoolId, size: u64, label: &str) -> Result<Allocation> {
+        self.check_pool(pool)?;
+        self.shared()
+            .alloc(pool.index, size, label, AllocMode::OWN_BUFFER)
     }
 
     /// Allocates `size` bytes in `pool`. Over the budget or quota it first gives back cached

@@ -54,6 +54,9 @@ pub(crate) struct AllocMode {
     pub relieve: bool,
     /// Only in this block (a repacking's fresh block, `Arena::reserve_block`).
     pub block: Option<crate::alloc::BlockId>,
+    /// In a block of its own, which nothing else is placed in while it lives
+    /// (`Arena::alloc_own_buffer_in`).
+    pub own: bool,
 }
 
 impl AllocMode {
@@ -63,6 +66,16 @@ impl AllocMode {
         grow: true,
         relieve: true,
         block: None,
+        own: false,
+    };
+    /// A buffer of its own: never a cached range (it may lie in a shared block), and its
+    /// range does not go to the by-size cache when freed.
+    pub const OWN_BUFFER: AllocMode = AllocMode {
+        cache: false,
+        grow: true,
+        relieve: true,
+        block: None,
+        own: true,
     };
     /// A defragmentation's destination: only free space of existing blocks that are not
     /// draining; never a cached range (it may lie in a draining block), never the hook.
@@ -71,6 +84,7 @@ impl AllocMode {
         grow: false,
         relieve: false,
         block: None,
+        own: false,
     };
 
     /// A repacking's destination: block `id` and nothing else.

@@ -38,10 +38,12 @@ impl Shared {
         let pool_name: &str = &p.name;
         let allow_new = req.allow_new;
         let label = req.label;
-        let result = p.set.allocate_within(
+        let own = req.mode.own;
+        let result = p.set.allocate_placed(
             req.total,
             req.align,
             budget_room.min(quota_room).min(max_buffer),
+            own,
             |id, block_size| {
                 if !allow_new {
                     return Err(Reserve::NeedBlock);
@@ -71,7 +73,7 @@ impl Shared {
                     usage,
                     self.host_visible_blocks,
                     self.config.dry_run,
-                    &format!("{name}/{pool_name}/block{} ({label})", id.0),
+                    &block_label(name, pool_name, id.0, own, label),
                 )
                 .map_err(|e| match e {
                     Error::DeviceLost { .. } => Reserve::Failed(e),
@@ -286,4 +288,15 @@ fn top_labels(st: &State, n: usize) -> Vec<(String, u64)> {
     labels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     labels.truncate(n);
     labels
+}
+
+/// The wgpu label of a new block: the arena, the pool, the block, and whose it is. wgpu
+/// names the buffer in its errors, so a shared block says it is shared (the allocation
+/// named is only the first placed in it, not necessarily the one a message is about).
+fn block_label(arena: &str, pool: &str, block: u32, own: bool, label: &str) -> String {
+    if own {
+        format!("{arena}/{pool}/block{block}: the own buffer of '{label}'")
+    } else {
+        format!("{arena}/{pool}/block{block}: shared by many allocations (first: '{label}')")
+    }
 }

@@ -219,6 +219,7 @@ impl Kernels {
                 PoolConfig {
                     quota: Some(64 << 20),
                     usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                    ..Default::default()
                 },
             )?,
         };

@@ -107,6 +107,9 @@ impl Runtime {
     /// A runtime on a device and queue a host application owns ([`Gpu::from_wgpu`]);
     /// vramkit uses exactly the limits and features the host enabled. `wgpu::Device` and
     /// `wgpu::Queue` are reference-counted handles: pass clones and keep using your own.
+    /// For the host's own bind groups of arena allocations, see
+    /// [`BindGroup`](crate::arena::BindGroup) and the README's "Embedding vramkit in a
+    /// wgpu app".
     pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Result<Runtime> {
         Runtime::new(&Gpu::from_wgpu(device, queue), RuntimeConfig::default())
     }

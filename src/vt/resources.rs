@@ -108,6 +108,7 @@ impl VirtualTexture {
                             | wgpu::BufferUsages::UNIFORM
                             | wgpu::BufferUsages::COPY_DST
                             | wgpu::BufferUsages::COPY_SRC,
+                        ..Default::default()
                     },
                 ),
             }
