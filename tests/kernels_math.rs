@@ -125,6 +125,7 @@ fn binary_ops_match_the_cpu_in_and_out_of_place() {
 
 #[test]
 fn scans_match_the_cpu_at_awkward_sizes() {
+    common::say("kernels_math: scans at awkward sizes against the CPU");
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let mut r = rng();
     // Tiles are 8192 elements (portable) or 4096, taken 8 per workgroup, in 16-byte
@@ -440,6 +441,7 @@ fn check_matmul(got: &[f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usi
 
 #[test]
 fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
+    common::say("kernels_math: products of odd shapes in f32 and f16, each checked against the CPU; a minute on lavapipe");
     // Guards around every allocation catch a store past the end of `c`.
     let config = vramkit::ArenaConfig {
         guard_bytes: 256,
@@ -571,6 +573,7 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
 
 #[test]
 fn split_products_match_the_cpu_and_the_unsplit_product() {
+    common::say("kernels_math: products split along k against the CPU and the unsplit product");
     // Few tiles and a long k run split along k, f32 on the four-element kernel and f16 on
     // the matrix units where the device has them (else on the four-element kernel too):
     // 8, 3 and 2 parts of 512 (whole tiles; one narrow tile; two tiles with edges in m and
@@ -649,6 +652,9 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
 
 #[test]
 fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
+    common::say(
+        "kernels_math: batched products with packed, shared and padded strides against the CPU",
+    );
     let config = vramkit::ArenaConfig {
         guard_bytes: 256,
         ..Default::default()
@@ -892,6 +898,7 @@ fn f16_casts_round_trip_and_match_the_half_crate() {
 /// the products of two f16 values are exact in f32). Prints the largest error seen.
 #[test]
 fn the_f16_product_stays_within_its_stated_error_bound_at_each_k() {
+    common::say("kernels_math: the f16 product's error bound at each k");
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let kernels = Kernels::new(&arena).unwrap();
     let mut r = rng();

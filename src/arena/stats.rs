@@ -210,7 +210,7 @@ impl Arena {
             .filter(|(_, l)| l.count > 0 || l.peak_bytes > 0)
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
-        per_label.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        per_label.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(natural_order(&a.0, &b.0)));
         ArenaStats {
             allocated: c.allocated,
             active: c.allocated + c.pending,
@@ -379,7 +379,7 @@ impl Arena {
             rows.sort_by(|a, b| {
                 (b.1.bytes, b.1.peak_bytes)
                     .cmp(&(a.1.bytes, a.1.peak_bytes))
-                    .then(a.0.cmp(&b.0))
+                    .then(natural_order(&a.0, &b.0))
             });
             for (label, l) in rows.iter().take(SUMMARY_LABELS) {
                 let _ = writeln!(
@@ -478,5 +478,57 @@ mod tests {
             );
             assert_eq!(arena.check_invariants(), Ok(()));
         }
+    }
+}
+
+/// Labels in the order a person reads them: runs of digits compare as numbers, so
+/// "array 2" comes before "array 10" (the summary's ties are listed this way).
+pub(crate) fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return std::cmp::Ordering::Equal,
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let digits = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
+                let (na, nb) = (digits(a), digits(b));
+                let trim = |s: &[u8]| -> usize { s.iter().take_while(|&&c| c == b'0').count() };
+                let (da, db) = (
+                    &a[trim(&a[..na]).min(na)..na],
+                    &b[trim(&b[..nb]).min(nb)..nb],
+                );
+                let by_value = da.len().cmp(&db.len()).then(da.cmp(db)).then(na.cmp(&nb));
+                if by_value != std::cmp::Ordering::Equal {
+                    return by_value;
+                }
+                a = &a[na..];
+                b = &b[nb..];
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(y);
+                }
+                a = &a[1..];
+                b = &b[1..];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::natural_order;
+
+    #[test]
+    fn labels_sort_as_a_person_reads_them() {
+        let mut labels = vec![
+            "array 10", "array 2", "array 1", "b", "array 02", "a10b", "a9b",
+        ];
+        labels.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(
+            labels,
+            vec!["a9b", "a10b", "array 1", "array 2", "array 02", "array 10", "b"]
+        );
     }
 }

@@ -68,6 +68,14 @@ pub fn host_device(limits: wgpu::Limits) -> (wgpu::Device, wgpu::Queue) {
     .expect("a device with these limits")
 }
 
+/// Says what a long test is doing, on the terminal even while the harness captures the
+/// test's output (it captures `print!` and `eprint!`, not writes to the stderr handle):
+/// a minute of silence reads as a hang.
+pub fn say(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "      ({what})");
+}
+
 /// A fresh random generator; the seed is printed so a failure can be replayed with
 /// VRAMKIT_TEST_SEED.
 pub fn rng() -> SmallRng {
