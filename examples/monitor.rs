@@ -1,7 +1,8 @@
 //! Watch an arena live: a mixed workload (uploads, profiled kernels checked against the
-//! CPU, downloads, and spikes that run into the budget and trim) while
-//! `metrics-exporter-prometheus` serves `/metrics`, then the memory history as a Perfetto
-//! trace and a timeline picture.
+//! CPU, downloads, and spikes that run into the budget and trim) while `/metrics` is
+//! served in the Prometheus text format (`metrics-exporter-prometheus` renders it; a
+//! thread of this example answers HTTP with the standard library, so no async runtime is
+//! built), then the memory history as a Perfetto trace and a timeline picture.
 //!
 //! ```text
 //! cargo run --release --features metrics --example monitor              # 20 s, :9464
@@ -43,14 +44,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let once = args.iter().any(|a| a == "--once");
     let seconds = value("--seconds")?.unwrap_or(20);
     let port = value("--port")?.unwrap_or(9464) as u16;
-    let builder = PrometheusBuilder::new();
+    let recorder = PrometheusBuilder::new().install_recorder()?;
     let handle = if once {
-        Some(builder.install_recorder()?)
+        Some(recorder)
     } else {
-        // Serves on a Tokio runtime of its own background thread.
-        builder
-            .with_http_listener(([127, 0, 0, 1], port))
-            .install()?;
+        serve(recorder, port)?;
         eprintln!("serving http://127.0.0.1:{port}/metrics for {seconds} s");
         None
     };
@@ -101,5 +99,31 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if total.mismatches > 0 {
         return Err(format!("{} kernel results differed from the CPU", total.mismatches).into());
     }
+    Ok(())
+}
+
+/// Answers every HTTP request on `127.0.0.1:port` with the current metrics, on a thread
+/// of its own (a scrape every few seconds needs nothing more).
+fn serve(
+    recorder: metrics_exporter_prometheus::PrometheusHandle,
+    port: u16,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            // The request itself does not matter: every path gets the metrics.
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request);
+            let body = recorder.render();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
     Ok(())
 }

@@ -2,10 +2,10 @@
 //! the synthetic workloads of `bench alloc` (same generators, smaller sizes).
 //!
 //! ```text
-//! cargo bench --bench alloc
+//! cargo bench -p vramkit-alloc-bench
 //! ```
 
-#[path = "../examples/support/alloc_bench.rs"]
+#[path = "../../examples/support/alloc_bench.rs"]
 mod alloc_bench;
 
 use alloc_bench::{churn, fifo, lifo, run_once, Bench, Offset, RangeAlloc, Workload};
