@@ -260,26 +260,36 @@ fn a_pending_future_is_told_of_a_loss() {
         rt.synchronize().unwrap(); // compiled and warm: the next batch is all GPU time
         long_work(&rt, 1024).unwrap();
         let (tx, rx) = mpsc::channel();
+        let now = std::time::Instant::now;
         let waiter = {
             let (gpu, tx) = (gpu.clone(), tx.clone());
             std::thread::spawn(move || {
-                let _ = tx.send(("wait_idle_async", pollster::block_on(gpu.wait_idle_async())));
+                let got = pollster::block_on(gpu.wait_idle_async());
+                let _ = tx.send(("wait_idle_async", got, now()));
             })
         };
         let reader = {
             let rt = rt.clone();
             std::thread::spawn(move || {
                 let got = pollster::block_on(rt.download_async(&x)).map(drop);
-                let _ = tx.send(("download_async", got));
+                let _ = tx.send(("download_async", got, now()));
             })
         };
         std::thread::sleep(Duration::from_millis(100));
+        let lost_at = now();
         gpu.mark_lost("issue 61: marked lost while futures wait");
         for _ in 0..2 {
-            let (what, got) = rx
+            let (what, got, at) = rx
                 .recv_timeout(Duration::from_secs(5))
                 .expect("a future pending at the loss never resolved");
-            lost_any(got, what);
+            match got {
+                // wgpu's GL backend runs a submission's work inside the submit: the
+                // futures can be done before the loss. Only then may they say Ok.
+                Ok(()) if at < lost_at => {
+                    eprintln!("{what} finished before the loss: nothing to check on this backend")
+                }
+                got => lost_any(got, what),
+            }
         }
         waiter.join().unwrap();
         reader.join().unwrap();
@@ -365,10 +375,40 @@ fn a_runtime_recovers_its_movables_on_a_new_device() {
         let report = rt.recover().unwrap();
         eprintln!("{report}");
         assert!(!rt.gpu().same_device(&gpu) && rt.gpu().lost().is_none());
-        assert_eq!(report.movables.restored.len(), 2, "{report:?}");
-        assert_eq!(report.movables.lost, vec![doomed.id()], "{report:?}");
+        // The host tier is host memory vramkit maps itself on Vulkan, which a lost device
+        // leaves readable; elsewhere it is wgpu buffers of the lost device.
+        let host_copies_survive = gpu.info().backend == wgpu::Backend::Vulkan;
+        let (mut back, mut lost) = (vec![restorable.id()], vec![doomed.id()]);
+        if host_copies_survive {
+            back.push(evicted.id());
+        } else {
+            lost.push(evicted.id());
+        }
+        let sorted = |mut v: Vec<vramkit::tier::MovableId>| {
+            v.sort();
+            v
+        };
+        assert_eq!(
+            sorted(report.movables.restored.clone()),
+            sorted(back),
+            "{report:?}"
+        );
+        assert_eq!(
+            sorted(report.movables.lost.clone()),
+            sorted(lost),
+            "{report:?}"
+        );
+        let came_back: Vec<(&vramkit::tier::Movable, &Vec<f32>)> = if host_copies_survive {
+            vec![(&evicted, &d_evicted), (&restorable, &d_restorable)]
+        } else {
+            lost_any(
+                tiers.make_resident(&[&evicted]).map(drop),
+                "a host copy on GL",
+            );
+            vec![(&restorable, &d_restorable)]
+        };
         // The movables: their bytes, or DeviceLost.
-        for (m, d) in [(&evicted, &d_evicted), (&restorable, &d_restorable)] {
+        for (m, d) in came_back {
             let r = tiers.make_resident(&[m]).unwrap();
             assert_eq!(
                 &rt.download(r.elements::<f32>(m).unwrap()).unwrap(),
