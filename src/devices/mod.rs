@@ -186,9 +186,7 @@ impl DeviceSet {
     pub fn open_with(options: &DeviceSetOptions) -> Result<DeviceSet> {
         crate::gpu::would_block("DeviceSet::open", "one Runtime::headless_async().await")?;
         let backends = options.gpu.backends.unwrap_or(wgpu::Backends::PRIMARY);
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = backends;
-        let instance = wgpu::Instance::new(desc);
+        let instance = wgpu::Instance::new(crate::gpu::instance_descriptor(backends));
         let adapters = {
             let _lock = Gpu::lifecycle_lock();
             pollster::block_on(instance.enumerate_adapters(backends))

@@ -42,12 +42,14 @@ pub enum Error {
     },
 
     /// The adapter refused to create a device.
-    #[error("requesting a device from adapter '{adapter}' failed: {source}")]
+    #[error("requesting a device from adapter '{adapter}' failed: {source}. {hint}")]
     RequestDevice {
         /// The adapter's name.
         adapter: String,
         /// wgpu's error.
         source: wgpu::RequestDeviceError,
+        /// What may be behind it, and what to try.
+        hint: String,
     },
 
     /// An argument was out of its valid range; nothing was changed.
@@ -139,6 +141,18 @@ pub enum Error {
         instead: String,
     },
 
+    /// An error of the program's own code that runs inside vramkit (a restore function, a
+    /// tile source, a fill callback), or that a program returns as a vramkit error: what
+    /// it was doing, and the error itself.
+    #[error("{during}: {source}")]
+    External {
+        /// What was being done.
+        during: String,
+        /// The error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
     /// The device lacks a feature this operation needs.
     #[error("this operation needs the wgpu feature {feature}, which adapter '{adapter}' does not offer. {hint}")]
     MissingFeature {
@@ -155,10 +169,34 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub(crate) fn invalid(what: impl Into<String>, hint: impl Into<String>) -> Self {
+    /// An [`Error::InvalidArgument`]: what was wrong, and how to fix it.
+    ///
+    /// ```
+    /// let e = vramkit::Error::invalid("a batch of 0 frames", "ask for 1 or more");
+    /// assert_eq!(e.to_string(), "invalid argument: a batch of 0 frames. ask for 1 or more");
+    /// ```
+    pub fn invalid(what: impl Into<String>, hint: impl Into<String>) -> Self {
         Error::InvalidArgument {
             what: what.into(),
             hint: hint.into(),
+        }
+    }
+
+    /// An [`Error::External`]: an error of the program's own, as a vramkit error (a
+    /// restore function's file read that failed, say).
+    ///
+    /// ```
+    /// let io = std::io::Error::new(std::io::ErrorKind::NotFound, "weights.bin");
+    /// let e = vramkit::Error::external("reloading the weights", io);
+    /// assert_eq!(e.to_string(), "reloading the weights: weights.bin");
+    /// ```
+    pub fn external(
+        during: impl Into<String>,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::External {
+            during: during.into(),
+            source: error.into(),
         }
     }
 }

@@ -231,6 +231,7 @@ impl Gpu {
                 .await
                 .map_err(|source| Error::RequestDevice {
                     adapter: info.name.clone(),
+                    hint: request_device_hint(&info),
                     source,
                 })?;
         let gpu = Self::build(
@@ -285,11 +286,11 @@ impl Gpu {
                 // The lost device's instance where vramkit made one: an instance outlives
                 // its devices, and a new one per recovery is a driver's instance made and
                 // destroyed every time.
-                let instance = self.inner.instance.clone().unwrap_or_else(|| {
-                    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-                    desc.backends = backends;
-                    wgpu::Instance::new(desc)
-                });
+                let instance = self
+                    .inner
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| wgpu::Instance::new(instance_descriptor(backends)));
                 let adapters = instance.enumerate_adapters(backends).await;
                 if let Some(adapter) = adapters.into_iter().find(|a| same(&a.get_info())) {
                     return Self::open_adapter(instance, &adapter, &options).await;
@@ -308,9 +309,7 @@ impl Gpu {
         backends: wgpu::Backends,
         options: &GpuOptions,
     ) -> Result<(wgpu::Instance, wgpu::Adapter)> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = backends;
-        let instance = wgpu::Instance::new(desc);
+        let instance = wgpu::Instance::new(instance_descriptor(backends));
         let adapters = instance.enumerate_adapters(backends).await;
         let adapter = select::choose(adapters, options)?;
         Ok((instance, adapter))
@@ -696,6 +695,34 @@ impl Gpu {
         self.confirm_alive()?;
         Ok(value)
     }
+}
+
+/// An instance on `backends`, with wgpu's own environment variables for the rest (its
+/// flags, and backend options such as `WGPU_GLES_MINOR_VERSION`); `VRAMKIT_BACKEND` chose
+/// the backends.
+pub(crate) fn instance_descriptor(backends: wgpu::Backends) -> wgpu::InstanceDescriptor {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    desc
+}
+
+/// What to say when an adapter refuses a device.
+fn request_device_hint(info: &wgpu::AdapterInfo) -> String {
+    if info.backend == wgpu::Backend::Gl {
+        // Seen on NVIDIA's EGL (issue 62): wgpu's own indirect-validation pipeline, a
+        // compute shader, did not compile for the shading-language version of the context
+        // it made, and the request ended "Parent device is lost".
+        return "on OpenGL, wgpu needs a context with compute shaders (desktop GL 4.3 or GLES \
+                3.1); if wgpu logged 'The selected version doesn't support \
+                Features(... COMPUTE_SHADER ...)', the driver gave it an older one: try \
+                WGPU_GLES_MINOR_VERSION=2, or use Vulkan (VRAMKIT_BACKEND=vulkan), which runs \
+                everything vramkit has"
+            .into();
+    }
+    "a driver that has made many devices in this process may refuse more (NVIDIA's did \
+     after about 124: BENCHMARKS.md, Device loss and recovery); otherwise check the \
+     driver's installation and the device's health"
+        .into()
 }
 
 /// The configuration `shaders/matmul_coop.wgsl` multiplies in: 16 x 16 x 16, f16 inputs,

@@ -125,6 +125,22 @@ pub struct MatmulShape {
     pub n: u64,
 }
 
+impl MatmulShape {
+    /// An `m` x `k` by `k` x `n` product, from the `usize` lengths a program has.
+    ///
+    /// ```
+    /// let shape = vramkit::kernels::MatmulShape::new(128, 64, 32);
+    /// assert_eq!((shape.m, shape.k, shape.n), (128, 64, 32));
+    /// ```
+    pub fn new(m: usize, k: usize, n: usize) -> MatmulShape {
+        MatmulShape {
+            m: m as u64,
+            k: k as u64,
+            n: n as u64,
+        }
+    }
+}
+
 /// How a batch of products lies in its allocations ([`Batch::bmm`]): how many, and how
 /// many elements one product's operand starts after the previous one's.
 ///
