@@ -14,7 +14,7 @@
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-#[path = "common/reference.rs"]
+#[path = "support/reference.rs"]
 mod reference;
 #[path = "../examples/support/vt_demo.rs"]
 mod vt_demo;

@@ -1,6 +1,6 @@
 //! A small model-like step whose memory scales with the batch: two dense layers (matmul),
 //! a GELU, a row softmax and the temporaries between them, with a CPU reference. Shared
-//! by `examples/plan.rs` (the dry-run and max-batch demo) and `tests/dry_run.rs`.
+//! by `examples/plan.rs` (the dry-run and max-batch demo) and `tests/it/dry_run.rs`.
 #![allow(dead_code)]
 
 use vramkit::kernels::MatmulShape;

@@ -630,7 +630,7 @@ impl Shared {
         // The chained floor only while frees come back without the arena's polls (an
         // armed callback ran in the program's submit or poll since the last flush): a
         // program that never submits gets nothing back until a flush, and must not gather
-        // twice as much first (`tests/arena.rs`,
+        // twice as much first (`tests/it/arena.rs`,
         // `frees_come_back_without_submissions_or_synchronize`: 95-101 MiB reserved for
         // 4 MiB live with the chained floor, against its bound of 96).
         let returning = self.completion.returned_alone() > st.returned_alone_at_flush;

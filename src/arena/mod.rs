@@ -611,7 +611,7 @@ impl Arena {
 /// ([`Shared::chained_callbacks`]): on CPU adapters, unless `VRAMKIT_SEALING` says
 /// `chained` or `batched` (the GPUs' way), so that either path can be tested on any
 /// adapter (the arena's test suites run again under the path their adapter does not take,
-/// `tests/common`). Read once per process.
+/// `tests/support`). Read once per process.
 fn chained_callbacks(gpu: &Gpu) -> bool {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| match std::env::var("VRAMKIT_SEALING").as_deref() {

@@ -2,7 +2,7 @@
 //!
 //! NVIDIA's Vulkan driver is not safe against instances and devices being created and
 //! destroyed on several threads at once: parallel tests that each opened a second device
-//! hung in the driver (3 of 8 runs of `tests/misuse.rs` with four test threads on an H100,
+//! hung in the driver (3 of 8 runs of `tests/it/misuse.rs` with four test threads on an H100,
 //! every hung thread parked in a priority-inheritance mutex, which neither Rust's nor
 //! parking_lot's locks use), and other projects saw crashes (kvark/blade#336) and
 //! teardown deadlocks (gfx-rs/wgpu#8365) on the same driver. vramkit therefore opens

@@ -25,7 +25,7 @@
 //! rounded from is at most `(2^-10 + 2^-21 + g(k) (1 + 2^-10)) x sum_k |a| |b|` with
 //! `g(k) = k 2^-24 / (1 - k 2^-24)`: rounding each input to f16 costs up to 2^-11 of it, and
 //! f32 summation in any order at most `g(k)` of the sum of magnitudes. For f32 inputs the
-//! bound is `g(k) x sum_k |a| |b|` (no TF32). `tests/kernels_math.rs` checks the f16 bound
+//! bound is `g(k) x sum_k |a| |b|` (no TF32). `tests/it/kernels_math.rs` checks the f16 bound
 //! at k = 8 to 4096 (largest errors 4.4e-4 down to 1.6e-5 of `sum |a| |b|` on lavapipe,
 //! 3.8e-4 down to 2.0e-5 on the H100's matrix units: the inputs' rounding dominates) and
 //! every product of the property tests within 1e-5 of `sum |a| |b|` against the rounded

@@ -23,7 +23,7 @@
 //! | [`softmax`] | row-wise softmax |
 //! | [`cast`] | f32 <-> f16 storage |
 //!
-//! Every kernel has a CPU reference in the tests (`tests/kernels.rs`), run on random inputs
+//! Every kernel has a CPU reference in the tests (`tests/it/kernels.rs`), run on random inputs
 //! at awkward sizes.
 
 mod batch;

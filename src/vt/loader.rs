@@ -168,7 +168,7 @@ impl Drop for Loader {
         // Set under the queue's lock: a worker checks `stop` and goes to sleep under that
         // lock, so it either sees the flag or is already asleep when the notification
         // comes. Set without it, the notification could fall between a worker's check and
-        // its wait, and the join below waited forever (a CI run hung in `tests/vt.rs`).
+        // its wait, and the join below waited forever (a CI run hung in `tests/it/vt.rs`).
         {
             let _queue = self.shared.queue.lock();
             self.shared.stop.store(true, Ordering::Release);

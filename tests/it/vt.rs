@@ -1,7 +1,7 @@
 //! Virtual textures on a real adapter, against the CPU reference sampler.
 
-mod common;
-#[path = "../examples/support/vt_demo.rs"]
+use crate::common;
+#[path = "../../examples/support/vt_demo.rs"]
 mod vt_demo;
 
 use std::collections::HashSet;

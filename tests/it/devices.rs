@@ -4,7 +4,7 @@
 //! budgets, misuse and a lost device. Every result is read back and checked against the
 //! CPU on random inputs.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,7 +1,7 @@
 //! The GPU context on a real adapter: selection, limits, features, embedding, timing,
 //! and every shipped shader compiling on the device.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, gpu, random_f32, rng};
 use vramkit::kernels::Kernels;

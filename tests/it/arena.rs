@@ -1,7 +1,7 @@
 //! The buffer arena on a real adapter: placement, safe reuse, budgets, pools, trim, stats,
 //! reports, dumps and guard checks. Every GPU result is read back and checked.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -1019,7 +1019,7 @@ fn another_thread_revokes_the_lock_bias_once() {
 /// ([`common::rerun_under_the_other_sealing_path`]).
 #[test]
 fn the_suite_passes_under_the_other_sealing_path() {
-    common::rerun_under_the_other_sealing_path();
+    common::rerun_under_the_other_sealing_path(module_path!());
 }
 
 /// An out-of-memory error whose pool has a free range as large as the request says why

@@ -2,8 +2,8 @@
 //! the Perfetto trace parses and balances, the timeline is well-formed SVG, profiled
 //! kernels land on the GPU track, and an out-of-memory error names who holds the memory.
 
-mod common;
-#[path = "../examples/support/observe.rs"]
+use crate::common;
+#[path = "../../examples/support/observe.rs"]
 mod observe;
 
 use std::collections::{HashMap, HashSet};

@@ -2,7 +2,7 @@
 //! each against a CPU reference on fresh random inputs at awkward sizes, outputs poisoned
 //! with NaN first so that an element the kernel never writes fails.
 
-mod common;
+use crate::common;
 
 use common::reference::{cpu_binary, cpu_scan_u32, cpu_softmax, cpu_unary};
 use common::{assert_close, gpu, random_f32, rng};

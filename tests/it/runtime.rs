@@ -3,7 +3,7 @@
 //! on random inputs; element counts come from the allocations, and mismatched lengths
 //! are typed errors.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, random_f32, rng};
 use half::f16;

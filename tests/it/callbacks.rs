@@ -5,7 +5,7 @@
 //! deadline: a deadlock fails the test instead of hanging the suite. Every result is read
 //! back and checked against what the host wrote.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
@@ -222,7 +222,7 @@ fn downloads_and_timings_from_callbacks_do_not_wait_on_themselves() {
 /// ([`common::rerun_under_the_other_sealing_path`]).
 #[test]
 fn the_suite_passes_under_the_other_sealing_path() {
-    common::rerun_under_the_other_sealing_path();
+    common::rerun_under_the_other_sealing_path(module_path!());
 }
 
 /// Panics on vramkit's own threads (named `vramkit-...`) while `f` runs, by message: a

@@ -1,10 +1,10 @@
 //! The arena's metrics through the `metrics` facade (feature `metrics`): every name is
 //! published with consistent values, counters never go back, and publishing twice does
-//! not double-count. Run with `cargo test --features metrics --test metrics`.
+//! not double-count. Run with `cargo test --features metrics --test it metrics::`.
 #![cfg(feature = "metrics")]
 
-mod common;
-#[path = "../examples/support/observe.rs"]
+use crate::common;
+#[path = "../../examples/support/observe.rs"]
 mod observe;
 
 use std::collections::BTreeMap;

@@ -4,7 +4,7 @@
 //! generates (and shrinks) the programs; the soak (`examples/soak.rs`) runs the same idea
 //! for minutes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

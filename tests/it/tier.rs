@@ -2,7 +2,7 @@
 //! eviction, restore and defragmenting move; pinned ones never move; accounting stays
 //! exact across tiers; both tiers full is a typed error that loses nothing.
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use rand::Rng;
@@ -675,7 +675,7 @@ fn threads_touching_evicting_and_defragmenting_lose_nothing() {
 /// ([`common::rerun_under_the_other_sealing_path`]).
 #[test]
 fn the_suite_passes_under_the_other_sealing_path() {
-    common::rerun_under_the_other_sealing_path();
+    common::rerun_under_the_other_sealing_path(module_path!());
 }
 
 /// Issue 61, reproduction 3: under a budget with no room for a fresh block, two

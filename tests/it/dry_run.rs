@@ -4,9 +4,9 @@
 //! `max_batch` finds the largest batch whose memory is a known function of its size, and
 //! that batch then runs for real within the budget.
 
-mod common;
+use crate::common;
 
-#[path = "../examples/support/model.rs"]
+#[path = "../../examples/support/model.rs"]
 mod model;
 
 use common::{assert_close, random_f32, rng};

@@ -107,18 +107,21 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 /// Frees come back through completion callbacks chained one after another on CPU adapters
 /// and filed in batches on GPUs (`Shared::seal_lazily`): the two paths differ in when a
 /// free comes back and when the allocation path polls. A suite runs under its adapter's
-/// path; a test that calls this runs the whole test binary again, in a child process,
+/// path; a test that calls this runs its module's tests again, in a child process,
 /// under the other one (`VRAMKIT_SEALING`), so that CI on lavapipe also checks the path the
-/// GPUs take. Does nothing in the child, or where the run chose its path itself.
-pub fn rerun_under_the_other_sealing_path() {
+/// GPUs take: the tests of `module` (the caller's `module_path!()`). Does nothing in the
+/// child, or where the run chose its path itself.
+pub fn rerun_under_the_other_sealing_path(module: &str) {
     if std::env::var_os("VRAMKIT_SEALING").is_some() {
         return;
     }
     let other = if gpu().is_cpu() { "batched" } else { "chained" };
     let exe = std::env::current_exe().expect("the test binary's path");
+    // `it::tier` -> the filter `tier::`, which names the module's tests.
+    let filter = format!("{}::", module.split_once("::").map_or(module, |(_, m)| m));
     let out = std::process::Command::new(exe)
         .env("VRAMKIT_SEALING", other)
-        .args(["--test-threads", "2"])
+        .args(["--test-threads", "2", filter.as_str()])
         .output()
         .expect("the test binary runs again");
     let text = format!(

@@ -2,7 +2,7 @@
 //! reported as `Error::DeviceLost` by every call, nothing hangs, no drop panics, and the
 //! arena's statistics and leak report still work.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! with downlevel limits. After every error the data already on the GPU is unchanged
 //! (read back and compared).
 
-mod common;
+use crate::common;
 
 use common::{assert_close, gpu, random_f32, rng};
 use vramkit::arena::PoolConfig;

@@ -1,7 +1,7 @@
 //! Kernels on arena allocations, checked against CPU references on random inputs at awkward
 //! sizes, including more than 65535 workgroups.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, gpu, random_f32, rng};
 use vramkit::kernels::{KernelOptions, Kernels};

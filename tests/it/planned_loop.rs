@@ -3,7 +3,7 @@
 //! and an iteration that deviates, or an allocation kept past its iteration, falls back
 //! to the arena without corrupting anything.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, random_f32, rng};
 use rand::rngs::SmallRng;
@@ -360,7 +360,7 @@ fn replanning_while_another_thread_allocates() {
 /// ([`common::rerun_under_the_other_sealing_path`]).
 #[test]
 fn the_suite_passes_under_the_other_sealing_path() {
-    common::rerun_under_the_other_sealing_path();
+    common::rerun_under_the_other_sealing_path(module_path!());
 }
 
 /// At steady state a planned loop with the default settings reserves no more than the

@@ -6,7 +6,7 @@
 //! window between two threads, the test widens it (a long GPU job, many rounds) and checks
 //! the property itself, so it passes only when the property holds.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};

@@ -1,6 +1,6 @@
 //! Uploads through the staging ring, read back byte by byte against the expected bytes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -1123,7 +1123,10 @@ fn texture_uploads(host: bool) {
         bytemuck::cast_slice(&values),
     )
     .unwrap();
-    assert!(read_texture(&float_texture, 0, origin0, aligned, 4) == bytemuck::cast_slice(&values));
+    assert!(
+        read_texture(&float_texture, 0, origin0, aligned, 4)
+            == bytemuck::cast_slice::<f32, u8>(&values)
+    );
 
     // A band of several MiB: its rows are laid out at the pitch by several threads.
     let up = Uploader::new(
