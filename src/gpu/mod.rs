@@ -742,7 +742,7 @@ fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {
 /// The cooperative matmul's workgroups: 128 invocations and 22.5 KiB of workgroup memory
 /// (`matmul_coop.wgsl`).
 fn matrix_kernel_fits(limits: &wgpu::Limits) -> bool {
-    use crate::kernels::matmul::{COOP_WORKGROUP_BYTES, COOP_WORKGROUP_SIZE};
+    use crate::shaders::{COOP_WORKGROUP_BYTES, COOP_WORKGROUP_SIZE};
     limits.max_compute_invocations_per_workgroup >= COOP_WORKGROUP_SIZE
         && limits.max_compute_workgroup_size_x >= COOP_WORKGROUP_SIZE
         && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES

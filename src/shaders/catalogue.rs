@@ -441,6 +441,24 @@ shader!(
     SOFTMAX_SWEEP = "softmax_sweep.wgsl", [file!("softmax_params.wgsl"), file!("softmax_sweep.wgsl")], NONE, true
 );
 
+// The matrix-unit kernel's workgroup, which the device's limits must admit (`Gpu`'s
+// matrix units) and the kernel dispatches: facts of the shader, kept beside it.
+/// Workgroup memory of `matmul_coop.wgsl`: 128 x 40 and 32 x 136 f16 slices, and
+/// 4 x 16 x 16 f32 on the way out (a test of `kernels::matmul` reads it from the shader).
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = (128 * 40 + 32 * 136) * 2 + 4 * 16 * 16 * 4;
+/// The most workgroup memory a matmul workgroup may take and still share a core with a
+/// second one on NVIDIA's Vulkan driver. Both matmul kernels rely on two workgroups per
+/// core (their registers allow two, and one waiting at a barrier leaves the core to the
+/// other); the driver gives a core's workgroups 48-56 KiB in all, not the 228 KiB the
+/// hardware can. On an H200 (driver 580) the matrix-unit kernel, padded with workgroup
+/// memory it never uses, ran at full speed up to 24 576 bytes (285.4 against 286.4
+/// TFLOP/s at 4096^3) and at 0.56x from 28 672 bytes on (161.8), the same at 32, 34 and
+/// 40 KiB: one workgroup per core (BENCHMARKS.md, Matrix products).
+pub(crate) const TWO_PER_CORE_WORKGROUP_BYTES: u32 = 24 * 1024;
+const _: () = assert!(COOP_WORKGROUP_BYTES <= TWO_PER_CORE_WORKGROUP_BYTES);
+/// Invocations in one workgroup of `matmul_coop.wgsl`: four subgroups of 32.
+pub(crate) const COOP_WORKGROUP_SIZE: u32 = 128;
+
 /// The row-in-registers softmax for `PER` vec4 per invocation, with the portable or the
 /// subgroup workgroup combine.
 macro_rules! softmax_cached {

@@ -68,7 +68,9 @@ macro_rules! file {
 mod catalogue;
 mod pipelines;
 
-pub(crate) use catalogue::MATRIX_UNITS;
+#[cfg(test)]
+pub(crate) use catalogue::TWO_PER_CORE_WORKGROUP_BYTES;
 pub use catalogue::*;
+pub(crate) use catalogue::{COOP_WORKGROUP_BYTES, COOP_WORKGROUP_SIZE, MATRIX_UNITS};
 pub use pipelines::NamedLayout;
 pub(crate) use pipelines::PipelineCache;
