@@ -55,12 +55,12 @@ pub mod devices;
 mod error;
 mod gpu;
 pub mod kernels;
-mod lock_rank;
 pub mod plan;
 pub mod readback;
 mod runtime;
 pub mod shaders;
 pub mod stream;
+mod sync;
 pub mod tier;
 pub mod vt;
 

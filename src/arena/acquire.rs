@@ -32,13 +32,13 @@ use std::sync::Arc;
 
 use super::allocation::Held;
 use super::history::EventKind;
-use super::lock::MutexGuard;
 use super::planned::{HookMode, PlannedRange};
 use super::state::{self, CachedRange, LiveRecord, Phase, State};
 use super::{guard, AllocMode, Allocation, Shared};
 use crate::alloc::AllocError;
 use crate::error::Limit;
 use crate::gpu::clock;
+use crate::sync::biased::MutexGuard;
 use crate::{Error, Result};
 
 /// Waits for in-flight frees one request may do before it fails.

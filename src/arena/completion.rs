@@ -34,10 +34,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::lock::MutexGuard;
 use super::state::State;
 use super::Shared;
 use crate::gpu::{Epoch, WorkDone};
+use crate::sync::biased::MutexGuard;
 use crate::Result;
 
 /// The arena's view of the device's work-done tracker, with the arming state of the

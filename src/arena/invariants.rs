@@ -24,18 +24,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::allocation::Held;
-use super::lock::MutexGuard;
 use super::state::{Phase, State};
+use crate::sync::biased::MutexGuard;
 
 /// The arena's lock around its state. With the `heavy-checks` feature every acquisition
 /// first checks the state's invariants (module docs), so each change is checked by the
 /// next thread to take the lock, as VMA validates after every change under its
 /// heavy-assert switch; a broken invariant panics naming it.
-pub(crate) struct StateLock(super::lock::Mutex<State>);
+pub(crate) struct StateLock(crate::sync::biased::Mutex<State>);
 
 impl StateLock {
     pub fn new(state: State) -> StateLock {
-        StateLock(super::lock::Mutex::new(state))
+        StateLock(crate::sync::biased::Mutex::new(state))
     }
 
     #[inline(always)]
@@ -58,7 +58,7 @@ impl StateLock {
     ///
     /// # Safety
     /// As `lock_api::Mutex::raw`: the caller must not unlock it.
-    pub unsafe fn raw(&self) -> &super::lock::RawLock {
+    pub unsafe fn raw(&self) -> &crate::sync::biased::RawLock {
         // SAFETY: forwarded to the caller.
         unsafe { self.0.raw() }
     }

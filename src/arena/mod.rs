@@ -57,7 +57,6 @@ pub mod history;
 mod invariants;
 mod labels;
 mod live_budget;
-mod lock;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub(crate) mod planned;
@@ -83,7 +82,7 @@ pub use stats::{ArenaStats, BlockStats, PoolStats};
 
 use std::sync::Arc;
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 use crate::alloc::{BlockPolicy, BlockSet};
 use crate::{Error, Gpu, Result};

@@ -55,7 +55,7 @@ pub use sharded::{AllReduceReport, Shard, Sharded, Split};
 use std::collections::HashMap;
 
 use crate::gpu::GpuOptions;
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 use crate::{Allocation, DriverMemory, Error, Gpu, Result, Runtime, RuntimeConfig};
 use link::Link;
 

@@ -16,14 +16,14 @@
 //! # The reaper
 //! The last handle may drop anywhere, inside a wgpu callback too. Where this thread holds
 //! a queue lock (a callback running inside a submit or a queued write), taking the
-//! lifecycle lock would break the lock order (`src/lock_rank.rs`: it ranks below
+//! lifecycle lock would break the lock order (`src/sync/rank.rs`: it ranks below
 //! everything), and tearing the device down there would join its polling thread, which
 //! may be waiting for that very queue lock. Such a last handle goes to the *reaper*
 //! instead ([`reap`]): one thread for the process, started on first use, that drops what
 //! it is sent under the lifecycle lock. In the browser (one thread, no locks to order)
 //! it drops at once.
 
-use crate::lock_rank::{Mutex, MutexGuard, LIFECYCLE as RANK};
+use crate::sync::rank::{Mutex, MutexGuard, LIFECYCLE as RANK};
 
 static LIFECYCLE: Mutex<()> = Mutex::new(RANK, ());
 
@@ -50,7 +50,7 @@ pub(crate) fn reap(doomed: Box<dyn Send>) {
     {
         use std::sync::mpsc::{channel, Sender};
         static REAPER: Mutex<Option<Sender<Box<dyn Send>>>> =
-            Mutex::new(crate::lock_rank::REAPER, None);
+            Mutex::new(crate::sync::rank::REAPER, None);
         let mut reaper = REAPER.lock();
         if reaper.is_none() {
             let (tx, rx) = channel::<Box<dyn Send>>();

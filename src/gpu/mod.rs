@@ -98,7 +98,7 @@ impl Drop for Gpu {
         }
         // Inside a submit or a queued write (a callback there), the lock would be taken
         // out of rank: the reaper drops it instead (`lifecycle.rs`).
-        if submit::queue_held_here() || crate::lock_rank::held_any() {
+        if submit::queue_held_here() || crate::sync::rank::held_any() {
             lifecycle::reap(Box::new(inner));
             return;
         }
@@ -140,7 +140,7 @@ struct GpuInner {
     /// ids that repeat across instances, so two `Gpu`s' buffers can compare equal.
     id: u64,
     /// Replaces the Vulkan reading of [`Gpu::driver_memory`] (`driver_memory.rs`).
-    driver_memory_reader: crate::lock_rank::Mutex<Option<DriverMemoryReader>>,
+    driver_memory_reader: crate::sync::rank::Mutex<Option<DriverMemoryReader>>,
     /// The alignment of host memory this device can import (`VK_EXT_external_memory_host`
     /// enabled when vramkit opened it), or `None`.
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
@@ -415,8 +415,8 @@ impl Gpu {
                 lost,
                 probe,
                 opened_with,
-                driver_memory_reader: crate::lock_rank::Mutex::new(
-                    crate::lock_rank::DRIVER_MEMORY_READER,
+                driver_memory_reader: crate::sync::rank::Mutex::new(
+                    crate::sync::rank::DRIVER_MEMORY_READER,
                     None,
                 ),
                 host_import_alignment,

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Condvar;
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::lost::LostState;

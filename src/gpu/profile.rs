@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use web_time::Instant;
 
-use crate::lock_rank::Mutex;
+use crate::sync::rank::Mutex;
 
 use super::Gpu;
 use crate::{Error, Result};
@@ -59,8 +59,8 @@ impl Default for Profiler {
     fn default() -> Self {
         Profiler {
             on: AtomicBool::new(false),
-            pending: Mutex::new(crate::lock_rank::PROFILE_PENDING, Vec::new()),
-            spans: Mutex::new(crate::lock_rank::PROFILE_SPANS, VecDeque::new()),
+            pending: Mutex::new(crate::sync::rank::PROFILE_PENDING, Vec::new()),
+            spans: Mutex::new(crate::sync::rank::PROFILE_SPANS, VecDeque::new()),
         }
     }
 }

@@ -24,7 +24,7 @@
 use std::sync::{Arc, Weak};
 
 use super::{lifecycle, Gpu, GpuInner};
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 static LIVE: Mutex<Vec<Weak<GpuInner>>> = Mutex::new(lock_rank::GPU_REGISTRY, Vec::new());
 

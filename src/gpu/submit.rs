@@ -35,7 +35,7 @@
 //! concurrently. `VRAMKIT_QUEUE_LOCK=0` turns the lock off (to reproduce the race).
 //!
 //! Its rank is `lock_rank::QUEUE`, the lowest but the lifecycle lock's: whatever a callback
-//! takes ranks above it, and no lock of ours is held while it is taken (`src/lock_rank.rs`).
+//! takes ranks above it, and no lock of ours is held while it is taken (`src/sync/rank.rs`).
 //!
 //! This lock is the one exception to "no foreign code under our locks": the race window is
 //! inside `Queue::submit`, which also runs wgpu callbacks (work-done and map callbacks,
@@ -67,7 +67,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{ReentrantMutex, RwLock};
 
 use super::Gpu;
-use crate::lock_rank::{self, Held};
+use crate::sync::rank::{self as lock_rank, Held};
 
 /// The queue lock's guard and its rank (the guard first: released before the rank).
 struct QueueGuard<'a> {

@@ -6,7 +6,7 @@
 
 use web_time::Instant;
 
-use crate::lock_rank::Mutex;
+use crate::sync::rank::Mutex;
 
 use super::Gpu;
 use crate::{Error, Result};
@@ -39,7 +39,7 @@ pub(super) struct TimerState {
 impl Default for TimerState {
     fn default() -> Self {
         TimerState {
-            slots: Mutex::new(crate::lock_rank::TIMER_SLOTS, None),
+            slots: Mutex::new(crate::sync::rank::TIMER_SLOTS, None),
         }
     }
 }

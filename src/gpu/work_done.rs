@@ -55,7 +55,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::Gpu;
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 use crate::Result;
 
 /// A point in the device's submitted work (see the module docs); 0 is always done.

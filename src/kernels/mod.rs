@@ -52,7 +52,7 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 use crate::arena::{Allocation, PoolConfig, PoolId};
 use crate::gpu::profile::BatchProfile;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::Shader;
 use crate::error::scoped;
-use crate::lock_rank::Mutex;
+use crate::sync::rank::Mutex;
 use crate::{Error, Result};
 
 /// Compute pipelines by (shader, entry point), created on first use.
@@ -19,8 +19,8 @@ pub(crate) struct PipelineCache {
 impl Default for PipelineCache {
     fn default() -> Self {
         PipelineCache {
-            modules: Mutex::new(crate::lock_rank::SHADER_MODULES, HashMap::new()),
-            pipelines: Mutex::new(crate::lock_rank::PIPELINES, HashMap::new()),
+            modules: Mutex::new(crate::sync::rank::SHADER_MODULES, HashMap::new()),
+            pipelines: Mutex::new(crate::sync::rank::PIPELINES, HashMap::new()),
         }
     }
 }

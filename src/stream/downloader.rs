@@ -2,13 +2,13 @@
 //!
 //! Its rings and view pool rank `lock_rank::STAGING`: above the queue lock, under which a
 //! callback returns a staging buffer, and below the tiers' and the arena's locks
-//! (`src/lock_rank.rs`).
+//! (`src/sync/rank.rs`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 use futures::channel::oneshot;
 
 use super::host_copy::copy_out_parallel;

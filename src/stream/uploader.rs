@@ -2,7 +2,7 @@
 //!
 //! Its locks rank `lock_rank::STAGING_RETURNS` (the receiver of buffers callbacks send
 //! back) and `lock_rank::STAGING` (the ring), in that order, above the queue lock and below
-//! the tiers' and the arena's (`src/lock_rank.rs`).
+//! the tiers' and the arena's (`src/sync/rank.rs`).
 
 use std::future::Future;
 use std::sync::mpsc;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use web_time::Instant;
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 use super::host_copy::copy_parallel;
 use super::staging::{Staging, Writer};

@@ -3,7 +3,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::lock_rank::Mutex;
+use crate::sync::rank::Mutex;
 
 use super::staging::{ReadBytes, Staging};
 

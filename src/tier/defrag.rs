@@ -228,7 +228,7 @@ impl Tiers {
 
     /// Movables free to move, by pool and block (of `pool` only, when given). Their
     /// places are read from the arena under one lock for all of them, taken inside the
-    /// tiers' (ranks rise: `src/lock_rank.rs`), so no handle is cloned.
+    /// tiers' (ranks rise: `src/sync/rank.rs`), so no handle is cloned.
     fn movable_blocks(&self, pool: Option<PoolId>) -> ByBlock {
         let st = self.shared.state.lock();
         let done = self.shared.gpu().work_done().done();

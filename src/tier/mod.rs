@@ -71,7 +71,7 @@
 //! - **No lock of ours is held** while polling, waiting or submitting, or while calling
 //!   the arena (whose allocation path may call back into the tier). The tiers' lock ranks
 //!   `lock_rank::TIER`: above the queue lock (a callback may drop a guard or a handle) and
-//!   below the arena's (a move drops a device allocation under it); `src/lock_rank.rs`.
+//!   below the arena's (a move drops a device allocation under it); `src/sync/rank.rs`.
 //! - **Identity survives reuse**: every entry carries a generation, new whenever a slot
 //!   gets a new movable or a movable a new place; whatever was decided on a snapshot
 //!   (a defragmentation's plan) checks it, the pins and the in-flight mark again under the
@@ -103,7 +103,7 @@ use web_time::Instant;
 
 use parking_lot::Condvar;
 
-use crate::lock_rank::MutexGuard;
+use crate::sync::rank::MutexGuard;
 
 use crate::arena::{Allocation, EventKind, PoolId};
 use crate::{Arena, Error, Gpu, Result};
@@ -138,13 +138,13 @@ pub(crate) struct TierShared {
 impl TierShared {
     /// The arena the device tier lives in now.
     fn arena(&self) -> Arena {
-        let _rank = crate::lock_rank::Held::take(crate::lock_rank::TIER_DEVICE);
+        let _rank = crate::sync::rank::Held::take(crate::sync::rank::TIER_DEVICE);
         self.on.read().0.clone()
     }
 
     /// Its device.
     fn gpu(&self) -> Gpu {
-        let _rank = crate::lock_rank::Held::take(crate::lock_rank::TIER_DEVICE);
+        let _rank = crate::sync::rank::Held::take(crate::sync::rank::TIER_DEVICE);
         self.on.read().1.clone()
     }
 }

@@ -86,7 +86,7 @@ impl TierShared {
             let budget = st.host.budget();
             let old_host = std::mem::replace(&mut st.host, HostTier::new(&gpu, budget));
             let old_device = {
-                let _rank = crate::lock_rank::Held::take(crate::lock_rank::TIER_DEVICE);
+                let _rank = crate::sync::rank::Held::take(crate::sync::rank::TIER_DEVICE);
                 std::mem::replace(&mut *self.on.write(), (arena.clone(), gpu.clone()))
             };
             let mut pending = Vec::new();

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::arena::{Allocation, PoolId};
 
-use crate::lock_rank::{Mutex, MutexGuard};
+use crate::sync::rank::{Mutex, MutexGuard};
 
 use super::host::{HostRange, HostTier};
 
@@ -223,7 +223,7 @@ pub(crate) struct TierLock(Mutex<TierState>);
 
 impl TierLock {
     pub fn new(state: TierState) -> TierLock {
-        TierLock(Mutex::new(crate::lock_rank::TIER, state))
+        TierLock(Mutex::new(crate::sync::rank::TIER, state))
     }
 
     #[inline]

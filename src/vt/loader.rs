@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::Condvar;
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 use super::layout::TileId;
 use super::source::{read_checked, TileSource};

@@ -25,7 +25,7 @@
 //!   tile row is not a multiple of the 256-byte copy pitch (R8 and RG8 tiles),
 //!   [`TileStaging::new`] returns `None` and every tile takes the uploader's path.
 //!
-//! The free-slot list ranks `lock_rank::STAGING` (`src/lock_rank.rs`): a work-done
+//! The free-slot list ranks `lock_rank::STAGING` (`src/sync/rank.rs`): a work-done
 //! callback returns slots to it.
 
 use std::sync::Arc;
@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use parking_lot::Condvar;
 
-use crate::lock_rank::{self, Mutex};
+use crate::sync::rank::{self as lock_rank, Mutex};
 
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::Gpu;

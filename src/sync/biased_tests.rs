@@ -258,7 +258,7 @@ fn an_owner_that_takes_the_word_over_its_own_bias_clears_it() {
 #[test]
 fn two_locks_biased_to_one_thread_nest() {
     // Two locks of the arena's rank nested on purpose: the rank check is off here.
-    crate::lock_rank::unchecked(two_locks_nest);
+    crate::sync::rank::unchecked(two_locks_nest);
 }
 
 fn two_locks_nest() {
@@ -275,7 +275,7 @@ fn two_locks_nest() {
     let other = {
         let (a, b) = (a.clone(), b.clone());
         std::thread::spawn(move || {
-            crate::lock_rank::unchecked(|| {
+            crate::sync::rank::unchecked(|| {
                 *b.lock() += 1;
                 *a.lock() += 1;
             })

@@ -58,7 +58,7 @@
 //!   turns the lock soon stays unbiased: at most one revocation per `bias_after`
 //!   acquisitions of the lock word, whoever the threads are.
 //!
-//! Its rank is `lock_rank::ARENA` (`src/lock_rank.rs`): above the queue lock, under which
+//! Its rank is `lock_rank::ARENA` (`src/sync/rank.rs`): above the queue lock, under which
 //! callbacks drop allocations, and above the tiers' lock, under which a move drops one.
 //! Debug builds check every acquisition against the ranks the thread holds.
 //!
@@ -85,7 +85,7 @@
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::lock_rank;
+use crate::sync::rank as lock_rank;
 
 const LOCKED: u8 = 1;
 const PARKED: u8 = 2;
@@ -616,5 +616,5 @@ mod membarrier {
 }
 
 #[cfg(test)]
-#[path = "lock_tests.rs"]
+#[path = "biased_tests.rs"]
 mod tests;

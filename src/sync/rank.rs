@@ -23,7 +23,7 @@
 //! | [`STAGING_RETURNS`] | the upload ring's receiver of returned buffers | taken before the ring, to collect what callbacks sent back |
 //! | [`STAGING`] | the upload ring, download rings, view pools, virtual-texture staging slots | a callback returns staging memory |
 //! | [`TIER`] | the tiers' state (`tier/`) | a callback drops a `Resident` or a `Movable`; a move drops a device allocation under it |
-//! | [`ARENA`] | the arena's state (`arena/lock.rs`) | a callback drops an allocation |
+//! | [`ARENA`] | the arena's state (`sync/biased.rs`) | a callback drops an allocation |
 //! | [`WORK_DONE`] | the work-done tracker's epoch lock (`gpu/work_done.rs`) | epochs are handed out under the tiers' and the arena's locks |
 //! | [`LAZY_POLLER`] | a device's polling thread, started on first use (`gpu/poller.rs`) | starting it files a loss hook |
 //! | 90: [`DEVICE_LINKS`], [`KERNEL_BINDINGS`], [`SCAN_STATE`], [`SPLIT_SCRATCH`], [`ARENA_RELIEF`], [`LIVE_BUDGET`], [`LATENCY_SAMPLES`], [`EPOCH_WAKERS`], [`DRIVER_MEMORY_READER`], [`PROFILE_PENDING`], [`PROFILE_SPANS`], [`TIMER_SLOTS`], [`SHADER_MODULES`], [`PIPELINES`], [`POLLER_PENDING`], [`VT_LOAD_QUEUE`], [`TIER_DEVICE`] | caches and counters: no two are held at once, and only the loss state's locks below are taken under them (a cache filled inside an error scope ends with the loss probe) | |
@@ -173,7 +173,7 @@ mod check {
                 if top.level >= rank.level && !again {
                     panic!(
                         "lock order: taking the {} lock (rank {}) while holding the {} lock \
-                         (rank {}); locks are taken in rising rank (src/lock_rank.rs)",
+                         (rank {}); locks are taken in rising rank (src/sync/rank.rs)",
                         rank.name, rank.level, top.name, top.level
                     );
                 }
