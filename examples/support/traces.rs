@@ -6,7 +6,21 @@ use std::path::{Path, PathBuf};
 use vramkit::alloc::trace::{parse_csv, TraceEvent};
 
 /// The folder of the shipped traces.
-pub const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data");
+pub const DATA: &str = {
+    // Built into the crate's examples, or into `lab/` one folder down.
+    const HERE: &str = env!("CARGO_MANIFEST_DIR");
+    if HERE.len() >= 4 && matches_lab(HERE.as_bytes()) {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data")
+    } else {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data")
+    }
+};
+
+/// Whether a manifest directory is the lab's (ends in `/lab`), in a `const` context.
+const fn matches_lab(dir: &[u8]) -> bool {
+    let n = dir.len();
+    dir[n - 4] == b'/' && dir[n - 3] == b'l' && dir[n - 2] == b'a' && dir[n - 1] == b'b'
+}
 
 /// Every `*.csv.gz` trace in [`DATA`], sorted by name.
 pub fn all() -> std::io::Result<Vec<PathBuf>> {

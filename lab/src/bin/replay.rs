@@ -3,10 +3,10 @@
 //! reserved-over-allocated with what PyTorch's caching allocator reported for the same run.
 //!
 //! ```text
-//! cargo run --release --example replay [TRACE.csv.gz]           # default: examples/data/trace_resnet50_train.csv.gz
-//! cargo run --release --example replay -- [TRACE.csv.gz] --arena  # through a real Arena on the GPU
-//! cargo run --release --example replay -- TRACE --arena --async-only --scale 0.3  # sizes x 0.3
-//! cargo run --release --example replay -- --all [--scales 0.1,1,10]  # every trace in examples/data
+//! cargo run --release -p vramkit-lab --bin replay [TRACE.csv.gz]           # default: examples/data/trace_resnet50_train.csv.gz
+//! cargo run --release -p vramkit-lab --bin replay -- [TRACE.csv.gz] --arena  # through a real Arena on the GPU
+//! cargo run --release -p vramkit-lab --bin replay -- TRACE --arena --async-only --scale 0.3  # sizes x 0.3
+//! cargo run --release -p vramkit-lab --bin replay -- --all [--scales 0.1,1,10]  # every trace in examples/data
 //! ```
 //!
 //! `--all` replays every trace of `examples/data` (sizes multiplied by each scale: the same
@@ -17,13 +17,13 @@
 
 #[path = "support/peers.rs"]
 mod peers;
-#[path = "support/traces.rs"]
+#[path = "../../../examples/support/traces.rs"]
 mod traces;
 
 /// The trace shipped with the repository (34 KB; see examples/data/README.md).
 const DEFAULT_TRACE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/examples/data/trace_resnet50_train.csv.gz"
+    "/../examples/data/trace_resnet50_train.csv.gz"
 );
 
 use vramkit::alloc::trace::{replay, replay_in_one_block, ReplayReport, TraceEvent};

@@ -3,8 +3,8 @@
 //! BENCHMARKS.md's kernel sweeps and ceilings come from it.
 //!
 //! ```text
-//! cargo run --release --example matmul_lab                  # shipped kernels, ceilings
-//! cargo run --release --example matmul_lab -- variant.wgsl  # and a variant of your own
+//! cargo run --release -p vramkit-lab --bin matmul_lab                  # shipped kernels, ceilings
+//! cargo run --release -p vramkit-lab --bin matmul_lab -- variant.wgsl  # and a variant of your own
 //! ```
 //!
 //! A variant's first line says what it is: `// lab: kind=coop tile_m=128 tile_n=128` (f16
@@ -35,7 +35,7 @@
 //! `LAB_KERNELS="name,..."` keeps the kernels whose names contain one of those words.
 //! `LAB_SHAPES="m,n,k,batch;..."` sets the shapes (default 4096^3, 8192^3 and attention's
 //! two products of 32 heads). Prints one `lab_<kernel>_<m>x<n>x<k>x<batch>_tflops: X` line
-//! per kernel and shape (`scripts/spread.py` reads them): GPU time from timestamp queries
+//! per kernel and shape (`lab/scripts/spread.py` reads them): GPU time from timestamp queries
 //! around batches of about 30 ms, the median of five, after the clock has settled. Exits
 //! with 1 if any checked kernel is wrong, and panics on WGSL that naga rejects.
 
@@ -50,7 +50,7 @@ const F32_PREFIX: &str = "alias In4 = vec4<f32>;\n\
 fn widen4(v: In4) -> vec4<f32> { return v; }\n\
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;\n\
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;\n";
-const PARAMS: &str = include_str!("../../shaders/matmul_params.wgsl");
+const PARAMS: &str = include_str!("../../../../shaders/matmul_params.wgsl");
 
 struct Kernel {
     name: String,

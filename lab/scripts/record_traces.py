@@ -13,7 +13,7 @@ neither had seen; the four after them (mixture-of-experts training, an autoencod
 new resolution every step, variable-length BERT serving, generation from a preallocated
 KV cache) after the policy was retuned for scaled traces, for the same reason.
 
-    python3 scripts/record_traces.py OUT_DIR [NAME ...]      # on the GPU machine
+    python3 lab/scripts/record_traces.py OUT_DIR [NAME ...]      # on the GPU machine
 """
 import gzip
 import json

@@ -1,7 +1,7 @@
 //! The runnable benchmark: prints a short table, then one `name: value` line per figure.
 //!
 //! ```text
-//! cargo run --release --example bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [recovery] [all]
+//! cargo run --release -p vramkit-lab --bin bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [recovery] [all]
 //! ```
 //! With no argument every suite runs. Suites that need a GPU open one with
 //! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
@@ -22,13 +22,13 @@ mod bench_recovery;
 mod bench_tier;
 #[path = "support/bench_vt.rs"]
 mod bench_vt;
-#[path = "support/defrag_measure.rs"]
+#[path = "../../../examples/support/defrag_measure.rs"]
 mod defrag_measure;
-#[path = "support/plan_measure.rs"]
+#[path = "../../../examples/support/plan_measure.rs"]
 mod plan_measure;
-#[path = "support/traces.rs"]
+#[path = "../../../examples/support/traces.rs"]
 mod traces;
-#[path = "support/vt_demo.rs"]
+#[path = "../../../examples/support/vt_demo.rs"]
 mod vt_demo;
 
 use std::io::BufReader;
@@ -50,7 +50,7 @@ fn trace_path() -> String {
     std::env::var("VRAMKIT_TRACE").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/examples/data/trace_resnet50_train.csv.gz"
+            "/../examples/data/trace_resnet50_train.csv.gz"
         )
         .into()
     })

@@ -1,7 +1,7 @@
 """Hardware ceilings and PyTorch peers, measured on the same machine as vramkit's bench.
 
 Prints one `name: value` line per figure (GB/s count bytes read + written where noted).
-Run on the GPU machine: python3 scripts/torch_peers.py
+Run on the GPU machine: python3 lab/scripts/torch_peers.py
 """
 import time
 

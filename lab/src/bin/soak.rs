@@ -10,7 +10,7 @@
 //! non-zero on any mismatch, any unexpected error, or memory that crept up.
 //!
 //! ```text
-//! cargo run --release --example soak -- 600     # seconds (default 30)
+//! cargo run --release -p vramkit-lab --bin soak -- 600     # seconds (default 30)
 //! ```
 //!
 //! With `SOAK_LOSS=1` one more thread loses the device at random points (`Device::destroy`

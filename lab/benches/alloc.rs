@@ -2,10 +2,10 @@
 //! the synthetic workloads of `bench alloc` (same generators, smaller sizes).
 //!
 //! ```text
-//! cargo bench -p vramkit-alloc-bench
+//! cargo bench -p vramkit-lab
 //! ```
 
-#[path = "../../examples/support/alloc_bench.rs"]
+#[path = "../src/bin/support/alloc_bench.rs"]
 mod alloc_bench;
 
 use alloc_bench::{churn, fifo, lifo, run_once, Bench, Offset, RangeAlloc, Workload};

@@ -5,7 +5,7 @@
 //! Meant for a real GPU (on a CPU adapter "device memory" is the host's RAM):
 //!
 //! ```text
-//! cargo run --release --example driver_oom -- [CHUNK_MIB]     # default 1024
+//! cargo run --release -p vramkit-lab --bin driver_oom -- [CHUNK_MIB]     # default 1024
 //! ```
 
 use vramkit::arena::Limit;

@@ -5,10 +5,10 @@ Every `name: value` line the command prints is a figure (the format of `bench`,
 `replay`, `loop_reuse` and `torch_peers.py`). A fresh process per run is the point: some
 effects (clocks, memory placement) last for a process's lifetime.
 
-    python3 scripts/spread.py -n 3 -- ./target/release/examples/bench kernels
-    python3 scripts/spread.py -n 3 --max-spread 5 -- ./bench kernels   # exit 1 past 5 %
-    python3 scripts/spread.py -n 3 --save out/kernels -- ./bench kernels  # keep each output
-    python3 scripts/spread.py -n 3 --only '(matmul|bmm).*_tflops$' --max-spread 2 -- ./bench kernels
+    python3 lab/scripts/spread.py -n 3 -- ./target/release/bench kernels
+    python3 lab/scripts/spread.py -n 3 --max-spread 5 -- ./bench kernels   # exit 1 past 5 %
+    python3 lab/scripts/spread.py -n 3 --save out/kernels -- ./bench kernels  # keep each output
+    python3 lab/scripts/spread.py -n 3 --only '(matmul|bmm).*_tflops$' --max-spread 2 -- ./bench kernels
 
 `--only` keeps the figures whose names match a regular expression, so a check on GPU
 figures is not failed by a host-timed one (`kernel_cpu_us_per_dispatch` moves 30-70 %

@@ -2,7 +2,7 @@
 peer copy (NVLink or PCIe peer-to-peer), the host path one copy after the other and in
 64 MiB chunks with the two copies overlapped, and NCCL's all-reduce (sum, f32).
 
-    python3 scripts/torch_multi_gpu.py [--gib 1]
+    python3 lab/scripts/torch_multi_gpu.py [--gib 1]
 
 Prints `name: value` lines (GB/s); algbw as NCCL reports it (array bytes / time).
 """

@@ -5,7 +5,7 @@
 //! run (and prints its worst).
 //!
 //! ```text
-//! cargo run --release --example loop_reuse [ITERATIONS] [SIZE_BYTES]
+//! cargo run --release -p vramkit-lab --bin loop_reuse [ITERATIONS] [SIZE_BYTES]
 //! ```
 
 use std::time::Instant;

@@ -2,8 +2,8 @@
 //! image, or from a generated one, for `examples/virtual_texture.rs -- --pack FILE`.
 //!
 //! ```text
-//! cargo run --release --example vt_pack -- photo.png photo.vtpack
-//! cargo run --release --example vt_pack -- --generate 16384 big.vtpack   # no input needed
+//! cargo run --release -p vramkit-lab --bin vt_pack -- photo.png photo.vtpack
+//! cargo run --release -p vramkit-lab --bin vt_pack -- --generate 16384 big.vtpack   # no input needed
 //! ```
 
 use std::time::Instant;
