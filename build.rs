@@ -4,6 +4,9 @@
 //! the device-local heap size) compile only there and fall back to wgpu's portable paths
 //! elsewhere (Metal, WebGPU).
 //!
+//! Sets `native` or `web`: the browser build (wasm32) against every other, the one
+//! distinction the crate's `cfg`s draw by target.
+//!
 //! Sets `validate_locks` (the lock-rank checks of `src/lock_rank.rs`) in builds with debug
 //! assertions, and in optimised builds asked for it, as wgpu-core's `wgpu_validate_locks`:
 //! `VRAMKIT_VALIDATE_LOCKS=1 cargo test --release`, or
@@ -11,6 +14,15 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(vulkan_hal)");
+    println!("cargo::rustc-check-cfg=cfg(native)");
+    println!("cargo::rustc-check-cfg=cfg(web)");
+    // `native` and `web` (as wgpu's cfg_aliases): the browser build (wasm32, WebGPU, one
+    // thread, nothing may block) against every other.
+    if std::env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "wasm32") {
+        println!("cargo::rustc-cfg=web");
+    } else {
+        println!("cargo::rustc-cfg=native");
+    }
     println!("cargo::rustc-check-cfg=cfg(validate_locks)");
     println!("cargo::rustc-check-cfg=cfg(vramkit_validate_locks)");
     println!("cargo::rerun-if-changed=build.rs");

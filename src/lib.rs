@@ -50,7 +50,7 @@ struct ReadmeDoctests;
 
 pub mod alloc;
 pub mod arena;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(native)]
 pub mod devices;
 mod error;
 mod gpu;

@@ -53,19 +53,15 @@ mod completion;
 mod config;
 mod for_tiers;
 mod guard;
-pub mod history;
 mod invariants;
 mod labels;
 mod live_budget;
-#[cfg(feature = "metrics")]
-pub mod metrics;
+mod observe;
 pub(crate) mod planned;
 mod ready;
 mod relief;
-mod report;
 mod reserve;
 mod state;
-mod stats;
 
 pub use crate::error::{Limit, OutOfMemory};
 pub use allocation::{Allocation, Elements, Typed};
@@ -74,11 +70,14 @@ pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, HostUse, PoolConfig};
 pub(crate) use for_tiers::BlockUsage;
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
-pub use history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
 pub use labels::{Folded, LABELS_KEPT};
+pub use observe::history;
+pub use observe::history::{EventKind, GpuSpan, HistoryConfig, MemoryEvent, MemoryHistory};
+#[cfg(feature = "metrics")]
+pub use observe::metrics;
+pub use observe::stats::{ArenaStats, BlockStats, PoolStats};
 pub(crate) use relief::{AllocMode, HostBlockDump, Relief};
 pub use state::LabelStats;
-pub use stats::{ArenaStats, BlockStats, PoolStats};
 
 use std::sync::Arc;
 

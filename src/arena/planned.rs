@@ -402,7 +402,7 @@ impl super::Arena {
             return Ok(false);
         }
         // In the browser nothing may wait: a block the GPU still uses is not ready.
-        if cfg!(target_arch = "wasm32") {
+        if cfg!(web) {
             return Ok(self.gpu().work_done().is_done(fence));
         }
         self.gpu().wait_epoch(fence)?;

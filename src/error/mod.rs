@@ -4,8 +4,6 @@
 //! was asked, what was available and what to do about it, so a user can act on the message
 //! without reading the source.
 
-#[cfg(target_arch = "wasm32")]
-pub(crate) mod deferred;
 mod oom;
 
 pub use oom::{Limit, OutOfMemory};
@@ -198,40 +196,5 @@ impl Error {
             during: during.into(),
             source: error.into(),
         }
-    }
-}
-
-/// Runs `f` inside wgpu error scopes (out-of-memory and validation) on `device` and turns
-/// a captured error into [`Error::Wgpu`]. Used wherever user input reaches wgpu, so bad
-/// input never becomes a panic in the uncaptured-error handler.
-pub(crate) fn scoped<T>(device: &wgpu::Device, during: &str, f: impl FnOnce() -> T) -> Result<T> {
-    // In the browser a report of an earlier call may have come meanwhile (`deferred.rs`).
-    #[cfg(target_arch = "wasm32")]
-    if let Some(e) = deferred::take(device) {
-        return Err(e);
-    }
-    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let value = f();
-    // Popped now, innermost first, in both cases: a later scope must not nest in these.
-    let validation = validation.pop();
-    let oom = oom.pop();
-    #[cfg(target_arch = "wasm32")]
-    {
-        // Nothing may block in the browser: the answers are filed when they come and
-        // returned by the next call (`deferred.rs`).
-        deferred::file(device, during.into(), async move {
-            let validation = validation.await;
-            oom.await.or(validation)
-        });
-        Ok(value)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    match pollster::block_on(oom).or(pollster::block_on(validation)) {
-        None => Ok(value),
-        Some(e) => Err(Error::Wgpu {
-            during: during.into(),
-            message: e.to_string(),
-        }),
     }
 }

@@ -102,7 +102,7 @@ pub(super) fn alignment(_device: &wgpu::Device) -> Option<u64> {
 impl Gpu {
     /// The alignment of host memory this device imports, where vramkit opened it with
     /// `VK_EXT_external_memory_host`.
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    #[cfg_attr(web, allow(dead_code))]
     pub(crate) fn host_import_alignment(&self) -> Option<u64> {
         self.inner.host_import_alignment
     }

@@ -46,7 +46,7 @@ pub(crate) fn lock() -> LifecycleGuard {
 /// Drops `doomed` under the lifecycle lock on the reaper thread (module docs), or here,
 /// under the lock, where no thread can be started or in the browser.
 pub(crate) fn reap(doomed: Box<dyn Send>) {
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(native)]
     {
         use std::sync::mpsc::{channel, Sender};
         static REAPER: Mutex<Option<Sender<Box<dyn Send>>>> =
@@ -77,6 +77,6 @@ pub(crate) fn reap(doomed: Box<dyn Send>) {
         log::warn!("no reaper thread: the last handle of a device drops where it was let go");
         drop(doomed);
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(web)]
     drop(doomed);
 }

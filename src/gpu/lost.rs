@@ -211,10 +211,10 @@ impl Probe {
     /// The probe's buffer on `device`; `None` in the browser, where a mapping is never
     /// refused synchronously (WebGPU reports a loss through `device.lost`).
     pub(super) fn new(device: &wgpu::Device) -> Option<Probe> {
-        if cfg!(target_arch = "wasm32") {
+        if cfg!(web) {
             return None;
         }
-        let buffer = crate::error::scoped(device, "creating the device-loss probe", || {
+        let buffer = crate::gpu::scoped(device, "creating the device-loss probe", || {
             let buffer = device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("vramkit loss probe (destroyed)"),
                 size: 4,
@@ -341,7 +341,7 @@ impl Gpu {
 
     /// Runs `hook` once the loss is recorded (at once if it is); see
     /// [`LostState::on_lost`]. (The browser has no polling thread to stop.)
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(native)]
     pub(crate) fn on_lost(&self, hook: impl FnOnce() + Send + 'static) {
         self.inner.lost.on_lost(hook);
     }

@@ -13,8 +13,10 @@ mod lost;
 mod nonblocking;
 pub(crate) mod poller;
 pub(crate) use lost::PollFailure;
+pub(crate) use scope::scoped;
 pub(crate) mod profile;
 mod registry;
+pub(crate) mod scope;
 mod select;
 mod submit;
 mod timer;
@@ -24,11 +26,11 @@ pub use driver_memory::{DriverMemory, DriverMemoryReader};
 pub use lifecycle::LifecycleGuard;
 pub use select::{parse_backends, GpuOptions};
 // For the device set, which the browser build has not.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(native)]
 pub(crate) use select::{rank, seen};
 pub use timer::{Timing, TimingSource};
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(native)]
 pub(crate) use host_buffer::HostMemory;
 pub(crate) use host_buffer::{HostBuffer, HostPlacement};
 pub(crate) use work_done::{Epoch, WorkDone};
@@ -143,7 +145,7 @@ struct GpuInner {
     driver_memory_reader: crate::sync::rank::Mutex<Option<DriverMemoryReader>>,
     /// The alignment of host memory this device can import (`VK_EXT_external_memory_host`
     /// enabled when vramkit opened it), or `None`.
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    #[cfg_attr(web, allow(dead_code))]
     host_import_alignment: Option<u64>,
 }
 
@@ -170,7 +172,7 @@ impl Gpu {
     async fn open(options: &GpuOptions) -> Result<Gpu> {
         // Instances, adapters and devices are made one thread at a time (`lifecycle.rs`);
         // the page has one thread, and a second open awaiting the lock would park it.
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(native)]
         let _guard = lifecycle::lock();
         let (instance, adapter) = match options.backends {
             Some(backends) => Self::pick(backends, options).await?,
@@ -280,7 +282,7 @@ impl Gpu {
                     )
             };
             {
-                #[cfg(not(target_arch = "wasm32"))]
+                #[cfg(native)]
                 let _guard = lifecycle::lock();
                 let backends = wgpu::Backends::from(wanted.backend);
                 // The lost device's instance where vramkit made one: an instance outlives
@@ -691,7 +693,7 @@ impl Gpu {
     pub fn scoped<T>(&self, during: &str, f: impl FnOnce() -> T) -> Result<T> {
         self.check_alive()?;
         let value =
-            crate::error::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))?;
+            crate::gpu::scoped(&self.inner.device, during, f).map_err(|e| self.explain(e))?;
         self.confirm_alive()?;
         Ok(value)
     }

@@ -16,7 +16,7 @@
 //!   [`Error::WouldBlock`] naming its twin, having changed nothing, instead of hanging or
 //!   trapping the page;
 //! - WebGPU reports validation and out-of-memory errors late, after the page yields
-//!   (`error/deferred.rs`): a call returns the report of an earlier call, and
+//!   (`gpu/deferred.rs`): a call returns the report of an earlier call, and
 //!   [`Gpu::errors_async`] waits for all of them.
 
 use std::future::Future;
@@ -30,7 +30,7 @@ use crate::{Error, Result};
 /// natively.
 #[inline]
 pub(crate) fn would_block(call: &str, instead: &str) -> Result<()> {
-    if cfg!(target_arch = "wasm32") {
+    if cfg!(web) {
         return Err(Error::WouldBlock {
             call: call.into(),
             instead: instead.into(),
@@ -101,7 +101,7 @@ impl Gpu {
     /// Waits until wgpu has answered every error scope opened so far and returns the
     /// oldest error it reported that no call has returned yet. In the browser WebGPU
     /// answers after the page yields, so a bad call's error comes back from a later call
-    /// or from this one (`error/deferred.rs`); natively every call returns its own error
+    /// or from this one (`gpu/deferred.rs`); natively every call returns its own error
     /// and this only checks that the device is alive.
     ///
     /// ```no_run
@@ -110,8 +110,8 @@ impl Gpu {
     /// # Ok(()) }
     /// ```
     pub async fn errors_async(&self) -> Result<()> {
-        #[cfg(target_arch = "wasm32")]
-        if let Some(e) = crate::error::deferred::settled(&self.inner.device).await {
+        #[cfg(web)]
+        if let Some(e) = crate::gpu::scope::deferred::settled(&self.inner.device).await {
             return Err(e);
         }
         self.check_alive()

@@ -23,7 +23,7 @@ use parking_lot::Condvar;
 
 use crate::sync::rank::{self as lock_rank, Mutex};
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(native)]
 use super::lost::LostState;
 use crate::{Error, Gpu, Result};
 
@@ -63,12 +63,12 @@ impl Poller {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(web)]
         let thread = {
             let _ = gpu;
             None
         };
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(native)]
         let thread = {
             // A loss wakes the thread, which then sleeps until it is stopped.
             let woken = shared.clone();
@@ -81,7 +81,7 @@ impl Poller {
         Poller { shared, thread }
     }
 
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(native)]
     fn spawn(
         device: wgpu::Device,
         lost: Arc<LostState>,
@@ -118,7 +118,7 @@ impl Poller {
     /// False when the thread could not be spawned; callers then poll themselves. Always
     /// true in the browser, whose event loop does the polling.
     pub(crate) fn running(&self) -> bool {
-        cfg!(target_arch = "wasm32") || self.thread.is_some()
+        cfg!(web) || self.thread.is_some()
     }
 }
 

@@ -336,7 +336,7 @@ impl Gpu {
     /// another thread's poll trips an assertion in `Device::maintain` (gfx-rs/wgpu#9958).
     pub(crate) fn poll_until(&self, timeout: Duration, done: impl Fn() -> bool) {
         // In the browser nothing completes until the page yields: one look is all there is.
-        if cfg!(target_arch = "wasm32") {
+        if cfg!(web) {
             self.poll();
             return;
         }

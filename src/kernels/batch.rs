@@ -92,11 +92,11 @@ pub(super) fn check_no_overlap(
 ) -> Result<()> {
     // In the browser WebGPU refuses one range bound twice for writing in a dispatch, and
     // every binding of the writable layout is: no kernel runs in place there.
-    let in_place = in_place && !cfg!(target_arch = "wasm32");
+    let in_place = in_place && !cfg!(web);
     if !overlaps(x, out) || (in_place && x.offset() == out.offset()) {
         return Ok(());
     }
-    let allowed = if cfg!(target_arch = "wasm32") {
+    let allowed = if cfg!(web) {
         "into an allocation of its own (in the browser WebGPU refuses a range bound twice \
          for writing in one dispatch, so kernels do not run in place there)"
     } else if in_place {

@@ -107,7 +107,7 @@ impl<'a> Batch<'a> {
             check_no_overlap(a, call.out, true, call.entry)?;
         }
         // Two inputs sharing a range are two writable bindings of it (`check_no_overlap`).
-        if let (true, [x, y]) = (cfg!(target_arch = "wasm32"), call.inputs) {
+        if let (true, [x, y]) = (cfg!(web), call.inputs) {
             check_no_overlap(x, y, false, call.entry)?;
         }
         if n == 0 {

@@ -277,7 +277,7 @@ impl PlannedLoop {
         // The recorded iteration ran on the arena's own blocks; the replays will not use
         // them, so they go back once its work is done (in the browser, where nothing may
         // wait, those already empty).
-        if !cfg!(target_arch = "wasm32") {
+        if !cfg!(web) {
             self.arena.synchronize()?;
         }
         self.arena.trim();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Shader;
-use crate::error::scoped;
+use crate::gpu::scoped;
 use crate::sync::rank::Mutex;
 use crate::{Error, Result};
 

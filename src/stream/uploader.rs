@@ -410,7 +410,7 @@ impl Uploader {
         // In the browser a ring buffer comes back only after the page yields, so a full
         // ring could not wait: WebGPU's own `writeBuffer` stages the bytes instead (one
         // copy into the browser's memory, never a wait), in queue order like the rings.
-        if cfg!(target_arch = "wasm32") {
+        if cfg!(web) {
             self.gpu.write_buffer(dst.buffer(), dst.offset() + at, body);
             return Ok(());
         }

@@ -84,7 +84,7 @@ pub(crate) const LAZY_POLLER: Rank = Rank::new(85, "lazy poller");
 // Leaves: nothing else of ours is taken under these (level 90; two of them are never
 // held at once, which the checks confirm).
 /// A device set's idle links (`devices/mod.rs`).
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(native)]
 pub(crate) const DEVICE_LINKS: Rank = Rank::new(90, "device links");
 /// The kernels' bind-group cache (`kernels/mod.rs`).
 pub(crate) const KERNEL_BINDINGS: Rank = Rank::new(90, "kernel bind groups");
@@ -133,7 +133,7 @@ pub(crate) const LOST_WAKERS: Rank = Rank::new(93, "loss wakers");
 pub(crate) const GPU_REGISTRY: Rank = Rank::new(94, "gpu registry");
 /// The reaper's channel (`gpu/lifecycle.rs`): taken to send it the last handle of a
 /// device, wherever that drops, with whatever held.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(native)]
 pub(crate) const REAPER: Rank = Rank::new(95, "gpu reaper");
 /// The device-loss probe (`gpu/lost.rs`): taken at the end of every call that records
 /// GPU work, whatever that call holds (a cache being filled, say); nothing of ours is

@@ -422,7 +422,7 @@ impl VirtualTexture {
         self.gpu.submit([encoder.finish()]);
         // In the browser the oldest list cannot be waited for: with three in flight this
         // frame's list is not read (the next frame's resolve overwrites it).
-        if !(cfg!(target_arch = "wasm32") && self.pending_feedback.len() >= 3) {
+        if !(cfg!(web) && self.pending_feedback.len() >= 3) {
             let fut = self.downloader.download_async(list, 0, list.size())?;
             self.pending_feedback.push_back((self.frame, Box::pin(fut)));
         }

@@ -236,11 +236,7 @@ impl VirtualTexture {
         );
         let row_bytes = (tile_bytes / TILE as usize) as u32;
         // Tiles read on the frame's thread go through ordinary memory (`loader.rs`).
-        let threads = if cfg!(target_arch = "wasm32") {
-            0
-        } else {
-            config.loader_threads
-        };
+        let threads = if cfg!(web) { 0 } else { config.loader_threads };
         let staging = match threads {
             0 => None,
             _ => TileStaging::new(gpu, config.staged_tiles, tile_bytes, row_bytes),

@@ -3,8 +3,7 @@
 //! kernels land on the GPU track, and an out-of-memory error names who holds the memory.
 
 use crate::common;
-#[path = "../../examples/support/observe.rs"]
-mod observe;
+use crate::observe;
 
 use std::collections::{HashMap, HashSet};
 

@@ -6,6 +6,9 @@
 
 #[path = "../support/mod.rs"]
 mod common;
+/// The mixed workload of the observability tests (and of `examples/monitor.rs`).
+#[path = "../../examples/support/observe.rs"]
+mod observe;
 
 mod alloc_core;
 mod arena;

@@ -4,8 +4,7 @@
 #![cfg(feature = "metrics")]
 
 use crate::common;
-#[path = "../../examples/support/observe.rs"]
-mod observe;
+use crate::observe;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -35,7 +35,7 @@ use web_time::Instant;
 
 use crate::gpu::clock;
 
-use super::Arena;
+use crate::arena::Arena;
 
 /// Settings of [`Arena::record_history`].
 #[derive(Clone, Copy, Debug)]
@@ -92,7 +92,7 @@ pub struct MemoryEvent {
     /// The allocation's id (0 for block events).
     pub id: u64,
     /// Bytes the event adds or removes: the allocation's range (guards and alignment
-    /// included, as [`ArenaStats::allocated`](super::ArenaStats::allocated) counts it) or
+    /// included, as [`ArenaStats::allocated`](crate::arena::ArenaStats::allocated) counts it) or
     /// the block's size.
     pub size: u64,
     /// Index into [`MemoryHistory::labels`] (`u32::MAX` for block events).

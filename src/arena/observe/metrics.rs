@@ -57,7 +57,7 @@ thread_local! {
 
 /// Whether this allocation is the thread's sampled one.
 #[inline]
-pub(super) fn sample_latency() -> bool {
+pub(in crate::arena) fn sample_latency() -> bool {
     UNTIL_SAMPLE.with(|c| {
         let n = c.get();
         if n == 0 {
@@ -70,14 +70,14 @@ pub(super) fn sample_latency() -> bool {
     })
 }
 
-use super::Arena;
+use crate::arena::Arena;
 
 impl Arena {
     /// Keeps one sampled allocation's latency for the next [`publish_metrics`]
     /// (`Self::publish_metrics`). Handing each to the recorder as it came cost the
     /// recorder's lookup of the metric per sample, microseconds on a virtualised host: far
     /// more than the feature may add to a pair (BENCHMARKS.md, Observability).
-    pub(super) fn note_latency(&self, took: Duration) {
+    pub(in crate::arena) fn note_latency(&self, took: Duration) {
         let mut held = self.shared().latency_samples.lock();
         held.push(took.as_secs_f64());
         if held.len() >= MAX_HELD_SAMPLES {
@@ -157,7 +157,7 @@ impl Arena {
     }
 
     /// `arena="name"`, and `device="i"` for an arena of a device set
-    /// ([`ArenaConfig::device_index`](super::ArenaConfig::device_index)).
+    /// ([`ArenaConfig::device_index`](crate::arena::ArenaConfig::device_index)).
     fn metric_labels(&self) -> Vec<metrics::Label> {
         let config = &self.shared().config;
         let mut labels = vec![metrics::Label::new("arena", config.name.clone())];

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use rustc_hash::FxHashMap;
 
 use super::{EventKind, MemoryHistory};
-use crate::arena::report::json_escape;
+use crate::arena::observe::report::json_escape;
 
 impl MemoryHistory {
     /// The history as Trace Event Format JSON (see the module docs of `arena::history`).

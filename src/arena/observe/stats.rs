@@ -1,7 +1,7 @@
 //! Statistics in the spirit of `torch.cuda.memory_stats()` and a printable summary.
 
-use super::state::LabelStats;
-use super::Arena;
+use crate::arena::state::LabelStats;
+use crate::arena::Arena;
 use crate::fmt_bytes;
 
 /// One block's occupancy.
@@ -92,7 +92,7 @@ pub struct ArenaStats {
     /// folded away once the table is full (`LABELS_KEPT`); see `folded_labels`.
     pub per_label: Vec<(String, LabelStats)>,
     /// Labels folded away with nothing live under them, and their largest peak.
-    pub folded_labels: super::Folded,
+    pub folded_labels: crate::arena::Folded,
 }
 
 /// The summary lists this many labels at most (the most live bytes first, then the
@@ -441,7 +441,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         drop(arena.alloc(4096, "freed"));
         assert_eq!(arena.check_invariants(), Ok(()));
-        type Edit = fn(&mut super::super::state::State);
+        type Edit = fn(&mut crate::arena::state::State);
         let breaks: [(&str, Edit, Edit); 4] = [
             (
                 "3:",

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::state::{LiveRecord, State};
-use super::Arena;
+use crate::arena::state::{LiveRecord, State};
+use crate::arena::Arena;
 use crate::fmt_bytes;
 
 /// The leak report for the live allocations in `st`, or `None` when there are none.
