@@ -55,6 +55,7 @@ pub mod devices;
 mod error;
 mod gpu;
 pub mod kernels;
+mod knobs;
 pub mod plan;
 pub mod readback;
 mod runtime;

@@ -84,7 +84,7 @@ impl Default for ArenaConfig {
             guard_bytes: 0,
             poll_interval: 64,
             block_memory: BlockMemory::Auto,
-            backtraces: std::env::var("VRAMKIT_BACKTRACE").is_ok_and(|v| v == "1"),
+            backtraces: crate::knobs::Knob::Backtrace.is("1"),
             budget_refresh: super::live_budget::DEFAULT_REFRESH,
             dry_run: false,
         }

@@ -612,14 +612,14 @@ impl Arena {
 /// `tests/support`). Read once per process.
 fn chained_callbacks(gpu: &Gpu) -> bool {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| match std::env::var("VRAMKIT_SEALING").as_deref() {
-        Ok("chained") => Some(true),
-        Ok("batched") => Some(false),
-        Ok(other) => {
+    let forced = FORCED.get_or_init(|| match crate::knobs::Knob::Sealing.get().as_deref() {
+        Some("chained") => Some(true),
+        Some("batched") => Some(false),
+        Some(other) => {
             log::warn!("VRAMKIT_SEALING={other:?} ignored: use chained or batched");
             None
         }
-        Err(_) => None,
+        None => None,
     });
     forced.unwrap_or_else(|| gpu.is_cpu())
 }

@@ -78,8 +78,8 @@ pub struct DeviceSetOptions {
 impl DeviceSetOptions {
     /// [`GpuOptions::from_env`] and `VRAMKIT_DEVICES` (a count).
     pub fn from_env() -> Result<Self> {
-        let count = match std::env::var("VRAMKIT_DEVICES") {
-            Ok(v) if !v.trim().is_empty() => Some(v.trim().parse::<usize>().map_err(|_| {
+        let count = match crate::knobs::Knob::Devices.get() {
+            Some(v) if !v.trim().is_empty() => Some(v.trim().parse::<usize>().map_err(|_| {
                 Error::invalid(
                     format!("VRAMKIT_DEVICES={v:?} is not a count"),
                     "set it to a number of devices such as 2, or unset it for every GPU",

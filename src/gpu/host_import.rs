@@ -20,7 +20,7 @@ pub(super) async fn request_device(
     desc: &wgpu::DeviceDescriptor<'_>,
 ) -> Result<(wgpu::Device, wgpu::Queue), wgpu::RequestDeviceError> {
     #[cfg(vulkan_hal)]
-    if std::env::var("VRAMKIT_HOST_IMPORT").as_deref() != Ok("0") {
+    if !crate::knobs::Knob::HostImport.is("0") {
         if let Some(opened) = open_with_host_import(adapter, desc) {
             return Ok(opened);
         }

@@ -9,6 +9,7 @@
 //! | `VRAMKIT_BACKEND` | only adapters of these backends (comma list) | `vulkan`, `metal`, `dx12`, `gl` |
 //! | `VRAMKIT_ADAPTER` | only adapters whose name contains this (case-insensitive) | `h100`, `llvmpipe` |
 
+use crate::knobs::Knob;
 use crate::{Error, Result};
 
 /// How [`Gpu::headless_with`](crate::Gpu::headless_with) picks and opens an adapter.
@@ -36,16 +37,15 @@ impl GpuOptions {
     /// silently pick a different GPU and make benchmark tables lie.
     pub fn from_env() -> Result<Self> {
         let mut options = GpuOptions::default();
-        if let Ok(list) = std::env::var("VRAMKIT_BACKEND") {
+        if let Some(list) = Knob::Backend.get() {
             options.backends = Some(parse_backends(&list)?);
         }
-        if let Ok(name) = std::env::var("VRAMKIT_ADAPTER") {
+        if let Some(name) = Knob::Adapter.get() {
             if !name.trim().is_empty() {
                 options.adapter_name = Some(name.trim().to_string());
             }
         }
-        options.disable_matrix_units =
-            std::env::var("VRAMKIT_MATRIX_UNITS").is_ok_and(|v| v == "0");
+        options.disable_matrix_units = Knob::MatrixUnits.is("0");
         Ok(options)
     }
 

@@ -204,7 +204,7 @@ impl Gpu {
     /// (`lock_rank::QUEUE`: callbacks run under it).
     fn queue_lock(&self) -> QueueGuard<'_> {
         static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let off = *OFF.get_or_init(|| std::env::var("VRAMKIT_QUEUE_LOCK").is_ok_and(|v| v == "0"));
+        let off = *OFF.get_or_init(|| crate::knobs::Knob::QueueLock.is("0"));
         let held = Held::take(lock_rank::QUEUE);
         QueueGuard {
             _guard: (!off).then(|| self.inner.submits.queue.lock()),
@@ -339,5 +339,5 @@ impl Gpu {
 /// benchmark's A/B); without it host reads of device writes are not ordered by the spec.
 fn barrier_disabled() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DISABLED.get_or_init(|| std::env::var("VRAMKIT_HOST_READ_BARRIER").is_ok_and(|v| v == "0"))
+    *DISABLED.get_or_init(|| crate::knobs::Knob::HostReadBarrier.is("0"))
 }

@@ -126,10 +126,10 @@ impl PipelineCache {
 /// shaders: `all`, `bounds` or `loops`; neither when unset.
 fn forced_checks() -> (bool, bool) {
     static FORCED: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| match std::env::var("VRAMKIT_SHADER_CHECKS").as_deref() {
-        Ok("all") => (true, true),
-        Ok("bounds") => (true, false),
-        Ok("loops") => (false, true),
+    *FORCED.get_or_init(|| match crate::knobs::Knob::ShaderChecks.get().as_deref() {
+        Some("all") => (true, true),
+        Some("bounds") => (true, false),
+        Some("loops") => (false, true),
         _ => (false, false),
     })
 }

@@ -556,10 +556,10 @@ impl RawLock {
 fn heavy_barrier_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        match std::env::var("VRAMKIT_LOCK_BIAS").as_deref() {
-            Ok("off") => return false,
-            Ok("on") | Err(_) => {}
-            Ok(other) => log::warn!("VRAMKIT_LOCK_BIAS={other} ignored: it takes on or off"),
+        match crate::knobs::Knob::LockBias.get().as_deref() {
+            Some("off") => return false,
+            Some("on") | None => {}
+            Some(other) => log::warn!("VRAMKIT_LOCK_BIAS={other} ignored: it takes on or off"),
         }
         let available = membarrier::register();
         if !available {
