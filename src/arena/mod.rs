@@ -369,15 +369,7 @@ impl Arena {
 
     /// Allocates room for `len` elements of `T` in the default pool.
     pub fn alloc_typed<T: bytemuck::Pod>(&self, len: usize, label: &str) -> Result<Typed<T>> {
-        let bytes = (len as u64)
-            .checked_mul(std::mem::size_of::<T>() as u64)
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!("{len} elements overflow a 64-bit byte count"),
-                    "allocate fewer elements",
-                )
-            })?;
-        self.alloc(bytes, label)?.typed_len(len as u64)
+        self.alloc_typed_in(self.default_pool(), len, label)
     }
 
     /// Room for `len` elements of `T` in `pool`.

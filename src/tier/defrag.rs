@@ -444,19 +444,25 @@ impl Tiers {
 
     /// Puts planned moves back as they were.
     fn unplan(&self, planned: Vec<Move>) {
+        // Never used by the GPU: their ranges go straight back, for the next attempt.
+        for a in self.put_back(planned) {
+            a.discard_unused();
+        }
+    }
+
+    /// Points the entries of `moves` at their old places again (waking whoever waits for
+    /// a move) and returns the new places, for the caller to free its way.
+    fn put_back(&self, moves: Vec<Move>) -> Vec<Allocation> {
         let shared = &self.shared;
         let mut st = shared.state.lock();
-        let mut unused = Vec::with_capacity(planned.len());
-        for m in planned {
+        let mut unused = Vec::with_capacity(moves.len());
+        for m in moves {
             shared.commit(&mut st, m.slot, Place::Device(m.from));
             unused.push(m.to);
         }
         shared.moved.notify_all();
         drop(st);
-        // Never used by the GPU: their ranges go straight back, for the next attempt.
-        for a in unused {
-            a.discard_unused();
-        }
+        unused
     }
 
     /// Records a copy per move into `encoder`; the entries stay moving until
@@ -523,16 +529,7 @@ impl Tiers {
     /// frees, after all work submitted so far, so a copy that was submitted lands in
     /// memory nothing else has yet.
     pub(super) fn undo_moves(&self, moves: Vec<Move>) {
-        let shared = &self.shared;
-        let mut st = shared.state.lock();
-        let mut unused = Vec::with_capacity(moves.len());
-        for m in moves {
-            shared.commit(&mut st, m.slot, Place::Device(m.from));
-            unused.push(m.to);
-        }
-        shared.moved.notify_all();
-        drop(st);
-        drop(unused);
+        drop(self.put_back(moves));
     }
 }
 

@@ -166,6 +166,25 @@ struct Restore {
     from: HostRange,
 }
 
+impl Restore {
+    /// The restore of `e` (in `slot`) if it is in the host tier, marking it moving.
+    fn take(slot: u32, e: &mut Entry) -> Option<Restore> {
+        if !matches!(e.place, Place::Host(_)) {
+            return None;
+        }
+        let Place::Host(from) = std::mem::replace(&mut e.place, Place::Moving) else {
+            return None;
+        };
+        Some(Restore {
+            slot,
+            pool: e.pool,
+            size: e.size,
+            label: e.label.clone(),
+            from,
+        })
+    }
+}
+
 impl Tiers {
     /// Tiered memory over `arena`: movable allocations in its pools, evicted under its
     /// budget. Fails if the arena already has one.
@@ -270,17 +289,7 @@ impl Tiers {
             let Some(e) = st.entry(slot) else { continue };
             e.pins += 1;
             e.last_use = tick;
-            if matches!(e.place, Place::Host(_)) {
-                if let Place::Host(range) = std::mem::replace(&mut e.place, Place::Moving) {
-                    restores.push(Restore {
-                        slot,
-                        pool: e.pool,
-                        size: e.size,
-                        label: e.label.clone(),
-                        from: range,
-                    });
-                }
-            }
+            restores.extend(Restore::take(slot, e));
         }
         drop(st);
         let restored = if restores.is_empty() {
@@ -421,17 +430,7 @@ impl TierShared {
         let mut restores = Vec::new();
         for &slot in slots {
             let Some(e) = st.entry(slot) else { continue };
-            if let Place::Host(_) = e.place {
-                if let Place::Host(range) = std::mem::replace(&mut e.place, Place::Moving) {
-                    restores.push(Restore {
-                        slot,
-                        pool: e.pool,
-                        size: e.size,
-                        label: e.label.clone(),
-                        from: range,
-                    });
-                }
-            }
+            restores.extend(Restore::take(slot, e));
         }
         drop(st);
         if restores.is_empty() {
