@@ -26,8 +26,11 @@ pub(crate) enum Knob {
     Backend,
     Adapter,
     MatrixUnits,
+    // Several devices and Vulkan host memory are native only.
+    #[cfg_attr(web, allow(dead_code))]
     Devices,
     Backtrace,
+    #[cfg_attr(web, allow(dead_code))]
     HostImport,
     HostReadBarrier,
     LockBias,
