@@ -50,6 +50,7 @@ struct ReadmeDoctests;
 
 pub mod alloc;
 pub mod arena;
+mod catalogue;
 #[cfg(native)]
 pub mod devices;
 mod error;
@@ -66,6 +67,7 @@ pub mod tier;
 pub mod vt;
 
 pub use arena::{Allocation, Arena, ArenaConfig};
+pub use catalogue::SHADERS;
 pub use error::{Error, Result};
 pub use gpu::{
     parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing,

@@ -15,6 +15,7 @@
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 #[path = "support/reference.rs"]
+#[allow(dead_code)] // the browser suite checks a subset of the kernels
 mod reference;
 #[path = "../examples/support/vt_demo.rs"]
 mod vt_demo;
@@ -339,11 +340,12 @@ browser_test! {
         let rt = runtime().await;
         let gpu = rt.gpu();
         let (mut compiled, mut skipped) = (0, 0);
-        for shader in vramkit::shaders::ALL {
+        for shader in vramkit::SHADERS {
             if !gpu.has(shader.requires) {
                 continue;
             }
-            let module = naga::front::wgsl::parse_str(shader.source)
+            let source = shader.source()?;
+            let module = naga::front::wgsl::parse_str(&source)
                 .map_err(|e| vramkit::Error::Shader { shader: shader.name.into(), message: e.to_string() })?;
             // A variant larger than the device's workgroup memory is not used here (the
             // kernels pick a compact one, checked in the kernel test); Tint rounds each

@@ -1,11 +1,13 @@
-// f32 <-> f16 casts. The prefix defines `H2` (a pair of f16 in a `u32` word, packed by
-// pack2x16float), its conversions and its bits; the layout is that of `array<f16>`.
+// f32 <-> f16 casts, through `H2` (shared/f16_pairs.wgsl: a pair of f16 in a `u32` word,
+// packed by pack2x16float), its conversions and its bits; the layout is that of `array<f16>`.
 // One invocation per pair, from pair `first` on (cast_x8.wgsl does the bulk of large
 // arrays, eight elements per invocation, and this file the rest). (naga cannot bitcast `vec2<f16>` to `u32`, which the odd tail
 // needs, so this shader has no native-f16 variant.)
 // f16 arrays of odd length end in a half-used word: to_f16 keeps its upper half's bits.
 // Values beyond the f16 range (+-65504) convert to implementation-defined values.
 // Bindings: f (the f32 array) and h (the f16 pairs), for both directions.
+
+#import shared/f16_pairs
 
 struct Params {
     n: u32,      // elements

@@ -1,14 +1,19 @@
 // Elementwise f32 kernels over elements of type `Elem`, for indices [params.start, params.end).
-// There is no `Elem` here on purpose: vramkit compiles this file twice, prefixed with
-// `alias Elem = vec4<f32>;` (one 16-byte load or store per invocation, the aligned body of
-// an array) and with `alias Elem = f32;` (the 1..3 elements of the tail). Both variants bind
-// the same ranges, so one bind group serves both dispatches.
+// Two variants: VEC4 (`Elem` is vec4<f32>, one 16-byte load or store per invocation, the
+// aligned body of an array) and without it (`Elem` is f32, the 1..3 elements of the tail).
+// Both bind the same ranges, so one bind group serves both dispatches.
 //
 // The grid is 2D so counts beyond 65535 workgroups work:
 // index = (wg.y * num_workgroups.x + wg.x) * 256 + local.
 // Buffers are bound at the allocation's offset and size, so index 0 is the allocation start.
 // Inputs are declared read_write too: arena ranges share buffers, and WebGPU forbids binding
 // one buffer both read-only and read-write in a dispatch (see gfx-rs/wgpu#8470).
+
+#ifdef VEC4
+alias Elem = vec4<f32>;
+#else
+alias Elem = f32;
+#endif
 
 struct Params {
     end: u32,

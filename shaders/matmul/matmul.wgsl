@@ -1,6 +1,6 @@
-// C (m x n, f32) = A (m x k) * B (k x n), all row-major. The prefix defines the input
-// element type `In` and `load_a(i)` / `load_b(i)` returning element i as f32 (f32 storage,
-// or f16 pairs with f32 accumulation).
+// C (m x n, f32) = A (m x k) * B (k x n), all row-major. The input element type `In` and
+// `load_a(i)` / `load_b(i)`, returning element i as f32: f32 storage, or with F16 pairs of
+// f16 (packed in words, or with NATIVE_F16 as `vec2<f16>`) with f32 accumulation.
 //
 // Register blocking: a workgroup of 256 invocations computes a 128 x 128 tile of C; each
 // invocation owns 8 rows x 8 columns of it (rows 4*tr..4*tr+3 and 64+4*tr.., columns
@@ -12,8 +12,24 @@
 // Edges: loads past m, n or k read 0 and stores past m or n are skipped; only the staging
 // and the final stores test bounds, the inner loop does not.
 
-// `matmul_params.wgsl` (before this file) declares `params` (the shape and batch strides)
-// and `za`, `zb`, `zc`, where this workgroup's product starts.
+#ifdef NATIVE_F16
+enable f16;
+#endif
+#ifdef F16
+#import shared/f16_pairs
+alias In = H2;
+fn load_a(i: u32) -> f32 { return h2_to_f32(a[i >> 1u])[i & 1u]; }
+fn load_b(i: u32) -> f32 { return h2_to_f32(b[i >> 1u])[i & 1u]; }
+#else
+alias In = f32;
+fn load_a(i: u32) -> f32 { return a[i]; }
+fn load_b(i: u32) -> f32 { return b[i]; }
+#endif
+
+// `params` (the shape and batch strides) and `za`, `zb`, `zc`, where this workgroup's
+// product starts (shared/matmul_params.wgsl).
+#import shared/matmul_params
+@group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<In>;
 @group(0) @binding(2) var<storage, read_write> b: array<In>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;

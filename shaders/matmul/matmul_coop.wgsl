@@ -44,8 +44,8 @@
 // stored in workgroup-uniform control flow (every branch below tests values the whole
 // workgroup shares), as cooperative operations and barriers require.
 //
-// The prefix also sets `GUARDED`. Shapes of whole tiles (m and n multiples of 128, k of
-// 32) take the variant without the per-load bounds test: every load is inside then.
+// `GUARDED` tests every load against the bounds. Shapes of whole tiles (m and n multiples
+// of 128, k of 32) take the variant without it (WHOLE_TILES): every load is inside then.
 // The test cost a quarter of the speed on the H100 (4096^3: 168-170 TFLOP/s with it,
 // 220-222 without, on the earlier 128 x 256 tiles).
 //
@@ -53,10 +53,28 @@
 // cooperative matrices with a loop variable. Every operand of a cooperative load or store
 // is a named value: naga 30 does not emit expressions written inline there.
 
-// The prefix enables `f16` and `wgpu_cooperative_matrix` and declares `GUARDED`, `a` and
-// `b` (bindings 1 and 2: eight halves per element, read-only where neither shares a
-// buffer with `c`) and `c` (binding 3, four f32 per element); `matmul_params.wgsl`
-// (before this file) declares `params` and `za`, `zb`, `zc`.
+enable f16;
+enable wgpu_cooperative_matrix;
+
+#ifdef WHOLE_TILES
+const GUARDED: bool = false;
+#else
+const GUARDED: bool = true;
+#endif
+
+// `params` and `za`, `zb`, `zc` (shared/matmul_params.wgsl); `a` and `b`, eight halves per
+// element, read-only (READ_ONLY) where neither shares a buffer with `c`; `c`, four f32 per
+// element.
+#import shared/matmul_params
+@group(0) @binding(0) var<uniform> params: Params;
+#ifdef READ_ONLY
+@group(0) @binding(1) var<storage, read> a: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<u32>>;
+#else
+@group(0) @binding(1) var<storage, read_write> a: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> b: array<vec4<u32>>;
+#endif
+@group(0) @binding(3) var<storage, read_write> c: array<vec4<f32>>;
 
 alias FragA = coop_mat16x16<f16, A>;
 alias FragB = coop_mat16x16<f16, B>;

@@ -1,8 +1,7 @@
 // C (m x n, f32) = A (m x k) * B (k x n), all row-major, for k and n multiples of 4: every
 // row of A, B and C then starts on a 4-element boundary, so tiles load and C stores four
-// elements at a time. The prefix defines `In4` (four input elements: vec4<f32>, a pair of
-// words of packed f16 pairs, or vec4<f16>), `widen4(v: In4) -> vec4<f32>` and the input
-// bindings.
+// elements at a time. `In4` holds four input elements: vec4<f32>, with F16 a pair of words
+// of packed f16 pairs, with NATIVE_F16 vec4<f16>; `widen4(v: In4) -> vec4<f32>`.
 // matmul.wgsl serves every other shape.
 //
 // The blocking is matmul.wgsl's (a workgroup of 256 computes a 128 x 128 tile of C, each
@@ -15,11 +14,34 @@
 // Edges: loads past m, n or k read 0 (k and n are multiples of 4, so a four-element load is
 // wholly inside or outside) and stores past m or n are skipped.
 
-// `matmul_params.wgsl` (before this file) declares `params` (the shape and batch strides)
-// and `za`, `zb`, `zc`, where this workgroup's product starts.
-// The prefix declares `a` (binding 1) and `b` (binding 2) as arrays of `In4`, read-only
-// where neither shares a buffer with `c` (the loads may then be cached and reordered: 10 %
-// faster for f32, 17 % for f16 on the H100), else read_write.
+#ifdef NATIVE_F16
+enable f16;
+alias In4 = vec4<f16>;
+fn widen4(v: vec4<f16>) -> vec4<f32> { return vec4<f32>(v); }
+#else
+#ifdef F16
+alias In4 = vec2<u32>;
+fn widen4(v: vec2<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)); }
+#else
+alias In4 = vec4<f32>;
+fn widen4(v: vec4<f32>) -> vec4<f32> { return v; }
+#endif
+#endif
+
+// `params` (the shape and batch strides) and `za`, `zb`, `zc`, where this workgroup's
+// product starts (shared/matmul_params.wgsl).
+#import shared/matmul_params
+@group(0) @binding(0) var<uniform> params: Params;
+// `a` and `b` are read-only (READ_ONLY) where neither shares a buffer with `c` (the loads
+// may then be cached and reordered: 10 % faster for f32, 17 % for f16 on the H100), else
+// read_write.
+#ifdef READ_ONLY
+@group(0) @binding(1) var<storage, read> a: array<In4>;
+@group(0) @binding(2) var<storage, read> b: array<In4>;
+#else
+@group(0) @binding(1) var<storage, read_write> a: array<In4>;
+@group(0) @binding(2) var<storage, read_write> b: array<In4>;
+#endif
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<f32>>;
 
 const BK: u32 = 16u;

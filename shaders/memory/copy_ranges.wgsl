@@ -2,9 +2,15 @@
 // thousands of small allocations between blocks; one copy command each, every one behind
 // its own barrier, ran at a few percent of the device's copy bandwidth. Offsets and
 // lengths are in `Word`s (u32, or vec4<u32> when every range is 16-byte aligned and a
-// multiple of 16 bytes long: the prefix picks). Each workgroup copies one chunk of at most
+// multiple of 16 bytes long: VEC4). Each workgroup copies one chunk of at most
 // a few thousand words of one range; the host splits ranges into chunks and checks that
 // every chunk lies inside both bound buffers.
+
+#ifdef VEC4
+alias Word = vec4<u32>;
+#else
+alias Word = u32;
+#endif
 
 struct Chunk {
     src: u32,   // first word in `src`

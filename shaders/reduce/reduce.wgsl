@@ -1,25 +1,41 @@
 // Row reductions: y[out_base + row] = op(x[base + row * cols + c] for c < cols, within n),
 // one workgroup per row. A whole-array reduction larger than one workgroup's share is the
-// `reduce_whole` entry point of reduce_whole.wgsl, which the vec4 variants append: the
-// array's segments as rows, and the partials folded by the workgroup that finishes last.
+// `reduce_whole` entry point of shared/reduce_whole.wgsl, which the VEC4 variants import:
+// the array's segments as rows, and the partials folded by the workgroup that finishes last.
 //
-// Like elementwise.wgsl this file has no `Elem`: vramkit compiles it with
-// `alias Elem = vec4<f32>;` (16-byte loads; n, cols and base count vec4s) and with
-// `alias Elem = f32;`, each prefix also defining `Bits` (the same shape in u32) and
-// `widen(v, fill) -> vec4<f32>`.
+// Variants: VEC4 (`Elem` is vec4<f32>: 16-byte loads; n, cols and base count vec4s) or f32
+// elements, `Bits` the same shape in u32 and `widen(v, fill) -> vec4<f32>`; SUBGROUP (the
+// workgroup combine by subgroup operations, where the adapter has them, else a tree in
+// workgroup memory); READ_ONLY_X (`x` bound read-only, when it lies in another buffer than
+// `y`).
 //
 // NaN propagates, as in PyTorch: max and min of anything with a NaN are NaN (WGSL's max
 // and min may return either operand). The test is on the bits, which no compiler may
-// fold away, and the identities are -inf and +inf, so max of -inf values is -inf. The prefix
-// also brings `combine1` (combine1.wgsl) and the workgroup combine, `Ids` and
-// `workgroup_combine(op, v, ids)`: from reduce_workgroup.wgsl (a tree in workgroup memory,
-// portable) or reduce_subgroup.wgsl (subgroup operations, where the adapter has them).
+// fold away, and the identities are -inf and +inf, so max of -inf values is -inf.
 //
 // Each invocation walks its columns with a stride of 256 and keeps four independent
 // accumulators, so four loads are in flight before the first is used (`fold`); the
 // workgroup then combines its 256 values.
-// Bindings follow the elementwise layout (params, x, y; storage read_write, see
-// elementwise.wgsl for why).
+// Bindings follow the elementwise layout (params, x, y; storage read_write unless
+// READ_ONLY_X, see elementwise.wgsl for why).
+
+#ifdef VEC4
+alias Elem = vec4<f32>;
+alias Bits = vec4<u32>;
+fn widen(v: vec4<f32>, fill: f32) -> vec4<f32> { return v; }
+#else
+alias Elem = f32;
+alias Bits = u32;
+fn widen(v: f32, fill: f32) -> vec4<f32> { return vec4<f32>(v, fill, fill, fill); }
+#endif
+
+// `combine1`, then the workgroup combine: `Ids` and `workgroup_combine(op, v, ids)`.
+#import shared/combine1
+#ifdef SUBGROUP
+#import shared/reduce_subgroup
+#else
+#import shared/reduce_workgroup
+#endif
 
 struct Params {
     n: u32,        // valid elements of x after `base` (bounds the last, partial row)
@@ -29,12 +45,21 @@ struct Params {
     scale: f32,    // result multiplier (1/n for a mean, else 1)
     base: u32,     // first element of row 0
     out_base: u32, // where row 0's result goes in y
-    _pad: u32,
+    epoch: u32,    // the whole-array entry's epoch (shared/reduce_whole.wgsl); else 0
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-// `x` and `y` come from the prefix, at bindings 1 and 2: both read_write, or `x` read-only
-// (when it lies in another buffer than `y`).
+#ifdef READ_ONLY_X
+@group(0) @binding(1) var<storage, read> x: array<Elem>;
+#else
+@group(0) @binding(1) var<storage, read_write> x: array<Elem>;
+#endif
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+#ifdef VEC4
+// The whole-array reduction's state (shared/reduce_whole.wgsl): the done counter, then two
+// words per segment.
+@group(0) @binding(3) var<storage, read_write> state: array<atomic<u32>>;
+#endif
 
 const WG: u32 = 256u;
 
@@ -140,3 +165,7 @@ fn pos_inf() -> f32 {
     let bits = 0x7f800000u;
     return bitcast<f32>(bits);
 }
+
+#ifdef VEC4
+#import shared/reduce_whole
+#endif

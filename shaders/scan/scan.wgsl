@@ -33,14 +33,44 @@
 // again. Nothing guards against that.) The claim counter `state[0]` and the done counter
 // `state[1]` are reset by the last workgroup to count itself done.
 //
-// The prefix (`T`, `to_bits`, `from_bits`) picks the element type, and a piece brings
-// `Ids` and `scan_tile(tile, ids)`: scan_workgroup.wgsl (portable: one tile per workgroup,
-// through workgroup memory) or scan_subgroup.wgsl (subgroup operations, up to CLAIMS tiles
-// per workgroup, each loaded before the look-back of the one before). An I/O piece binds x
-// and y and moves a tile's rows: scan_io.wgsl (one element per invocation and row) or
-// scan_io_vec4.wgsl (four, in one 16-byte load or store; subgroup piece only). Bindings:
-// x (input), y (output, not overlapping x), z (state: claim counter, done counter, then
-// two words per tile; see above).
+// Variants: F32 (`T` is f32, else u32 with wrapping sums; `to_bits` and `from_bits` give
+// the published bits); PER, the elements (rows, in the subgroup piece) per invocation; a
+// piece brings `Ids` and `scan_tile(tile, ids)`: shared/scan_workgroup.wgsl (portable: one
+// tile per workgroup, through workgroup memory) or, with SUBGROUP, shared/scan_subgroup.wgsl
+// (subgroup operations, up to CLAIMS tiles per workgroup, each loaded before the look-back
+// of the one before). An I/O piece moves a tile's rows: shared/scan_io.wgsl (one element
+// per invocation and row) or, with VEC4, shared/scan_io_vec4.wgsl (four, in one 16-byte
+// load or store; subgroup piece only). Bindings: x (input), y (output, not overlapping x),
+// z (state: claim counter, done counter, then two words per tile; see above).
+//
+// src/kernels/scan.rs sets PER: 32, or 8 (COMPACT) where the device gives a workgroup less
+// than the 37 892 bytes the portable piece needs at 32 (WebGPU's default 16 KiB, OpenGL's
+// 32 KiB); 8 rows with the subgroup piece, 4 with VEC4. With CLAIMS (8) and the I/O
+// piece's elements per row these make its TILE_* and CLAIMS_SUBGROUP constants.
+
+#ifdef F32
+alias T = f32;
+fn to_bits(v: f32) -> u32 { return bitcast<u32>(v); }
+fn from_bits(b: u32) -> f32 { return bitcast<f32>(b); }
+#else
+alias T = u32;
+fn to_bits(v: u32) -> u32 { return v; }
+fn from_bits(b: u32) -> u32 { return b; }
+#endif
+
+const PER: u32 = #{PER}u;
+#ifdef SUBGROUP
+const CLAIMS: u32 = 8u;
+#import shared/scan_subgroup
+#else
+#import shared/scan_workgroup
+#endif
+#ifdef VEC4
+#import shared/scan_io_vec4
+#else
+#import shared/scan_io
+#endif
+#import shared/split_word
 
 struct Params {
     n: u32,
@@ -54,6 +84,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
+#ifdef VEC4
+@group(0) @binding(1) var<storage, read_write> x: array<vec4<T>>;
+@group(0) @binding(2) var<storage, read_write> y: array<vec4<T>>;
+#else
+@group(0) @binding(1) var<storage, read_write> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
+#endif
 @group(0) @binding(3) var<storage, read_write> state: array<atomic<u32>>;
 // state[0] counts claimed tiles, state[1] finished workgroups; the slots follow.
 const SPLIT_BASE: u32 = 2u;

@@ -23,5 +23,3 @@ struct Params {
 var<private> za: u32;
 var<private> zb: u32;
 var<private> zc: u32;
-
-@group(0) @binding(0) var<uniform> params: Params;

@@ -9,7 +9,7 @@
 // Params, as reduce_rows reads them: n (vec4s), cols (vec4s per segment), rows
 // (segments, at most the state's slots), op, scale; then `out_base` is 1 when y[0]
 // already holds the reduction of the trailing floats (written by a pass before this one)
-// to fold in, and `_pad` is this call's epoch, 1..=65535.
+// to fold in, and `epoch` is this call's epoch, 1..=65535.
 //
 // The state (binding 3, `z`) is the done counter, then two words per segment. A partial
 // is published with the call's epoch as its flag (split_word.wgsl), as the scan
@@ -25,9 +25,10 @@
 // workgroup, as the scan's decoupled fallback does: the wait is bounded (llvmpipe ends a
 // shader's loops after 65535 iterations in total).
 
-@group(0) @binding(3) var<storage, read_write> state: array<atomic<u32>>;
-// state[0] is the done counter; the slots follow (split_word.wgsl).
+// `state` (binding 3) is declared by reduce.wgsl: state[0] is the done counter; the slots
+// follow (split_word.wgsl).
 const SPLIT_BASE: u32 = 1u;
+#import shared/split_word
 
 // Reads of one unpublished slot before its segment is folded again.
 const SPINS: u32 = 256u;
@@ -61,7 +62,7 @@ fn reduce_whole(
         return;
     }
     let op = params.op;
-    let epoch = params._pad;
+    let epoch = params.epoch;
     let partial_value = workgroup_combine(op, fold_segment(op, row, local), ids);
     if local == 0u {
         publish_split(row, epoch, bitcast<u32>(partial_value));

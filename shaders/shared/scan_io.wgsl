@@ -1,9 +1,6 @@
-// Scan I/O, one element per invocation and row (scan.wgsl): x and y as arrays of `T`.
-// Used by the portable piece (scan_workgroup.wgsl) and by the subgroup piece where the
-// arrays cannot be bound as whole 16-byte words (src/kernels/scan.rs).
-
-@group(0) @binding(1) var<storage, read_write> x: array<T>;
-@group(0) @binding(2) var<storage, read_write> y: array<T>;
+// Scan I/O, one element per invocation and row (scan.wgsl, which binds x and y as arrays
+// of `T`). Used by the portable piece (scan_workgroup.wgsl) and by the subgroup piece
+// where the arrays cannot be bound as whole 16-byte words (src/kernels/scan.rs).
 
 // What one invocation holds of a row, and how many elements that is.
 alias E = T;

@@ -1,12 +1,9 @@
 // Scan I/O, four consecutive elements per invocation and row (scan.wgsl, with
-// scan_subgroup.wgsl): x and y bound as arrays of `vec4<T>`, so a row is one 16-byte load
+// scan_subgroup.wgsl): x and y bound (by scan.wgsl) as arrays of `vec4<T>`, so a row is one 16-byte load
 // or store per invocation and the subgroup scans a quarter as many lane sums. The arrays
 // are bound up to the next 16 bytes past the scan's last element (src/kernels/scan.rs
 // binds them so only where the buffer holds those bytes); the elements past `n` are never
 // read or written: the last tile moves its words one element at a time.
-
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<T>>;
-@group(0) @binding(2) var<storage, read_write> y: array<vec4<T>>;
 
 // What one invocation holds of a row, and how many elements that is.
 alias E = vec4<T>;

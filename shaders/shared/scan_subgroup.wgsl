@@ -26,7 +26,7 @@
 // one memory latency; the rest of the workgroup waits at one barrier. (Wider windows,
 // 2 to 8 predecessors per lane, measured no better.)
 
-// The shader's prefix sets PER (rows per invocation) and CLAIMS, the tiles one workgroup
+// scan.wgsl sets PER (rows per invocation) and CLAIMS, the tiles one workgroup
 // scans at most (src/kernels/scan.rs dispatches tiles / CLAIMS workgroups; claims are
 // dynamic, so every tile is taken whatever the workgroups' order); the I/O piece sets what
 // a row is (LANE elements per invocation, `E`).

@@ -8,9 +8,9 @@
 // at most one window per round.
 
 const WG: u32 = 256u;
-// PER (elements per invocation, so the tile of WG * PER) comes from the shader's prefix:
-// 32, or 8 where the device gives a workgroup less than the 37 892 bytes PER 32 needs
-// (WebGPU's default limit is 16 KiB; OpenGL's 32 KiB).
+// PER (elements per invocation, so the tile of WG * PER) comes from scan.wgsl: 32, or 8
+// where the device gives a workgroup less than the 37 892 bytes PER 32 needs (WebGPU's
+// default limit is 16 KiB; OpenGL's 32 KiB).
 
 struct Ids {
     @builtin(local_invocation_index) local: u32,

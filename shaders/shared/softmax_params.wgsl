@@ -1,5 +1,6 @@
-// The parameters of every row softmax kernel (binding 0): x and y are row-major
-// `rows x cols` f32 matrices. The padding fills the kernels' 32-byte uniform slot.
+// The parameters of every row softmax kernel (bound at 0 by each): x and y are row-major
+// `rows x cols` f32 matrices. The padding fills the kernels' 32-byte uniform slot
+// (`SoftmaxParams` in src/kernels/softmax.rs mirrors it).
 
 struct Params {
     rows: u32,
@@ -11,5 +12,3 @@ struct Params {
     _pad4: u32,
     _pad5: u32,
 }
-
-@group(0) @binding(0) var<uniform> params: Params;

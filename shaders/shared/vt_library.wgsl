@@ -1,5 +1,6 @@
 // Virtual texture sampling and feedback (vramkit::vt), for the host's own fragment and
-// compute shaders. Needs the bindings of vt_bindings.wgsl and vt_hash of vt_hash.wgsl.
+// compute shaders. Needs the bindings of vt_bindings.wgsl and vt_hash of vt_hash.wgsl
+// (VirtualTexture::wgsl gives all three).
 //
 // vt_sample(uv, ddx, ddy)   filtered colour at uv (0..1), mip level from the derivatives
 // vt_sample_level(uv, l)    the same at mip level l

@@ -2,10 +2,13 @@
 // workgroup per row of `cols` f32. The first sweep keeps a running (max, sum) per
 // invocation (the "online" softmax of Milakov & Gimelshein, 2018), so x is read twice and y
 // written once instead of three reads.
-// The prefix sets `const WG: u32`, the invocations per row: 256, or 1024 for rows longer
-// than softmax_cached.wgsl holds (on the H100, rows of 50257 read 1037-1044 GB/s with 256).
+// WG, the invocations per row: 256, or 1024 (WIDE) for rows longer than softmax_cached.wgsl
+// holds (on the H100, rows of 50257 read 1037-1044 GB/s with 256).
 
-// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
+const WG: u32 = #{WG}u;
+#import shared/softmax_params
+
+@group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 

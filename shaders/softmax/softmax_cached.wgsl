@@ -4,10 +4,10 @@
 // exp(x - max), and each invocation writes its vec4s scaled by 1 / sum. x is read once and
 // y written once, the bytes a copy moves; softmax.wgsl (any `cols`) reads x twice.
 //
-// The prefix sets `const PER: u32` (1, 2, 4, 8 or 16 vec4 per invocation) and brings
-// `combine1` (combine1.wgsl) and the workgroup combine (`Ids`, `workgroup_combine`, from
-// reduce_workgroup.wgsl or reduce_subgroup.wgsl). The early return is per workgroup, so
-// every combine runs in uniform control flow.
+// Variants: PER (1, 2, 4, 8 or 16 vec4 per invocation), and SUBGROUP for the workgroup
+// combine (`Ids`, `workgroup_combine`) by subgroup operations (shared/reduce_subgroup.wgsl)
+// instead of a tree in workgroup memory (shared/reduce_workgroup.wgsl). The early return is
+// per workgroup, so every combine runs in uniform control flow.
 //
 // NaN and infinities: the per-invocation maximum uses WGSL's max, which may drop a NaN,
 // but a NaN anywhere in the row still reaches the sum through exp, so the whole row comes
@@ -17,7 +17,16 @@
 // and every store after the second. Bindings follow the elementwise layout (read_write,
 // see elementwise.wgsl for why).
 
-// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
+const PER: u32 = #{PER}u;
+#import shared/softmax_params
+#import shared/combine1
+#ifdef SUBGROUP
+#import shared/reduce_subgroup
+#else
+#import shared/reduce_workgroup
+#endif
+
+@group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 

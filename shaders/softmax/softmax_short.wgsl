@@ -1,15 +1,19 @@
 // Row-wise softmax for short rows (`cols` a multiple of 4, at most 4 * T): several rows
-// per workgroup of 256, T invocations (32, 64 or 128, from the prefix) per row, one vec4
+// per workgroup of 256, T invocations (32, 64 or 128: the variant) per row, one vec4
 // each. softmax_cached.wgsl gives every row a whole workgroup, which at rows of 128 floats
 // leaves seven of eight invocations idle; attention scores are rows this short.
-// The prefix sets `const T: u32` and brings `combine1` (combine1.wgsl) and
-// `segment_combine` (softmax_segment.wgsl): trees over segments of T in workgroup memory,
-// every invocation taking part (rows past the end included), so every barrier is in
-// uniform control flow. softmax_short_scalar.wgsl is the same for rows of any length.
+// Rows combine with `segment_combine` (shared/softmax_segment.wgsl): trees over segments
+// of T in workgroup memory, every invocation taking part (rows past the end included), so
+// every barrier is in uniform control flow. softmax_short_scalar.wgsl is the same for rows of any length.
 // NaN and infinities as in softmax_cached.wgsl. x may be y: each invocation reads its vec4
 // before the first combine and writes it after the second.
 
-// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
+const T: u32 = #{T}u;
+#import shared/softmax_params
+#import shared/combine1
+#import shared/softmax_segment
+
+@group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 

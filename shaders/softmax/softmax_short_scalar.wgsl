@@ -1,13 +1,18 @@
 // Row-wise softmax for short rows of any length (at most 4 * T f32): several rows per
-// workgroup of 256, T invocations (32, 64 or 128, from the prefix) per row, each holding up
+// workgroup of 256, T invocations (32, 64 or 128: the variant) per row, each holding up
 // to four elements, `lane + k * T` for k < 4, so every load and store of a row is
 // coalesced. softmax_short.wgsl does the same with one vec4 per invocation for rows whose
 // length is a multiple of 4; this one serves the others (197 tokens of a ViT, say).
-// The prefix sets `const T: u32` and brings `combine1` and `segment_combine`.
+// Rows combine as in softmax_short.wgsl.
 // NaN and infinities as in softmax_cached.wgsl. x may be y: each invocation reads its
 // elements before the first combine and writes them after the second.
 
-// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
+const T: u32 = #{T}u;
+#import shared/softmax_params
+#import shared/combine1
+#import shared/softmax_segment
+
+@group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 

@@ -5,9 +5,9 @@
 // softmax_short_scalar.wgsl, the portable kernels for the same rows, combine through
 // workgroup memory with a barrier per tree level.
 //
-// The prefix sets `const PER: u32`, `alias Elem` (f32, or vec4<f32> when the row length is
-// a multiple of 4), `const ELEM: u32` (its f32 count), `hmax` and `hsum` (the maximum and
-// sum of one Elem's components), then brings softmax_params.wgsl. The host picks PER so
+// Variants: PER, and VEC4 for `Elem` vec4<f32> (rows whose length is a multiple of 4) or
+// f32 (`ELEM` its f32 count, `hmax` and `hsum` the maximum and sum of one Elem's
+// components); READ_ONLY_X binds `x` read-only (when x and y lie in different buffers). The host picks PER so
 // that PER * (the smallest subgroup size) elements cover a row, and dispatches enough
 // workgroups for 256 / (the largest subgroup size) rows each; rows then go round in a loop
 // over the grid, so any subgroup size the device picks covers every row.
@@ -18,8 +18,27 @@
 // through exp, whichever maximum subgroupMax returns, so the whole row comes out NaN.
 // x may be y: each element is read and written by the same lane.
 
-// The prefix also declares `x` and `y`: both read_write at bindings 1 and 2, or `x`
-// read-only at binding 1 (when x and y lie in different buffers).
+const PER: u32 = #{PER}u;
+#ifdef VEC4
+alias Elem = vec4<f32>;
+const ELEM: u32 = 4u;
+fn hmax(v: vec4<f32>) -> f32 { return max(max(v.x, v.y), max(v.z, v.w)); }
+fn hsum(v: vec4<f32>) -> f32 { return dot(v, vec4<f32>(1.0)); }
+#else
+alias Elem = f32;
+const ELEM: u32 = 1u;
+fn hmax(v: f32) -> f32 { return v; }
+fn hsum(v: f32) -> f32 { return v; }
+#endif
+#import shared/softmax_params
+
+@group(0) @binding(0) var<uniform> params: Params;
+#ifdef READ_ONLY_X
+@group(0) @binding(1) var<storage, read> x: array<Elem>;
+#else
+@group(0) @binding(1) var<storage, read_write> x: array<Elem>;
+#endif
+@group(0) @binding(2) var<storage, read_write> y: array<Elem>;
 
 @compute @workgroup_size(256)
 fn softmax_subgroup_rows(@builtin(workgroup_id) wg: vec3<u32>,

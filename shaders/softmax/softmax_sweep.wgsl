@@ -12,7 +12,9 @@
 // x may be y: each invocation's second-sweep reads are of the vec4s it then writes, and
 // every first-sweep read happens before the combine's first barrier.
 
-// `Params` and `params` (binding 0) come from softmax_params.wgsl, first in the prefix.
+#import shared/softmax_params
+
+@group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 

@@ -1,8 +1,9 @@
 // Feedback compaction (vramkit::vt): every requested tile key once, in a short list.
-// Needs vt_hash of vt_hash.wgsl.
 // A hash set in `seen` (zeroed each frame) de-duplicates; the first invocation to insert a
 // key appends it to `list` (list[0] counts, keys from list[1]; keys past `max_list` are
 // counted but not stored).
+
+#import shared/vt_hash
 
 struct CompactParams {
     n: u32,          // feedback cells

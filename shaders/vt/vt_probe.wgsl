@@ -1,6 +1,10 @@
 // Samples a virtual texture at given points from a compute shader (vramkit::vt tests and
 // VirtualTexture::sample_points). Group 0 is the virtual texture, group 1 the points.
 
+#import shared/vt_bindings
+#import shared/vt_hash
+#import shared/vt_library
+
 struct VtProbe {
     uv: vec2<f32>,
     level: u32,

@@ -4,9 +4,13 @@
 use std::collections::BTreeMap;
 
 use super::Arena;
-use crate::{readback, shaders, Error, Gpu, Result};
+use crate::shaders::{shader, Shader};
+use crate::{readback, Error, Gpu, Result};
 
-/// The 32-bit word guard bytes are filled with; `shaders/guard_check.wgsl` has the same.
+/// Checks guard bytes around arena allocations.
+pub(crate) const GUARD_CHECK: Shader = shader!("guard_check.wgsl", "memory/guard_check.wgsl");
+
+/// The 32-bit word guard bytes are filled with; `shaders/memory/guard_check.wgsl` has the same.
 pub const GUARD_PATTERN: u32 = 0xA5C3_5A3C;
 
 /// Which side of an allocation was overwritten.
@@ -158,7 +162,7 @@ impl Arena {
                 }
             }
         }
-        let pipeline = gpu.pipeline(&shaders::GUARD_CHECK, "check")?;
+        let pipeline = gpu.pipeline(&GUARD_CHECK, "check")?;
         let mut violations = Vec::new();
         for (buffer, at, size, regions) in windows {
             let counts = self.run_check(&pipeline, &buffer, at, size, &regions)?;

@@ -52,7 +52,7 @@ mod block;
 mod completion;
 mod config;
 mod for_tiers;
-mod guard;
+pub(crate) mod guard;
 mod invariants;
 mod labels;
 mod live_budget;

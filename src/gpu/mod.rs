@@ -510,7 +510,7 @@ impl Gpu {
     /// True if the f16 matmul runs on the GPU's matrix units (tensor cores): vramkit
     /// opened the device (or was handed its adapter and the features were on), the adapter
     /// runs 16 x 16 x 16 f16 -> f32 cooperative matrices on subgroups of exactly 32, and
-    /// the limits fit the kernel (`shaders/matmul_coop.wgsl`).
+    /// the limits fit the kernel (`shaders/matmul/matmul_coop.wgsl`).
     pub fn has_matrix_units(&self) -> bool {
         self.inner.matrix_units
     }
@@ -727,7 +727,7 @@ fn request_device_hint(info: &wgpu::AdapterInfo) -> String {
         .into()
 }
 
-/// The configuration `shaders/matmul_coop.wgsl` multiplies in: 16 x 16 x 16, f16 inputs,
+/// The configuration `shaders/matmul/matmul_coop.wgsl` multiplies in: 16 x 16 x 16, f16 inputs,
 /// f32 accumulators, on subgroups of exactly 32 (its four subgroups split a 128 x 128
 /// tile), with f16 and subgroup operations.
 fn runs_f16_matrix_units(adapter: &wgpu::Adapter) -> bool {

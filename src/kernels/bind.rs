@@ -62,7 +62,7 @@ pub(super) struct Bindings {
 /// refuses one buffer bound both read-only and writable in a dispatch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) enum Access {
-    /// Every binding writable (arena ranges share buffers; see `shaders/elementwise.wgsl`).
+    /// Every binding writable (arena ranges share buffers; see `shaders/elementwise/elementwise.wgsl`).
     #[default]
     Writable,
     /// `x` read-only; `y` and `z` writable.

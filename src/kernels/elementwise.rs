@@ -1,12 +1,38 @@
-//! Elementwise kernels (`shaders/elementwise.wgsl`): fill, copy, axpy, axpby, scale, unary
+//! Elementwise kernels (`shaders/elementwise/elementwise.wgsl`): fill, copy, axpy, axpby, scale, unary
 //! maps and binary operations on f32 arrays.
 //!
 //! Each runs as a vec4 body (16-byte loads and stores) plus a scalar tail for the last
 //! `n % 4` elements, both on the same bind group.
 
-use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, Params, WORKGROUP};
+use super::params::kernel_params;
+use super::{check_count, check_no_overlap, grid, Batch, Bindings, Bound, WORKGROUP};
 use crate::arena::Allocation;
-use crate::{shaders, Result};
+use crate::shaders::{shader, Shader};
+use crate::Result;
+
+/// f32 elementwise kernels, one element per invocation (tails and short arrays).
+pub(crate) const ELEMENTWISE: Shader =
+    shader!("elementwise.wgsl (f32)", "elementwise/elementwise.wgsl");
+/// f32 elementwise kernels, one vec4 per invocation (the aligned body of each array).
+pub(crate) const ELEMENTWISE_VEC4: Shader =
+    shader!("elementwise.wgsl (vec4)", "elementwise/elementwise.wgsl").with(&[("VEC4", "")]);
+/// Every variant, for the catalogue ([`crate::SHADERS`]).
+pub(crate) const SHADERS: [Shader; 2] = [ELEMENTWISE, ELEMENTWISE_VEC4];
+
+kernel_params! {
+    /// `Params` of `elementwise.wgsl`: indices `[start, end)` (in `Elem`s), the scalars
+    /// and the op of `map` and `binary`.
+    pub(crate) struct ElementwiseParams {
+        end: u32,
+        start: u32,
+        alpha: f32,
+        beta: f32,
+        value: f32,
+        op: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
 
 /// A function applied to every element by [`Batch::map`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,21 +163,21 @@ impl<'a> Batch<'a> {
         let gpu = self.gpu();
         let body = n / 4;
         let tail = n % 4;
-        let params = |end: u64, start: u64| -> Params {
-            [
-                end as u32,
-                start as u32,
-                alpha.to_bits(),
-                beta.to_bits(),
-                value.to_bits(),
+        let params = |end: u64, start: u64| {
+            ElementwiseParams {
+                end: end as u32,
+                start: start as u32,
+                alpha,
+                beta,
+                value,
                 op,
-                0,
-                0,
-            ]
+                ..Default::default()
+            }
+            .into()
         };
         if body > 0 {
             self.run(
-                &shaders::ELEMENTWISE_VEC4,
+                &ELEMENTWISE_VEC4,
                 entry,
                 params(body, 0),
                 io.clone(),
@@ -160,7 +186,7 @@ impl<'a> Batch<'a> {
         }
         if tail > 0 {
             self.run(
-                &shaders::ELEMENTWISE,
+                &ELEMENTWISE,
                 entry,
                 params(n, body * 4),
                 io,

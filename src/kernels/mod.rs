@@ -31,6 +31,7 @@ mod bind;
 pub mod cast;
 pub mod elementwise;
 pub mod matmul;
+mod params;
 pub mod reduce;
 pub mod scan;
 pub mod softmax;
@@ -70,19 +71,20 @@ const PARAMS_SIZE: u64 = 32;
 
 pub use crate::gpu::grid;
 
-/// A kernel's parameter block: eight 32-bit words, each kernel's `Params` struct in WGSL.
+/// A kernel's parameter block as the uniform ring holds it: eight 32-bit words, made from
+/// the family's struct (`params.rs`), which its WGSL `Params` mirrors.
 type Params = [u32; 8];
 
 /// The kernels' layouts, one per [`Access`], and bind groups. Every storage binding is
 /// writable in the shared layout (arena ranges share buffers, see
-/// `shaders/elementwise.wgsl`); the others bind inputs read-only, for kernels whose inputs
+/// `shaders/elementwise/elementwise.wgsl`); the others bind inputs read-only, for kernels whose inputs
 /// are in buffers of their own (the compiler may then cache and reorder their loads; what
 /// that gains the matmuls and the softmax is in BENCHMARKS.md, Kernels).
 struct Shared {
     /// By `Access as usize`: the bind group layout and its pipeline layout.
     layouts: [(wgpu::BindGroupLayout, wgpu::PipelineLayout); 3],
     cache: Mutex<BindCache>,
-    /// The one-dispatch whole-array reduction's state (`shaders/reduce_whole.wgsl`): a done
+    /// The one-dispatch whole-array reduction's state (`shaders/shared/reduce_whole.wgsl`): a done
     /// counter and two words per segment, zeroed by wgpu at creation and left reset by
     /// each call. Outside the arena: 4 KiB that lives as long as the kernels.
     reduce_state: wgpu::Buffer,
@@ -100,7 +102,7 @@ struct Shared {
 }
 
 /// The epoch after `previous` (0 before the first) among `1..=epochs`: the tag a call's
-/// published state words carry (`shaders/split_word.wgsl`). Never 0, which unwritten state
+/// published state words carry (`shaders/shared/split_word.wgsl`). Never 0, which unwritten state
 /// reads as, and never the previous call's; a plain counter would repeat one where it
 /// wraps at 2^32.
 fn next_epoch(previous: u32, epochs: u32) -> u32 {

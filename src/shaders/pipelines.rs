@@ -66,11 +66,12 @@ impl PipelineCache {
             match modules.get(shader.name) {
                 Some(m) => m.clone(),
                 None => {
+                    let source = shader.source()?;
                     let during = format!("compiling shader '{}'", shader.name);
                     let m = scoped(device, &during, || {
                         let desc = wgpu::ShaderModuleDescriptor {
                             label: Some(shader.name),
-                            source: wgpu::ShaderSource::Wgsl(shader.source.into()),
+                            source: wgpu::ShaderSource::Wgsl(source.into()),
                         };
                         if shader.unchecked {
                             // SAFETY: integer-division checks stay on; these shaders index

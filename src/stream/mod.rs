@@ -33,7 +33,7 @@ mod pinned;
 mod pipeline;
 mod staging;
 mod texture;
-mod uploader;
+pub(crate) mod uploader;
 mod view;
 
 pub use batch::UploadBatch;

@@ -17,7 +17,11 @@ use super::host_copy::copy_parallel;
 use super::staging::{Staging, Writer};
 use super::UPLOADED;
 use crate::arena::Allocation;
-use crate::{shaders, Error, Gpu, Result};
+use crate::shaders::{shader, Shader};
+use crate::{Error, Gpu, Result};
+
+/// Writes the partial words at the unaligned edges of an upload.
+pub(crate) const PATCH_WORDS: Shader = shader!("patch_words.wgsl", "memory/patch_words.wgsl");
 
 /// Smallest staging buffer the ring creates: smaller uploads share it.
 pub(super) const MIN_STAGING: u64 = 1 << 20;
@@ -738,7 +742,7 @@ impl Uploader {
         };
         patch.words[..words.len()].copy_from_slice(&words);
         use wgpu::util::DeviceExt;
-        let pipeline = self.gpu.pipeline(&shaders::PATCH_WORDS, "patch_words")?;
+        let pipeline = self.gpu.pipeline(&PATCH_WORDS, "patch_words")?;
         let uniform = self
             .gpu
             .device()

@@ -3,14 +3,22 @@
 //! One `copy_buffer_to_buffer` per moved allocation is one copy command behind its own
 //! barrier, so a pass moving thousands of small allocations ran at a tiny fraction of one
 //! large copy's bandwidth. Here the copies are grouped by (source block, destination
-//! block) and each group is one dispatch of `shaders/copy_ranges.wgsl`, its ranges cut
+//! block) and each group is one dispatch of `shaders/memory/copy_ranges.wgsl`, its ranges cut
 //! into chunks of [`CHUNK_WORDS`] words, one per workgroup. A group falls back to copy
 //! commands when a block cannot be bound as storage (a pool without `STORAGE` usage, or
 //! a block beyond the binding limit) or when it has only a few ranges.
 
 use wgpu::util::DeviceExt;
 
-use crate::{shaders, Gpu, Result};
+use crate::shaders::{shader, Shader};
+use crate::{Gpu, Result};
+
+/// Copies many ranges between two buffers in one dispatch, word by word (tiered memory's
+/// defragmentation).
+pub(crate) const COPY_RANGES: Shader = shader!("copy_ranges.wgsl (u32)", "memory/copy_ranges.wgsl");
+/// [`COPY_RANGES`] by 16-byte words, for ranges that are all 16-byte aligned.
+pub(crate) const COPY_RANGES_VEC4: Shader =
+    shader!("copy_ranges.wgsl (vec4)", "memory/copy_ranges.wgsl").with(&[("VEC4", "")]);
 
 /// Words one workgroup copies at most (of 4 or 16 bytes).
 const CHUNK_WORDS: u64 = 4096;
@@ -116,9 +124,9 @@ fn dispatch(
         }
     }
     let shader = if wide {
-        &shaders::COPY_RANGES_VEC4
+        &COPY_RANGES_VEC4
     } else {
-        &shaders::COPY_RANGES
+        &COPY_RANGES
     };
     let pipeline = gpu.pipeline(shader, "copy_ranges")?;
     gpu.scoped("recording defragmentation copies", || {

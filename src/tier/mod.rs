@@ -80,7 +80,7 @@
 //!   recorded and submitted in an error scope; on an error every entry touched goes back
 //!   to where it was and the call returns the typed error.
 
-mod copy;
+pub(crate) mod copy;
 mod defrag;
 mod evict;
 mod host;

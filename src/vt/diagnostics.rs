@@ -40,7 +40,7 @@ impl VirtualTexture {
             immediate_size: 0,
         });
         let pipeline = self.gpu.pipeline_with_layout(
-            &crate::shaders::VT_PROBE,
+            &shaders::VT_PROBE,
             "probe",
             crate::shaders::NamedLayout {
                 name: "vt-probe",

@@ -22,7 +22,7 @@
 //! - **Feedback**: the host's shader calls `vt_feedback(pixel, uv, ddx, ddy)`; one pixel
 //!   per `feedback_factor`² block (jittered each frame) writes the key of the tile it
 //!   wanted. [`VirtualTexture::end_frame`] de-duplicates and compacts those keys on the
-//!   GPU (`shaders/vt_compact.wgsl`) into a list of at most 64 KiB, which comes back
+//!   GPU (`shaders/vt/vt_compact.wgsl`) into a list of at most 64 KiB, which comes back
 //!   through the [`Downloader`] without blocking.
 //! - **Residency** ([`VirtualTexture::begin_frame`]): requested tiles that are resident
 //!   are marked used; the others, with their missing ancestors, are queued for the worker
@@ -61,6 +61,7 @@ mod pack;
 mod page_table;
 mod reference;
 mod resources;
+pub(crate) mod shaders;
 mod source;
 mod staging;
 
@@ -87,6 +88,7 @@ use cache::Slots;
 use loader::{Loader, TileBytes};
 use page_table::PageTable;
 use resources::{feedback_size, storage_entry, Buffers, GpuParams, TILE_EXTENT};
+use shaders::{VT_BINDINGS, VT_HASH, VT_LIBRARY};
 use staging::TileStaging;
 
 type FeedbackFuture = Pin<Box<dyn Future<Output = Result<DownloadView>> + Send>>;
@@ -192,12 +194,13 @@ impl VirtualTexture {
 
     /// The WGSL to put in the host's shader: the bindings at `@group(group)` and the
     /// functions `vt_sample(uv, ddx, ddy)`, `vt_sample_level(uv, level)` and
-    /// `vt_feedback(pixel, uv, ddx, ddy)` (documented in `shaders/vt.wgsl`).
+    /// `vt_feedback(pixel, uv, ddx, ddy)` (documented in `shaders/shared/vt_library.wgsl`).
     pub fn wgsl(&self, group: u32) -> String {
         format!(
-            "{}\n{}",
-            crate::shaders::VT_BINDINGS.replace("@group(0)", &format!("@group({group})")),
-            crate::shaders::VT_LIBRARY
+            "{}\n{}{}",
+            VT_BINDINGS.replace("@group(0)", &format!("@group({group})")),
+            VT_HASH,
+            VT_LIBRARY
         )
     }
 

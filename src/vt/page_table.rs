@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::layout::TileId;
 
-/// The hash the shaders use too (`vt_hash` in `shaders/vt_hash.wgsl`): a 32-bit mix
+/// The hash the shaders use too (`vt_hash` in `shaders/shared/vt_hash.wgsl`): a 32-bit mix
 /// (lowbias32), then masked to the table's size.
 pub fn hash(key: u32) -> u32 {
     let mut h = key;

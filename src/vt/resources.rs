@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::*;
 
-/// The uniform block `VtParams` of `shaders/vt.wgsl`.
+/// The uniform block `VtParams` of `shaders/shared/vt_library.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct GpuParams {
@@ -200,7 +200,7 @@ impl VirtualTexture {
                 },
             ],
         });
-        let pipeline = gpu.pipeline(&crate::shaders::VT_COMPACT, "compact")?;
+        let pipeline = gpu.pipeline(&shaders::VT_COMPACT, "compact")?;
         let compact_group = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("vramkit vt compact"),
             layout: &pipeline.get_bind_group_layout(0),
@@ -371,7 +371,7 @@ pub(super) fn storage_entry(
     }
 }
 
-/// The bind group layout of `shaders/vt_bindings.wgsl`.
+/// The bind group layout of `shaders/shared/vt_bindings.wgsl`.
 fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
     let stages = wgpu::ShaderStages::FRAGMENT | wgpu::ShaderStages::COMPUTE;
     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {

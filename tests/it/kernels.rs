@@ -213,21 +213,11 @@ fn variants(arena: &Arena) -> [Kernels; 2] {
     [full, portable]
 }
 
-fn cpu_reduce(op: vramkit::kernels::Reduce, x: &[f32]) -> f64 {
-    use vramkit::kernels::Reduce;
-    match op {
-        Reduce::Sum => x.iter().map(|&v| v as f64).sum(),
-        Reduce::Mean => x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64,
-        Reduce::Max => x.iter().fold(f64::MIN, |a, &v| a.max(v as f64)),
-        Reduce::Min => x.iter().fold(f64::MAX, |a, &v| a.min(v as f64)),
-    }
-}
-
 /// f32 sums are checked against an f64 reference relative to the sum of magnitudes (the
 /// condition of the sum); max and min must be exact.
 fn assert_reduced(op: vramkit::kernels::Reduce, got: f32, x: &[f32], what: &str) {
     use vramkit::kernels::Reduce;
-    let want = cpu_reduce(op, x);
+    let want = common::reference::cpu_reduce(op, x);
     match op {
         Reduce::Max | Reduce::Min => assert_eq!(got as f64, want, "{what}"),
         Reduce::Sum | Reduce::Mean => {

@@ -4,7 +4,10 @@
 
 use crate::common;
 
-use common::reference::{cpu_binary, cpu_scan_u32, cpu_softmax, cpu_unary};
+use common::reference::{
+    cpu_binary, cpu_from_f16_bits, cpu_matmul_element, cpu_scan_f32, cpu_scan_u32, cpu_softmax,
+    cpu_to_f16_bits, cpu_transpose, cpu_unary,
+};
 use common::{assert_close, gpu, random_f32, rng};
 use rand::Rng;
 use vramkit::kernels::MatmulShape;
@@ -179,15 +182,7 @@ fn scans_match_the_cpu_at_awkward_sizes() {
                 "u32 {kind:?} n={n} subgroups={subgroups}"
             );
             let got = read::<f32>(&fo, n);
-            let mut acc = 0f64;
-            for (i, (&g, &v)) in got.iter().zip(&xf).enumerate() {
-                let before = acc;
-                acc += v as f64;
-                let w = if kind == ScanKind::Inclusive {
-                    acc
-                } else {
-                    before
-                };
+            for (i, (&g, &w)) in got.iter().zip(&cpu_scan_f32(&xf, kind)).enumerate() {
                 let err = (g as f64 - w).abs() / w.max(1.0);
                 assert!(
                     err < 1e-4,
@@ -277,14 +272,15 @@ fn transpose_matches_the_cpu_on_odd_shapes() {
         batch.transpose(rows as u64, cols as u64, &xa, &ya).unwrap();
         batch.submit().unwrap();
         let got = read::<f32>(&ya, rows * cols);
-        for c in 0..cols {
-            for rr in 0..rows {
-                assert_eq!(
-                    got[c * rows + rr],
-                    x[rr * cols + c],
-                    "{rows}x{cols} at ({rr}, {c})"
-                );
-            }
+        let want = cpu_transpose(&x, rows, cols);
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{rows}x{cols}: y[{i}] (row {}, column {} of y) is {}, want {}",
+                i / rows,
+                i % rows,
+                got[i],
+                want[i]
+            );
         }
     }
     let mut batch = kernels.batch();
@@ -398,37 +394,12 @@ fn softmax_rows_propagate_nan_per_row() {
     }
 }
 
-fn to_f16_bits(x: &[f32]) -> Vec<u16> {
-    x.iter()
-        .map(|&v| half::f16::from_f32(v).to_bits())
-        .collect()
-}
-
-/// The f32 values of f16 bits: what the GPU multiplies after `to_f16_bits`.
-fn from_f16_bits(h: &[u16]) -> Vec<f32> {
-    h.iter()
-        .map(|&v| half::f16::from_bits(v).to_f32())
-        .collect()
-}
-
-/// Element (i, j) of `a x b` (a: _ x k, b: k x n, row-major) in f64, and `sum_k |a| |b|`.
-fn dot_and_magnitude(
-    a: &[f32],
-    b: &[f32],
-    (n, k): (usize, usize),
-    (i, j): (usize, usize),
-) -> (f64, f64) {
-    (0..k)
-        .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
-        .fold((0.0, 0.0), |(w, m), t| (w + t, m + t.abs()))
-}
-
 /// Checks `c` against an f64 product of the (already rounded) inputs, relative to
 /// sum_k |a||b| per element: the error bound of an f32 dot product.
 fn check_matmul(got: &[f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize), what: &str) {
     for i in 0..m {
         for j in 0..n {
-            let (want, mag) = dot_and_magnitude(a, b, (n, k), (i, j));
+            let (want, mag) = cpu_matmul_element(a, b, (n, k), (i, j));
             let g = got[i * n + j] as f64;
             let err = (g - want).abs() / mag.max(1e-30);
             assert!(
@@ -505,7 +476,7 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             let a = random_f32(&mut r, m * k);
             let b = random_f32(&mut r, k * n);
             let (aa, ba) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"));
-            let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+            let (ah, bh) = (cpu_to_f16_bits(&a), cpu_to_f16_bits(&b));
             let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
             let (c32, c16) = (
                 poisoned(out, m * n, "c"),
@@ -555,8 +526,8 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             // The f16 product is exact in f32 terms of the rounded inputs.
             check_matmul(
                 &read::<f32>(&c16, m * n),
-                &from_f16_bits(&ah),
-                &from_f16_bits(&bh),
+                &cpu_from_f16_bits(&ah),
+                &cpu_from_f16_bits(&bh),
                 (m, n, k),
                 &format!("f16 {what}"),
             );
@@ -597,7 +568,7 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
     ] {
         let a = random_f32(&mut r, m * k);
         let b = random_f32(&mut r, k * n);
-        let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+        let (ah, bh) = (cpu_to_f16_bits(&a), cpu_to_f16_bits(&b));
         let shape = MatmulShape {
             m: m as u64,
             k: k as u64,
@@ -615,8 +586,8 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
                 MatmulInput::F16,
                 upload(&arena, &ah, "a f16"),
                 upload(&arena, &bh, "b f16"),
-                from_f16_bits(&ah),
-                from_f16_bits(&bh),
+                cpu_from_f16_bits(&ah),
+                cpu_from_f16_bits(&bh),
             ),
         ];
         for (input, ga, gb, wa, wb) in &inputs {
@@ -633,7 +604,7 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
             check_matmul(&outputs[1], wa, wb, (m, n, k), &format!("unsplit {what}"));
             // The parts' sums in another order: equal within f32 summation's bound.
             for (i, (x, y)) in outputs[0].iter().zip(&outputs[1]).enumerate() {
-                let (_, mag) = dot_and_magnitude(wa, wb, (n, k), (i / n, i % n));
+                let (_, mag) = cpu_matmul_element(wa, wb, (n, k), (i / n, i % n));
                 assert!(
                     ((x - y).abs() as f64) <= 2e-5 * mag,
                     "{what}: c[{i}] split {x}, unsplit {y}"
@@ -704,7 +675,7 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
             );
             let a = random_f32(&mut r, la);
             let b = random_f32(&mut r, lb);
-            let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+            let (ah, bh) = (cpu_to_f16_bits(&a), cpu_to_f16_bits(&b));
             let (aa, ba) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"));
             let (aha, bha) = (upload(&arena, &ah, "a f16"), upload(&arena, &bh, "b f16"));
             let (c32, c16) = (
@@ -719,7 +690,7 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
                 .bmm(MatmulInput::F16, shape, batch, &aha, &bha, &c16)
                 .unwrap();
             recorded.submit().unwrap();
-            let (a16, b16) = (from_f16_bits(&ah), from_f16_bits(&bh));
+            let (a16, b16) = (cpu_from_f16_bits(&ah), cpu_from_f16_bits(&bh));
             let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));
             let what = format!(
                 "{count} x {m}x{n}x{k} pad {pad} shared b {shared_b} {:?}",
@@ -867,7 +838,7 @@ fn f16_casts_round_trip_and_match_the_half_crate() {
                 .unwrap();
             batch.submit().unwrap();
             let got = read::<u16>(&h, n.next_multiple_of(2));
-            let want = to_f16_bits(&x);
+            let want = cpu_to_f16_bits(&x);
             for i in 0..n {
                 // Round to nearest: allow the neighbour when the value sits on a tie.
                 let diff = (got[i] as i32 - want[i] as i32).abs();
@@ -907,8 +878,8 @@ fn the_f16_product_stays_within_its_stated_error_bound_at_each_k() {
         let a = random_f32(&mut r, m * k);
         let b = random_f32(&mut r, k * n);
         let (aa, ba) = (
-            upload(&arena, &to_f16_bits(&a), "a"),
-            upload(&arena, &to_f16_bits(&b), "b"),
+            upload(&arena, &cpu_to_f16_bits(&a), "a"),
+            upload(&arena, &cpu_to_f16_bits(&b), "b"),
         );
         let c = poisoned(&arena, m * n, "c");
         let mut batch = kernels.batch();
@@ -926,7 +897,7 @@ fn the_f16_product_stays_within_its_stated_error_bound_at_each_k() {
         let mut worst = 0f64;
         for i in 0..m {
             for j in 0..n {
-                let (want, mag) = dot_and_magnitude(&a, &b, (n, k), (i, j));
+                let (want, mag) = cpu_matmul_element(&a, &b, (n, k), (i, j));
                 let err = (got[i * n + j] as f64 - want).abs() / mag;
                 worst = worst.max(err);
             }
@@ -972,14 +943,14 @@ proptest::proptest! {
             stride_b: sb as u64,
             stride_c: sc as u64,
         };
-        let (ah, bh) = (to_f16_bits(&a), to_f16_bits(&b));
+        let (ah, bh) = (cpu_to_f16_bits(&a), cpu_to_f16_bits(&b));
         let (aa, ba, aha, bha) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"), upload(&arena, &ah, "a16"), upload(&arena, &bh, "b16"));
         let (c32, c16) = (poisoned(&arena, lc, "c"), poisoned(&arena, lc, "c16"));
         let mut batch = kernels.batch();
         batch.bmm(MatmulInput::F32, shape, layout, &aa, &ba, &c32).unwrap();
         batch.bmm(MatmulInput::F16, shape, layout, &aha, &bha, &c16).unwrap();
         batch.submit().unwrap();
-        let (a16, b16) = (from_f16_bits(&ah), from_f16_bits(&bh));
+        let (a16, b16) = (cpu_from_f16_bits(&ah), cpu_from_f16_bits(&bh));
         let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));
         for z in 0..count {
             let (oa, ob, oc) = (z * sa, z * sb, z * sc);

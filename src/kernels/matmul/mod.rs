@@ -3,17 +3,17 @@
 //! third grid dimension picks the product).
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
-//!   `shaders/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
+//!   `shaders/matmul/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
 //!   128 x 128 tiles, one workgroup per tile (several in turn only where the grid would
 //!   pass its limit).
-//! - Other shapes whose k and n are multiples of 4 run `shaders/matmul_vec4.wgsl`
+//! - Other shapes whose k and n are multiples of 4 run `shaders/matmul/matmul_vec4.wgsl`
 //!   (four-element loads and stores, prefetched steps of 16 along k: faster than
-//!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul.wgsl`.
+//!   `matmul.wgsl`, BENCHMARKS.md, Kernels); the rest run `shaders/matmul/matmul.wgsl`.
 //! - On either of the first two, a single product with few tiles and a long k is split
 //!   along k (split-k, [`KernelOptions::split_k`](super::KernelOptions::split_k)): 512 x 512
 //!   x 8192 has 16 tiles for a GPU's 100 or more cores. Its parts run side by side as a
 //!   batch over k-ranges of the same a and b, each into its own plane of the kernels'
-//!   scratch allocation, and `shaders/matmul_split_sum.wgsl` adds the planes into c.
+//!   scratch allocation, and `shaders/matmul/matmul_split_sum.wgsl` adds the planes into c.
 //!
 //! # Numerics
 //! Every kernel accumulates in f32. The portable and four-element kernels sum each output's
@@ -31,11 +31,44 @@
 //! every product of the property tests within 1e-5 of `sum |a| |b|` against the rounded
 //! inputs.
 
-use super::{
-    check_no_overlap, grid, shape, Access, Batch, Bindings, Bound, Kernels, Params, WORKGROUP,
-};
+pub(crate) mod shaders;
+
+use super::params::kernel_params;
+use super::{check_no_overlap, grid, shape, Access, Batch, Bindings, Bound, Kernels, WORKGROUP};
 use crate::arena::Allocation;
-use crate::{shaders, Error, Result};
+use crate::shaders::Shader;
+use crate::{Error, Result};
+
+kernel_params! {
+    /// `Params` of every product kernel (`shaders/shared/matmul_params.wgsl`): the shape,
+    /// the batch strides of a, b and c in the units each kernel indexes them, the number of
+    /// products, and `lda`, the distance between a's rows in elements.
+    pub(crate) struct MatmulParams {
+        m: u32,
+        n: u32,
+        k: u32,
+        stride_a: u32,
+        stride_b: u32,
+        stride_c: u32,
+        batch: u32,
+        lda: u32,
+    }
+}
+
+kernel_params! {
+    /// `Params` of `matmul_split_sum.wgsl`: the fours of c, the parts, and the fours from
+    /// one part's partial product to the next's.
+    pub(crate) struct SplitSumParams {
+        fours: u32,
+        parts: u32,
+        plane: u32,
+        _pad3: u32,
+        _pad4: u32,
+        _pad5: u32,
+        _pad6: u32,
+        _pad7: u32,
+    }
+}
 
 /// Rows and columns of C one workgroup computes.
 const TILE: u64 = 128;
@@ -68,7 +101,7 @@ enum PartKernel {
     MatrixUnits,
     /// A `matmul_vec4.wgsl` variant (inputs writable, read-only): inputs and c in fours, a
     /// workgroup per tile and `workgroup_id.z` the part.
-    Fours(&'static [shaders::Shader; 2]),
+    Fours(&'static [Shader; 2]),
 }
 
 /// Parts to split a product of `tiles` tiles (of 128 x 128 in either kernel) along `k`
@@ -325,17 +358,15 @@ impl<'a> Batch<'a> {
                 ]
             }
         };
-        let params_with = |[sa, sb, sc]: [u32; 3]| -> Params {
-            [
-                m as u32,
-                n as u32,
-                k as u32,
-                sa,
-                sb,
-                sc,
-                count as u32,
-                k as u32,
-            ]
+        let params_with = |[stride_a, stride_b, stride_c]: [u32; 3]| MatmulParams {
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            stride_a,
+            stride_b,
+            stride_c,
+            batch: count as u32,
+            lda: k as u32,
         };
         let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
         let groups = (gx as u32, gy as u32, count as u32);
@@ -356,7 +387,13 @@ impl<'a> Batch<'a> {
                 (MatmulInput::F16, false) => &shaders::MATMUL_F16_PACKED,
             };
             return self
-                .record_3d(shader, "matmul", params_with(strides(1, 1)), io, groups)
+                .record_3d(
+                    shader,
+                    "matmul",
+                    params_with(strides(1, 1)).into(),
+                    io,
+                    groups,
+                )
                 .map(|_| self);
         }
         let variants = match (input, self.kernels.native_f16) {
@@ -377,21 +414,21 @@ impl<'a> Batch<'a> {
     /// of their own are bound read-only (see `Shared` in mod.rs).
     fn fours_dispatch(
         &mut self,
-        variants: &'static [shaders::Shader; 2],
-        params: Params,
+        variants: &'static [Shader; 2],
+        params: MatmulParams,
         io: Bindings,
         groups: (u32, u32, u32),
     ) -> Result<()> {
         let io = io.reading_x_and_y_only();
         let shader = &variants[usize::from(io.access == Access::ReadOnlyXY)];
-        self.record_3d(shader, "matmul", params, io, groups)
+        self.record_3d(shader, "matmul", params.into(), io, groups)
     }
 
     /// One dispatch of the matrix-unit kernel on `tiles` tiles (of every product in
     /// `params`), walked by a 1-D grid of workgroups.
     fn coop_dispatch(
         &mut self,
-        params: Params,
+        params: MatmulParams,
         io: Bindings,
         tiles: u64,
         whole_tiles: bool,
@@ -410,12 +447,13 @@ impl<'a> Batch<'a> {
                 format!(
                     "{} products of {} x {}: {tiles} tiles of {COOP_TILE} x {COOP_TILE}, \
                      past the 2^32 - 1 the matrix-unit kernel counts",
-                    params[6], params[0], params[1]
+                    params.batch, params.m, params.n
                 ),
                 "split the batch or the output",
             ));
         }
-        self.record_3d(shader, "matmul", params, io, (workgroups as u32, 1, 1))
+        let groups = (workgroups as u32, 1, 1);
+        self.record_3d(shader, "matmul", params.into(), io, groups)
     }
 
     /// Records one product split along k where split-k is on and pays
@@ -445,16 +483,16 @@ impl<'a> Batch<'a> {
             PartKernel::MatrixUnits => (8, 1),
             PartKernel::Fours(_) => (4, 4),
         };
-        let params: Params = [
-            m as u32,
-            n as u32,
-            range as u32,
-            (range / unit_in) as u32,
-            (range * n / unit_in) as u32,
-            (plane / unit_out) as u32,
-            parts as u32,
-            k as u32,
-        ];
+        let params = MatmulParams {
+            m: m as u32,
+            n: n as u32,
+            k: range as u32,
+            stride_a: (range / unit_in) as u32,
+            stride_b: (range * n / unit_in) as u32,
+            stride_c: (plane / unit_out) as u32,
+            batch: parts as u32,
+            lda: k as u32,
+        };
         let io = Bindings::three(Bound::of(a), Bound::of(b), scratch.clone());
         match kernel {
             PartKernel::MatrixUnits => {
@@ -467,10 +505,21 @@ impl<'a> Batch<'a> {
             }
         }
         let fours = plane / 4;
-        let params: Params = [fours as u32, parts as u32, fours as u32, 0, 0, 0, 0, 0];
+        let params = SplitSumParams {
+            fours: fours as u32,
+            parts: parts as u32,
+            plane: fours as u32,
+            ..Default::default()
+        };
         let io = Bindings::two(scratch, Bound::of(c), self.spare(0));
         let groups = grid(fours, WORKGROUP, self.gpu());
-        self.run(&shaders::MATMUL_SPLIT_SUM, "split_sum", params, io, groups)?;
+        self.run(
+            &shaders::MATMUL_SPLIT_SUM,
+            "split_sum",
+            params.into(),
+            io,
+            groups,
+        )?;
         Ok(true)
     }
 }
@@ -503,12 +552,13 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shaders::{COOP_WORKGROUP_BYTES, TWO_PER_CORE_WORKGROUP_BYTES};
+    use crate::shaders::{check, COOP_WORKGROUP_BYTES, TWO_PER_CORE_WORKGROUP_BYTES};
 
     /// Workgroup memory a shipped shader declares.
-    fn workgroup_bytes(shader: &shaders::Shader) -> u32 {
-        let module = naga::front::wgsl::parse_str(shader.source).expect("shipped WGSL parses");
-        shaders::check::workgroup_bytes(shader.name, &module).expect("its types lay out")
+    fn workgroup_bytes(shader: &Shader) -> u32 {
+        let source = shader.source().expect("shipped shaders expand");
+        let module = naga::front::wgsl::parse_str(&source).expect("shipped WGSL parses");
+        check::workgroup_bytes(shader.name, &module).expect("its types lay out")
     }
 
     #[test]

@@ -1,13 +1,31 @@
-//! Reductions (`shaders/reduce.wgsl`): sum, max, min and mean over whole arrays and over
+//! Reductions (`shaders/reduce/reduce.wgsl`): sum, max, min and mean over whole arrays and over
 //! the rows of a 2-D view. Each workgroup combines its values with subgroup operations
 //! where the device has them ([`KernelOptions::subgroups`](super::KernelOptions)) and with
 //! a tree in workgroup memory where not. A whole array too large for one workgroup is
-//! one dispatch (`shaders/reduce_whole.wgsl`): segments fold into partials, and the
+//! one dispatch (`shaders/shared/reduce_whole.wgsl`): segments fold into partials, and the
 //! workgroup that finishes last folds the partials.
 
-use super::{check_no_overlap, grid, Access, Batch, Bindings, Bound, Params};
+pub(crate) mod shaders;
+
+use super::params::kernel_params;
+use super::{check_no_overlap, grid, Access, Batch, Bindings, Bound};
 use crate::arena::Allocation;
-use crate::{shaders, Error, Result};
+use crate::{Error, Result};
+
+kernel_params! {
+    /// `Params` of `reduce.wgsl`: `rows` rows of `cols` (elements or vec4s) from `base`,
+    /// `n` of them valid, results from `out_base`; the whole-array entry's `epoch`.
+    pub(crate) struct ReduceParams {
+        n: u32,
+        cols: u32,
+        rows: u32,
+        op: u32,
+        scale: f32,
+        base: u32,
+        out_base: u32,
+        epoch: u32,
+    }
+}
 
 /// What a reduction computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +50,7 @@ impl Reduce {
     }
 }
 
-/// One pass of `shaders/reduce.wgsl`: rows of `cols` elements from `base` (in the
+/// One pass of `shaders/reduce/reduce.wgsl`: rows of `cols` elements from `base` (in the
 /// pass's element unit, f32 or vec4), at most `n` of them, into `y[out_base..]`. With
 /// `whole` (vec4 only), the `reduce_whole` entry point: the rows' partials fold into
 /// `y[0]`, and `out_base` is 1 when `y[0]` already holds a reduction to fold in.
@@ -60,7 +78,7 @@ const REDUCE_SEGMENT_VEC4: u64 = 256 * 8;
 const MAX_PARTIALS: u64 = 512;
 
 /// Bytes of the whole-array reduction's state: the done counter and two words for each of
-/// [`MAX_PARTIALS`] segments (`MAX_SLOTS` in `shaders/reduce_whole.wgsl`).
+/// [`MAX_PARTIALS`] segments (`MAX_SLOTS` in `shaders/shared/reduce_whole.wgsl`).
 pub(super) const STATE_BYTES: u64 = (1 + 2 * MAX_PARTIALS) * 4;
 
 /// vec4s per segment for a first pass over `vec4s`: at least [`REDUCE_SEGMENT_VEC4`], and
@@ -98,18 +116,18 @@ impl<'a> Batch<'a> {
             (false, true, _) => &shaders::REDUCE_SUBGROUP,
             (false, false, _) => &shaders::REDUCE,
         };
-        let params: Params = [
-            pass.n as u32,
-            pass.cols as u32,
-            pass.rows as u32,
-            op.code(),
-            pass.scale.to_bits(),
-            pass.base as u32,
-            pass.out_base as u32,
+        let params = ReduceParams {
+            n: pass.n as u32,
+            cols: pass.cols as u32,
+            rows: pass.rows as u32,
+            op: op.code(),
+            scale: pass.scale,
+            base: pass.base as u32,
+            out_base: pass.out_base as u32,
             epoch,
-        ];
+        };
         let groups = grid(pass.rows, 1, self.gpu());
-        self.run(shader, entry, params, io, groups)
+        self.run(shader, entry, params.into(), io, groups)
     }
 
     /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed

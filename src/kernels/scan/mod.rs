@@ -1,12 +1,30 @@
-//! Prefix sums (`shaders/scan.wgsl`): inclusive and exclusive, u32 (wrapping) and f32, any
+//! Prefix sums (`shaders/scan/scan.wgsl`): inclusive and exclusive, u32 (wrapping) and f32, any
 //! length, in one pass over memory (decoupled look-back; see the shader for how it works
 //! and what it assumes of the GPU).
 
-use super::{check_count, check_no_overlap, grid, next_epoch, Batch, Bindings, Bound, Params};
-use crate::arena::Allocation;
-use crate::{shaders, Error, Gpu, Result};
+pub(crate) mod shaders;
 
-/// Elements one workgroup scans (`WG * PER` in shaders/scan_workgroup.wgsl).
+use super::params::kernel_params;
+use super::{check_count, check_no_overlap, grid, next_epoch, Batch, Bindings, Bound};
+use crate::arena::Allocation;
+use crate::{Error, Gpu, Result};
+
+kernel_params! {
+    /// `Params` of `scan.wgsl`: `n` elements in `tiles` tiles, exclusive (1) or inclusive
+    /// (0), and the call's epoch.
+    pub(crate) struct ScanParams {
+        n: u32,
+        tiles: u32,
+        exclusive: u32,
+        epoch: u32,
+        _pad1: u32,
+        _pad2: u32,
+        _pad3: u32,
+        _pad4: u32,
+    }
+}
+
+/// Elements one workgroup scans (`WG * PER` in shaders/shared/scan_workgroup.wgsl).
 const TILE: u64 = 8192;
 /// Elements of one tile of the compact portable scan (`shaders::SCAN_*_COMPACT`, PER 8).
 const TILE_COMPACT: u64 = 2048;
@@ -16,7 +34,7 @@ const TILE_COMPACT: u64 = 2048;
 /// (37 904 bytes; naga counts 37 892). Devices that give less run the compact variant.
 const PORTABLE_WORKGROUP_BYTES: u32 = ((TILE + TILE / 32 + 4 * 256) * 4 + 16) as u32;
 /// Elements of one tile with subgroup operations, one element per invocation and row
-/// (`WG * PER` in shaders/scan_subgroup.wgsl, PER 8 in `shaders::SCAN_*_SUBGROUP`).
+/// (`WG * PER` in shaders/shared/scan_subgroup.wgsl, PER 8 in `shaders::SCAN_*_SUBGROUP`).
 const TILE_SUBGROUP: u64 = 2048;
 /// Elements of one tile with subgroup operations, four elements per invocation and row
 /// (`WG * PER * LANE`, PER 4 in `shaders::SCAN_*_VEC4`). Why 4: one element per row issues
@@ -28,14 +46,14 @@ const TILE_VEC4: u64 = 4096;
 const CLAIMS_SUBGROUP: u64 = 8;
 
 /// Words of the scan state before the tiles' slots: the claim and done counters
-/// (`SPLIT_BASE` in shaders/scan.wgsl).
+/// (`SPLIT_BASE` in shaders/scan/scan.wgsl).
 const STATE_WORDS_BEFORE_SLOTS: u64 = 2;
 
 /// Epochs a scan state runs through before it is zeroed again: 14 bits of each published
-/// word (shaders/scan.wgsl).
+/// word (shaders/scan/scan.wgsl).
 const EPOCHS: u32 = 16383;
 
-/// The scans' state (the counters, then two words per tile; see shaders/scan.wgsl), kept
+/// The scans' state (the counters, then two words per tile; see shaders/scan/scan.wgsl), kept
 /// by the kernels and shared by every scan: each call leaves its counters at zero, and
 /// its epoch tells its published values from earlier calls', so a call needs no zeroing
 /// dispatch before it. Outside the arena: it grows to the largest scan's tiles (8 bytes
@@ -206,22 +224,19 @@ impl<'a> Batch<'a> {
             (ScanType::U32, true) => &shaders::SCAN_U32_SUBGROUP,
             (ScanType::F32, true) => &shaders::SCAN_F32_SUBGROUP,
         };
-        let params: Params = [
-            n as u32,
-            tiles as u32,
-            u32::from(kind == ScanKind::Exclusive),
+        let params = ScanParams {
+            n: n as u32,
+            tiles: tiles as u32,
+            exclusive: u32::from(kind == ScanKind::Exclusive),
             epoch,
-            0,
-            0,
-            0,
-            0,
-        ];
+            ..Default::default()
+        };
         let io = match words {
             Some((xw, yw)) => Bindings::three(xw, yw, state),
             None => Bindings::three(Bound::of(x), Bound::of(y), state),
         };
         let groups = grid(tiles, claims, self.gpu());
-        self.record(shader, "scan", params, io, groups)?;
+        self.record(shader, "scan", params.into(), io, groups)?;
         Ok(self)
     }
 }

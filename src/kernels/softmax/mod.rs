@@ -1,25 +1,44 @@
 //! Row-wise softmax, one kernel per kind of row (`kernel_for` picks it):
 //! - rows of at most 512, with subgroups: one row per subgroup,
-//!   `shaders/softmax_subgroup_rows.wgsl`, the row in the lanes' registers and combined by
+//!   `shaders/softmax/softmax_subgroup_rows.wgsl`, the row in the lanes' registers and combined by
 //!   subgroup operations (vec4 elements when the length is a multiple of 4), where up to
 //!   16 elements per lane of the smallest subgroup hold it; `x` is bound read-only when it
 //!   lies in another buffer than `y`;
-//! - other rows of at most 512, several to a workgroup: `shaders/softmax_short.wgsl`
+//! - other rows of at most 512, several to a workgroup: `shaders/softmax/softmax_short.wgsl`
 //!   (length a multiple of 4, one vec4 per invocation) or
-//!   `shaders/softmax_short_scalar.wgsl`, combined in workgroup memory;
-//! - rows of up to 16384 whose length is a multiple of 4: `shaders/softmax_cached.wgsl`,
+//!   `shaders/softmax/softmax_short_scalar.wgsl`, combined in workgroup memory;
+//! - rows of up to 16384 whose length is a multiple of 4: `shaders/softmax/softmax_cached.wgsl`,
 //!   the row held in registers, read once and written once;
-//! - longer rows whose length is a multiple of 4: `shaders/softmax_sweep.wgsl` (vec4
+//! - longer rows whose length is a multiple of 4: `shaders/softmax/softmax_sweep.wgsl` (vec4
 //!   loads, 1024 invocations per row, two sweeps), where the device allows workgroups of
 //!   1024;
-//! - the rest: `shaders/softmax.wgsl`, scalar loads, two sweeps (1024 invocations per row
+//! - the rest: `shaders/softmax/softmax.wgsl`, scalar loads, two sweeps (1024 invocations per row
 //!   past 16384 columns where allowed, 256 below).
 //!
 //! BENCHMARKS.md has each kind's figure against PyTorch's softmax on the H100.
 
-use super::{check_no_overlap, grid, shape, Access, Batch, Bindings, Bound, Params};
+pub(crate) mod shaders;
+
+use super::params::kernel_params;
+use super::{check_no_overlap, grid, shape, Access, Batch, Bindings, Bound};
 use crate::arena::Allocation;
-use crate::{shaders, Result};
+use crate::shaders::Shader;
+use crate::Result;
+
+kernel_params! {
+    /// `Params` of every softmax kernel (`shaders/shared/softmax_params.wgsl`): `x` and `y`
+    /// are row-major `rows x cols` f32 matrices.
+    pub(crate) struct SoftmaxParams {
+        rows: u32,
+        cols: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+        _pad3: u32,
+        _pad4: u32,
+        _pad5: u32,
+    }
+}
 
 impl<'a> Batch<'a> {
     /// `y[r, c] = exp(x[r, c]) / sum_c' exp(x[r, c'])` for each row of `x` viewed as a
@@ -36,7 +55,11 @@ impl<'a> Batch<'a> {
         self.check_f32(x, n, "x")?;
         self.check_f32(y, n, "y")?;
         check_no_overlap(x, y, true, "softmax_rows")?;
-        let params: Params = [rows as u32, cols as u32, 0, 0, 0, 0, 0, 0];
+        let params = SoftmaxParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            ..Default::default()
+        };
         let limits = self.gpu().limits();
         let wide = limits.max_compute_invocations_per_workgroup >= 1024
             && limits.max_compute_workgroup_size_x >= 1024;
@@ -57,22 +80,22 @@ impl<'a> Batch<'a> {
                 shader = read_only;
             }
         }
-        self.record(shader, kernel.entry, params, io, groups)?;
+        self.record(shader, kernel.entry, params.into(), io, groups)?;
         Ok(self)
     }
 }
 
 /// A softmax kernel and how to dispatch it.
 struct Kernel {
-    shader: &'static shaders::Shader,
+    shader: &'static Shader,
     /// The same kernel with `x` bound read-only, where one exists.
-    read_only_x: Option<&'static shaders::Shader>,
+    read_only_x: Option<&'static Shader>,
     entry: &'static str,
     rows_per_group: u64,
 }
 
 impl Kernel {
-    fn of(shader: &'static shaders::Shader, entry: &'static str, rows_per_group: u64) -> Self {
+    fn of(shader: &'static Shader, entry: &'static str, rows_per_group: u64) -> Self {
         Kernel {
             shader,
             read_only_x: None,
@@ -148,7 +171,7 @@ const CACHED_PER: [u64; 5] = [1, 2, 4, 8, 16];
 
 /// The row-in-registers shader for rows of `cols` (a multiple of 4, so rows start on vec4
 /// boundaries), if one fits: at most 256 invocations x 16 vec4.
-fn cached_shader(cols: u64, subgroups: bool) -> Option<&'static shaders::Shader> {
+fn cached_shader(cols: u64, subgroups: bool) -> Option<&'static Shader> {
     let per = (cols / 4).div_ceil(256);
     let slot = CACHED_PER.iter().position(|&p| p >= per)?;
     Some(&shaders::SOFTMAX_CACHED[usize::from(subgroups)][slot])

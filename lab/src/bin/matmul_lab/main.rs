@@ -50,7 +50,12 @@ const F32_PREFIX: &str = "alias In4 = vec4<f32>;\n\
 fn widen4(v: In4) -> vec4<f32> { return v; }\n\
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;\n\
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;\n";
-const PARAMS: &str = include_str!("../../../../shaders/matmul_params.wgsl");
+/// The shipped kernels' parameters (`shaders/shared/matmul_params.wgsl`), bound at 0 as
+/// every shipped matmul entry binds them.
+const PARAMS: &str = concat!(
+    include_str!("../../../../shaders/shared/matmul_params.wgsl"),
+    "@group(0) @binding(0) var<uniform> params: Params;\n"
+);
 
 struct Kernel {
     name: String,
@@ -68,9 +73,17 @@ struct Kernel {
     workgroup_bytes: u32,
 }
 
+/// The WGSL of the shipped shader `name` (as `vramkit::SHADERS` names it).
+fn shipped_source(name: &str) -> String {
+    let shader = vramkit::SHADERS
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("vramkit ships no shader named '{name}'"));
+    shader.source().unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The shipped kernels, as the host runs them on read-only inputs.
 fn shipped() -> Vec<Kernel> {
-    use vramkit::shaders::{MATMUL_COOP_F16, MATMUL_VEC4_F32};
     vec![
         Kernel {
             name: "coop".into(),
@@ -81,8 +94,8 @@ fn shipped() -> Vec<Kernel> {
             rewrite: None,
             spirv_words: Vec::new(),
             source: [
-                MATMUL_COOP_F16[1][1].source.into(),
-                MATMUL_COOP_F16[0][1].source.into(),
+                shipped_source("matmul_coop.wgsl (whole tiles, read-only inputs)"),
+                shipped_source("matmul_coop.wgsl (read-only inputs)"),
             ],
             workgroup_bytes: 0,
         },
@@ -94,7 +107,7 @@ fn shipped() -> Vec<Kernel> {
             check: true,
             rewrite: None,
             spirv_words: Vec::new(),
-            source: [0, 1].map(|_| MATMUL_VEC4_F32[1].source.to_string()),
+            source: [0, 1].map(|_| shipped_source("matmul_vec4.wgsl (f32, read-only inputs)")),
             workgroup_bytes: 0,
         },
     ]
