@@ -129,10 +129,7 @@ mod page {
     }
 
     fn invalid(what: &str, hint: &str) -> Error {
-        Error::InvalidArgument {
-            what: what.into(),
-            hint: hint.into(),
-        }
+        Error::invalid(what, hint)
     }
 
     /// The camera at frame `f`: uv origin and uv per pixel. An exponential zoom from the

@@ -68,7 +68,7 @@ pub mod vt;
 
 pub use arena::{Allocation, Arena, ArenaConfig};
 pub use catalogue::SHADERS;
-pub use error::{Error, Result};
+pub use error::{Error, Misuse, Result};
 pub use gpu::{
     parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing,
     TimingSource, INSTALL_HINT, OPTIONAL_FEATURES,

@@ -13,7 +13,8 @@ pub fn read_buffer(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, size: u64) -> 
     if !offset.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
         || !size.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
     {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Alignment,
             format!("read of {size} bytes at offset {offset} is not 4-byte aligned"),
             "read a 4-byte aligned range that covers what you need",
         ));
@@ -25,7 +26,8 @@ pub fn read_buffer(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, size: u64) -> 
         .checked_add(size)
         .is_none_or(|end| end > buffer.size())
     {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Length,
             format!(
                 "read of {size} bytes at offset {offset} of a {}-byte buffer",
                 buffer.size()
@@ -35,7 +37,8 @@ pub fn read_buffer(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, size: u64) -> 
     }
     let max = gpu.limits().max_buffer_size;
     if size > max {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Length,
             format!("read of {size} bytes in one piece (the device's largest buffer is {max})"),
             "read in parts, or use stream::Downloader, which streams in chunks",
         ));
@@ -67,7 +70,8 @@ pub fn read_as<T: bytemuck::Pod>(
     let size = (count as u64)
         .checked_mul(std::mem::size_of::<T>() as u64)
         .ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
+                crate::Misuse::Shape,
                 format!("a read of {count} elements overflows a 64-bit byte count"),
                 "read fewer elements",
             )

@@ -233,7 +233,8 @@ impl Shared {
     ) -> Result<Allocation> {
         let max_buffer = self.gpu.limits().max_buffer_size;
         let Some(p) = st.pools.get(pool) else {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
                 format!("pool {pool} does not exist"),
                 "use a PoolId from this arena",
             ));

@@ -143,7 +143,8 @@ impl Allocation {
             return Ok(());
         }
         self.shared.gpu.check_alive()?;
-        Err(crate::Error::invalid(
+        Err(crate::Error::misuse(
+            crate::Misuse::Foreign,
             format!(
                 "{what}: allocation '{}' belongs to another device than this call's ({})",
                 self.label(),
@@ -294,7 +295,8 @@ impl Allocation {
         let elem = std::mem::size_of::<T>() as u64;
         let fits = len.checked_mul(elem).is_some_and(|b| b <= self.size);
         if elem == 0 || len == 0 || !fits || !self.offset.is_multiple_of(elem) {
-            return Err(crate::Error::invalid(
+            return Err(crate::Error::misuse(
+ crate::Misuse::Alignment,
                 format!(
                     "allocation '{}' of {} bytes at offset {} cannot hold {len} whole {elem}-byte elements",
                     self.label(), self.size, self.offset

@@ -198,7 +198,8 @@ fn check_entries<'a>(entries: impl Iterator<Item = &'a BindEntry> + Clone) -> Re
                 } else {
                     (b, a)
                 };
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Overlap,
                     format!(
                         "binding {} ('{}', read_write) and binding {} ('{}', {:?}) lie in one \
                          wgpu buffer ('{}'), and wgpu refuses a buffer bound read_write beside \

@@ -150,7 +150,8 @@ impl Arena {
                     let at = start / align * align;
                     let size = max_binding.min(buffer.size() - at) / 4 * 4;
                     if start + len > at + size {
-                        return Err(Error::invalid(
+                        return Err(Error::misuse(
+                            crate::Misuse::Length,
                             format!("a guard of {len} bytes does not fit one storage binding"),
                             "use guard_bytes well below the device's storage-binding limit",
                         ));

@@ -382,7 +382,8 @@ impl Arena {
         let bytes = (len as u64)
             .checked_mul(std::mem::size_of::<T>() as u64)
             .ok_or_else(|| {
-                Error::invalid(
+                Error::misuse(
+                    crate::Misuse::Shape,
                     format!("{len} elements overflow a 64-bit byte count"),
                     "allocate fewer elements",
                 )
@@ -447,7 +448,8 @@ impl Arena {
     /// Fails unless `pool` belongs to this arena.
     pub(crate) fn check_pool(&self, pool: PoolId) -> Result<()> {
         if pool.arena != self.shared().id {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
                 format!("pool #{} belongs to another arena", pool.index),
                 "use a PoolId returned by this arena's add_pool, pool or default_pool",
             ));
@@ -655,7 +657,8 @@ fn resolve_budget(gpu: &Gpu, budget: Budget) -> Result<Option<u64>> {
 fn check_pool_usage(gpu: &Gpu, name: &str, usage: wgpu::BufferUsages) -> Result<()> {
     use wgpu::BufferUsages as U;
     if usage.is_empty() {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Usage,
             format!("pool '{name}' has no buffer usage"),
             "give it the usages its allocations need, e.g. STORAGE | COPY_DST | COPY_SRC",
         ));
@@ -663,7 +666,8 @@ fn check_pool_usage(gpu: &Gpu, name: &str, usage: wgpu::BufferUsages) -> Result<
     if !gpu.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
         for (map, partner) in [(U::MAP_READ, U::COPY_DST), (U::MAP_WRITE, U::COPY_SRC)] {
             if usage.contains(map) && !(usage - map - partner).is_empty() {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Usage,
                     format!(
                         "pool '{name}' asks for {usage:?}: {map:?} combines only with {partner:?}"
                     ),

@@ -128,7 +128,8 @@ impl Shared {
         let reserved_total = st.reserved();
         let budget = st.budget;
         let Some(p) = st.pools.get_mut(pool) else {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
                 format!("pool {pool} does not exist"),
                 "use a PoolId from this arena",
             ));

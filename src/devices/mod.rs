@@ -231,7 +231,8 @@ impl DeviceSet {
                 .iter()
                 .position(|b| b.gpu().same_device(a.gpu()))
             {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Foreign,
                     format!("runtimes {j} and {i} of a device set share one device"),
                     "give each device of a set one runtime",
                 ));
@@ -277,7 +278,8 @@ impl DeviceSet {
             .iter()
             .position(|rt| rt.gpu().same_device(allocation.gpu()))
             .ok_or_else(|| {
-                Error::invalid(
+                Error::misuse(
+                    crate::Misuse::Foreign,
                     format!(
                         "allocation '{}' belongs to no device of this set (it is on {})",
                         allocation.label(),
@@ -417,7 +419,8 @@ impl DeviceSet {
         dst: &crate::arena::Typed<T>,
     ) -> Result<()> {
         if src.len() != dst.len() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!("copy of {} elements into {} elements", src.len(), dst.len()),
                 "pass allocations of the same length",
             ));
@@ -612,7 +615,8 @@ fn check_range(
     usage: wgpu::BufferUsages,
 ) -> Result<()> {
     if offset.checked_add(len).is_none_or(|end| end > a.size()) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Length,
             format!(
                 "the copy's {what} range {offset}..{} lies outside '{}' ({} bytes)",
                 offset.saturating_add(len),
@@ -623,13 +627,15 @@ fn check_range(
         ));
     }
     if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Alignment,
             format!("a copy of {len} bytes at {what} offset {offset}"),
             "offsets and lengths of copies between devices must be multiples of 4",
         ));
     }
     if !a.buffer().usage().contains(usage) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Usage,
             format!("the copy's {what} '{}' lacks {usage:?}", a.label()),
             "allocate it from a pool whose usage includes COPY_SRC and COPY_DST (the default)",
         ));

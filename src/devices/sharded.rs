@@ -166,7 +166,8 @@ impl DeviceSet {
             Split::Even => vec![1.0; n],
             Split::Shares(w) => {
                 if w.len() != n {
-                    return Err(Error::invalid(
+                    return Err(Error::misuse(
+                        crate::Misuse::Shape,
                         format!("{} shares for a set of {n} devices", w.len()),
                         "give one share per device",
                     ));
@@ -273,7 +274,8 @@ impl DeviceSet {
         label: &str,
     ) -> Result<Sharded<T>> {
         if row_len == 0 || !data.len().is_multiple_of(row_len) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("{} elements in rows of {row_len}", data.len()),
                 "pass a whole number of rows (row_len > 0)",
             ));
@@ -452,7 +454,8 @@ impl DeviceSet {
     fn check_replicas(&self, per_device: &[Vec<&Typed<f32>>]) -> Result<()> {
         let n = self.len();
         if per_device.len() != n {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!(
                     "{} arrays for an all-reduce over {n} devices",
                     per_device.len()
@@ -465,7 +468,8 @@ impl DeviceSet {
             for a in list {
                 let on = self.device_of(a.allocation())?;
                 if on != d {
-                    return Err(Error::invalid(
+                    return Err(Error::misuse(
+ crate::Misuse::Foreign,
                         format!(
                             "array '{}' of device {d}'s part of the all-reduce lives on device {on}",
                             a.allocation().label()
@@ -475,7 +479,8 @@ impl DeviceSet {
                 }
             }
             if shape(list) != shape(&per_device[0]) {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Length,
                     format!(
                         "all-reduce arrays of lengths {:?} on device 0 and {:?} on device {d}",
                         shape(&per_device[0]),
@@ -636,7 +641,8 @@ impl DeviceSet {
         for shard in &sharded.shards {
             let on = self.device_of(shard.data.allocation())?;
             if on != shard.device {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Foreign,
                     format!(
                         "a shard says device {} but lives on device {on}",
                         shard.device

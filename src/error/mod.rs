@@ -4,8 +4,10 @@
 //! was asked, what was available and what to do about it, so a user can act on the message
 //! without reading the source.
 
+mod misuse;
 mod oom;
 
+pub use misuse::Misuse;
 pub use oom::{Limit, OutOfMemory};
 
 use crate::alloc::AllocError;
@@ -53,6 +55,8 @@ pub enum Error {
     /// An argument was out of its valid range; nothing was changed.
     #[error("invalid argument: {what}. {hint}")]
     InvalidArgument {
+        /// Which kind of misuse, to match on.
+        kind: Misuse,
         /// What was wrong.
         what: String,
         /// How to fix it.
@@ -167,16 +171,36 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// An [`Error::InvalidArgument`]: what was wrong, and how to fix it.
+    /// An [`Error::InvalidArgument`] of kind [`Misuse::Other`]: what was wrong, and how to
+    /// fix it.
     ///
     /// ```
     /// let e = vramkit::Error::invalid("a batch of 0 frames", "ask for 1 or more");
     /// assert_eq!(e.to_string(), "invalid argument: a batch of 0 frames. ask for 1 or more");
     /// ```
     pub fn invalid(what: impl Into<String>, hint: impl Into<String>) -> Self {
+        Error::misuse(Misuse::Other, what, hint)
+    }
+
+    /// An [`Error::InvalidArgument`] of the given kind: what was wrong, and how to fix it.
+    pub fn misuse(kind: Misuse, what: impl Into<String>, hint: impl Into<String>) -> Self {
         Error::InvalidArgument {
+            kind,
             what: what.into(),
             hint: hint.into(),
+        }
+    }
+
+    /// The kind of misuse this error reports, if it is one: an
+    /// [`InvalidArgument`](Error::InvalidArgument)'s kind, the allocator core's bad
+    /// alignment or size, or the same of a device of a set ([`Error::OnDevice`]).
+    pub fn misuse_kind(&self) -> Option<Misuse> {
+        match self {
+            Error::InvalidArgument { kind, .. } => Some(*kind),
+            Error::Alloc(AllocError::BadAlignment { .. }) => Some(Misuse::Alignment),
+            Error::Alloc(AllocError::ZeroSize) => Some(Misuse::Shape),
+            Error::OnDevice { source, .. } => source.misuse_kind(),
+            _ => None,
         }
     }
 

@@ -46,7 +46,8 @@ pub struct Batch<'a> {
 /// Fails when `n` elements cannot be indexed with 32-bit invocation indices.
 pub(super) fn check_count(n: u64, what: &str) -> Result<()> {
     if n > u32::MAX as u64 {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Shape,
             format!("{what}: {n} elements exceed the 2^32 - 1 a kernel indexes"),
             "split the work",
         ));
@@ -58,7 +59,8 @@ pub(super) fn check_count(n: u64, what: &str) -> Result<()> {
 /// the element count.
 pub(super) fn shape(rows: u64, cols: u64, what: &str) -> Result<u64> {
     if rows == 0 || cols == 0 {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Shape,
             format!("{what} of a {rows} x {cols} matrix"),
             "pass at least one row and one column",
         ));
@@ -66,7 +68,8 @@ pub(super) fn shape(rows: u64, cols: u64, what: &str) -> Result<u64> {
     rows.checked_mul(cols)
         .filter(|&n| n <= u32::MAX as u64)
         .ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
+                crate::Misuse::Shape,
                 format!("{what}: {rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
                 "split the matrix",
             )
@@ -104,7 +107,8 @@ pub(super) fn check_no_overlap(
     } else {
         "into an allocation of its own (this kernel cannot run in place)"
     };
-    Err(Error::invalid(
+    Err(Error::misuse(
+        crate::Misuse::Overlap,
         format!(
             "{what}: output '{}' overlaps input '{}'",
             out.label(),
@@ -135,7 +139,8 @@ impl<'a> Batch<'a> {
         gpu.check_alive()?;
         a.check_device(gpu, &format!("kernel operand {name}"))?;
         if !a.buffer().usage().contains(wgpu::BufferUsages::STORAGE) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Usage,
                 format!(
                     "{name} ('{}') lives in a buffer without STORAGE usage ({:?})",
                     a.label(),
@@ -146,7 +151,8 @@ impl<'a> Batch<'a> {
         }
         let max = gpu.limits().max_storage_buffer_binding_size;
         if a.size() > max {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "{name} ('{}') is {} bytes, more than the device's storage-binding limit \
                      of {max} bytes that one kernel operand can be",
@@ -162,7 +168,8 @@ impl<'a> Batch<'a> {
             .map(|b| b.next_multiple_of(4))
             .filter(|&b| b <= a.size());
         if need.is_none() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "{name} ('{}') holds {} elements of {elem_bytes} bytes, the kernel needs {n}",
                     a.label(),

@@ -76,7 +76,8 @@ type Op<'a, T> = Elements<'a, T>;
 fn same_len(what: &str, n: usize, inputs: &[(&str, usize)]) -> Result<u64> {
     for &(name, len) in inputs {
         if len != n {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!("{what}: {name} holds {len} elements, the output {n}"),
                 "pass operands of one length (Typed::first(n) takes the first n elements)",
             ));
@@ -88,7 +89,8 @@ fn same_len(what: &str, n: usize, inputs: &[(&str, usize)]) -> Result<u64> {
 /// `len` split into `rows` rows of whole columns.
 fn columns(what: &str, rows: u64, len: usize) -> Result<u64> {
     if rows == 0 || !(len as u64).is_multiple_of(rows) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Shape,
             format!("{what}: {len} elements do not split into {rows} rows"),
             "pass a row count that divides the element count",
         ));
@@ -343,7 +345,8 @@ impl<'a> TypedBatch<'a> {
                         reach.map_or_else(|| "past 2^64".to_string(), |r| r.to_string())
                     )
                 };
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Length,
                     what,
                     "pass operands of exactly the shapes given, ending with the last product",
                 ));

@@ -159,7 +159,8 @@ impl Downloader {
         let bytes = end.next_multiple_of(4) - start;
         let max = self.gpu.limits().max_buffer_size;
         if bytes > max {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!("a download view of {len} bytes (the device's largest buffer is {max})"),
                 "use Downloader::download, which streams in chunks",
             ));

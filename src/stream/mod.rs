@@ -85,7 +85,8 @@ fn check_range(
         .checked_add(len)
         .filter(|&e| e <= a.size())
         .ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "{what} of {len} bytes at offset {offset} in '{}' of {} bytes",
                     a.label(),
@@ -95,7 +96,8 @@ fn check_range(
             )
         })?;
     if !a.buffer().usage().contains(usage) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
+            crate::Misuse::Usage,
             format!(
                 "allocation '{}' lives in a buffer without {usage:?} usage",
                 a.label()

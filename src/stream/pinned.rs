@@ -80,7 +80,8 @@ impl PinnedBuffer {
         gpu.check_alive()?;
         let max = gpu.limits().max_buffer_size;
         if len == 0 || !len.is_multiple_of(4) || len > max {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+ crate::Misuse::Alignment,
                 format!("a pinned buffer of {len} bytes"),
                 format!("ask for a non-zero multiple of 4 bytes, at most {max} (the device's largest buffer)"),
             ));
@@ -145,7 +146,8 @@ impl PinnedBuffer {
     /// runs on this buffer's device and moves whole words inside the buffer.
     fn check(&self, gpu: &Gpu, offset: u64, range: &Range<u64>, what: &str) -> Result<u64> {
         if !self.gpu.same_device(gpu) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
                 format!("{what}: the pinned buffer belongs to another device"),
                 "create the PinnedBuffer with the Gpu of the uploader or downloader",
             ));
@@ -155,7 +157,8 @@ impl PinnedBuffer {
             .checked_sub(range.start)
             .filter(|_| range.end <= self.len());
         let Some(len) = len else {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "{what}: bytes {}..{} of a pinned buffer of {} bytes",
                     range.start,
@@ -166,7 +169,8 @@ impl PinnedBuffer {
             ));
         };
         if !(offset.is_multiple_of(4) && range.start.is_multiple_of(4) && len.is_multiple_of(4)) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Alignment,
                 format!(
                     "{what}: {len} bytes between pinned offset {} and allocation offset \
                      {offset} (not whole words)",

@@ -157,7 +157,8 @@ impl Uploader {
             };
             let shape = TextureRegion::check(&dst, size, data.len() as u64, chunk)?;
             if shape.layers > 1 {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
+                    crate::Misuse::Shape,
                     format!(
                         "a region of {} layers in a batched texture upload",
                         shape.layers
@@ -411,13 +412,15 @@ impl TextureRegion {
         let texture = dst.texture;
         let format = texture.format();
         if !texture.usage().contains(wgpu::TextureUsages::COPY_DST) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Usage,
                 format!("a texture upload into a {format:?} texture without COPY_DST usage"),
                 "create the texture with TextureUsages::COPY_DST",
             ));
         }
         let block_bytes = format.block_copy_size(Some(dst.aspect)).ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
+                crate::Misuse::Usage,
                 format!(
                     "a texture upload into aspect {:?} of a {format:?} texture",
                     dst.aspect
@@ -427,7 +430,8 @@ impl TextureRegion {
             )
         })?;
         if dst.mip_level >= texture.mip_level_count() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "a texture upload into mip level {} of a texture with {} levels",
                     dst.mip_level,
@@ -448,7 +452,8 @@ impl TextureRegion {
             || !fits(o.y, size.height, level.height)
             || !fits(o.z, size.depth_or_array_layers, level.depth_or_array_layers)
         {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "a texture upload of {}x{}x{} texels at ({}, {}, {}) into mip level {} of \
                      {}x{}x{}",
@@ -472,7 +477,8 @@ impl TextureRegion {
             || !size.width.is_multiple_of(bw)
             || !size.height.is_multiple_of(bh)
         {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Alignment,
                 format!(
                     "a texture upload of {}x{} texels at ({}, {}) into {format:?}, whose blocks \
                      are {bw}x{bh}",
@@ -487,7 +493,8 @@ impl TextureRegion {
         let layers = u64::from(size.depth_or_array_layers);
         let expected = row_bytes * rows * layers;
         if data_len != expected {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "a texture upload of {data_len} bytes for a region of {expected} bytes \
                      ({rows} rows of {row_bytes} bytes, {layers} layers)"
@@ -499,7 +506,8 @@ impl TextureRegion {
         let pitch = row_bytes.next_multiple_of(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT));
         let rows_per_chunk = chunk / pitch.max(1);
         if rows_per_chunk == 0 && expected > 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "a texture upload whose rows take {pitch} bytes in staging, more than a \
                      staging buffer of {chunk}"

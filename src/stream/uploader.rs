@@ -312,7 +312,8 @@ impl Uploader {
     ) -> Result<()> {
         let dst = dst.into();
         if data.len() != dst.len() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!(
                     "an upload of {} elements into '{}', which holds {}",
                     data.len(),
@@ -389,7 +390,8 @@ impl Uploader {
     ) -> Result<()> {
         self.check_dst(dst, offset, len)?;
         if !offset.is_multiple_of(4) || !len.is_multiple_of(4) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Alignment,
                 format!("an in-place upload of {len} bytes at offset {offset} (not whole words)"),
                 "use offsets and lengths that are multiples of 4, or Uploader::upload",
             ));
@@ -720,7 +722,8 @@ impl Uploader {
             return Ok(());
         }
         if !dst.buffer().usage().contains(wgpu::BufferUsages::STORAGE) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Usage,
                 format!(
                     "unaligned upload into '{}', whose buffer lacks STORAGE usage",
                     dst.label()

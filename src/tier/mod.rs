@@ -414,7 +414,8 @@ impl Tiers {
         if Arc::ptr_eq(&m.tiers, &self.shared) {
             return Ok(());
         }
-        Err(Error::invalid(
+        Err(Error::misuse(
+            crate::Misuse::Foreign,
             "a movable allocation of another Tiers was passed",
             "pass handles made by this Tiers (one Tiers per arena)",
         ))

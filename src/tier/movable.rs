@@ -157,7 +157,8 @@ impl<'a> Resident<'a> {
             .flatten();
         match found {
             Some((_, a)) => Ok(a),
-            None => Err(Error::invalid(
+            None => Err(Error::misuse(
+                crate::Misuse::Foreign,
                 format!(
                     "'{}' is not one of the allocations this guard made resident",
                     m.label()

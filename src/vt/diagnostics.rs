@@ -52,13 +52,15 @@ impl VirtualTexture {
             .flat_map(|&(uv, level)| [uv[0].to_bits(), uv[1].to_bits(), level, 0])
             .collect();
         if !arena.gpu().same_device(&self.gpu) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
                 "sample_points with an arena of another Gpu",
                 "pass the arena this virtual texture was created on",
             ));
         }
         let read_pool = arena.pool(POOLS[0]).ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
+                crate::Misuse::Foreign,
                 "sample_points with an arena this virtual texture was not created on",
                 "pass the same arena",
             )

@@ -97,7 +97,8 @@ impl VtLayout {
     pub fn new(width: u32, height: u32) -> Result<VtLayout> {
         let pages = |n: u32| n.div_ceil(INNER);
         if width == 0 || height == 0 || pages(width) > MAX_PAGES || pages(height) > MAX_PAGES {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("a virtual texture of {width}x{height} texels"),
                 format!(
                     "sizes go from 1 to {} texels per side ({MAX_PAGES} pages of {INNER})",
@@ -112,7 +113,8 @@ impl VtLayout {
             levels += 1;
         }
         if levels > MAX_LEVELS {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("a virtual texture of {width}x{height} texels needs {levels} levels"),
                 format!("at most {MAX_LEVELS} levels fit a key"),
             ));

@@ -369,7 +369,8 @@ impl ImageSource {
     pub fn from_rgba8(width: u32, height: u32, rgba: Vec<u8>) -> Result<ImageSource> {
         let layout = VtLayout::new(width, height)?;
         if rgba.len() as u64 != u64::from(width) * u64::from(height) * 4 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Length,
                 format!("{} bytes for a {width}x{height} RGBA8 image", rgba.len()),
                 "pass width * height * 4 bytes, rows top to bottom",
             ));

@@ -57,7 +57,8 @@ impl VirtualTexture {
     ) -> Result<VirtualTexture> {
         gpu.check_alive()?;
         if !arena.gpu().same_device(gpu) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
                 "an arena of another Gpu for a virtual texture",
                 "create the arena on the same Gpu",
             ));

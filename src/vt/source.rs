@@ -240,7 +240,8 @@ pub(crate) fn check_len(tile: TileId, len: usize, tile_bytes: usize) -> Result<(
     if len == tile_bytes {
         return Ok(());
     }
-    Err(Error::invalid(
+    Err(Error::misuse(
+        crate::Misuse::Length,
         format!("a {len}-byte destination for tile {tile}"),
         format!("pass exactly one tile, {tile_bytes} bytes"),
     ))

@@ -512,7 +512,11 @@ struct Out { @builtin(position) pos: vec4<f32>, @location(0) @interpolate(flat) 
             ],
         );
         match refused {
-            Err(vramkit::Error::InvalidArgument { what, hint }) => {
+            Err(vramkit::Error::InvalidArgument {
+                kind: vramkit::Misuse::Overlap,
+                what,
+                hint,
+            }) => {
                 assert!(
                     what.contains("particles a") && what.contains("particles b"),
                     "{what}"

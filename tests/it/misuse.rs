@@ -11,7 +11,7 @@ use vramkit::arena::PoolConfig;
 use vramkit::kernels::MatmulShape;
 use vramkit::kernels::{Kernels, Reduce, ScanKind, ScanType, Unary};
 use vramkit::stream::{Downloader, Uploader};
-use vramkit::{readback, Allocation, Arena, Error, Gpu};
+use vramkit::{readback, Allocation, Arena, Error, Gpu, Misuse};
 
 fn upload(arena: &Arena, data: &[f32], label: &str) -> Allocation {
     let a = arena.alloc(4 * data.len() as u64, label).unwrap();
@@ -229,7 +229,8 @@ fn kernels_on_a_downlevel_device_are_a_typed_error() {
 /// What each row of the misuse table expects.
 #[derive(Debug, Clone, Copy)]
 enum Expect {
-    Invalid,
+    /// An `InvalidArgument` of this kind.
+    Invalid(Misuse),
     OutOfMemory,
     Alloc,
     Io,
@@ -237,14 +238,16 @@ enum Expect {
 }
 
 fn matches(e: &Error, want: Expect) -> bool {
-    matches!(
-        (e, want),
-        (Error::InvalidArgument { .. }, Expect::Invalid)
-            | (Error::OutOfMemory(_), Expect::OutOfMemory)
-            | (Error::Alloc(_), Expect::Alloc)
-            | (Error::Io { .. }, Expect::Io)
-            | (Error::Tile { .. }, Expect::Tile)
-    )
+    match (e, want) {
+        (Error::InvalidArgument { kind, .. }, Expect::Invalid(want)) => *kind == want,
+        _ => matches!(
+            (e, want),
+            (Error::OutOfMemory(_), Expect::OutOfMemory)
+                | (Error::Alloc(_), Expect::Alloc)
+                | (Error::Io { .. }, Expect::Io)
+                | (Error::Tile { .. }, Expect::Tile)
+        ),
+    }
 }
 
 /// Every public entry point x every class of bad input (zero, huge, misaligned, out of
@@ -375,7 +378,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "alloc_in: another arena's pool",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Foreign),
             Box::new(|| arena.alloc_in(foreign_pool, 64, "x").map(drop)),
         ),
         (
@@ -385,72 +388,72 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "upload: offset past the end",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| up.upload(&a, a.size(), &[1, 2, 3, 4])),
         ),
         (
             "upload: length past the end",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| up.upload(&a, 4, &vec![0u8; a.size() as usize])),
         ),
         (
             "upload: huge offset",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| up.upload(&a, u64::MAX - 2, &[1, 2, 3, 4])),
         ),
         (
             "upload: another device's allocation",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Foreign),
             Box::new(|| up.upload(&foreign, 0, &[0; 16])),
         ),
         (
             "upload: a pool without COPY_DST",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Usage),
             Box::new(|| up.upload(&read_only, 0, &[0; 16])),
         ),
         (
             "typed upload: wrong length",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| rt.upload(&a, &[1.0f32; 3])),
         ),
         (
             "download: offset past the end",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| down.download(&a, a.size() + 4, 4).map(drop)),
         ),
         (
             "download: huge length",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| down.download(&a, 0, u64::MAX).map(drop)),
         ),
         (
             "download: another device's allocation",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Foreign),
             Box::new(|| down.download(&foreign, 0, 16).map(drop)),
         ),
         (
             "download_into: more than the allocation",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| down.download_into(&a, 0, &mut vec![0u8; a.size() as usize + 4])),
         ),
         (
             "download_view: past the end",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| down.download_view(&a, 8, a.size()).map(drop)),
         ),
         (
             "upload_texture: wrong data length",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| up.upload_texture(texture.as_image_copy(), tile, &tile_bytes[4..])),
         ),
         (
             "upload_texture: no COPY_DST",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Usage),
             Box::new(|| up.upload_texture(sampled_only.as_image_copy(), tile, &tile_bytes)),
         ),
         (
             "upload_texture: region outside",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| {
                 let dst = wgpu::TexelCopyTextureInfo {
                     origin: wgpu::Origin3d { x: 64, y: 0, z: 0 },
@@ -461,7 +464,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "upload_texture_tiles: a tile outside",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| {
                 up.upload_texture_tiles(
                     &texture,
@@ -472,7 +475,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "upload_texture_regions: wrong data length",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| {
                 up.upload_texture_regions(
                     &texture,
@@ -482,12 +485,12 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "axpy: lengths differ",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| rt.batch().axpy(1.0, &a, &b).map(drop)),
         ),
         (
             "axpy: another device's operand",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Foreign),
             Box::new(|| {
                 let y = a.first(foreign_x.len()).expect("a holds more");
                 rt.batch().axpy(1.0, &foreign_x, y).map(drop)
@@ -495,7 +498,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "matmul: shapes do not match",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Length),
             Box::new(|| {
                 rt.batch()
                     .matmul::<f32>(
@@ -513,7 +516,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "reduce: output overlaps the input",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Overlap),
             Box::new(|| {
                 rt.batch()
                     .reduce(Reduce::Sum, &a, a.first(1).expect("non-empty"))
@@ -530,12 +533,12 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "VtLayout: zero size",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Shape),
             Box::new(|| VtLayout::new(0, 16).map(drop)),
         ),
         (
             "VirtualTexture: 0 cache slots",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Other),
             Box::new(|| {
                 VirtualTexture::new(
                     gpu(),
@@ -548,7 +551,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "VirtualTexture: more slots than a texture holds",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Other),
             Box::new(|| {
                 VirtualTexture::new(
                     gpu(),
@@ -561,7 +564,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "VirtualTexture: a format tiles are not",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Other),
             Box::new(|| {
                 VirtualTexture::new(
                     gpu(),
@@ -574,7 +577,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "VirtualTexture: an arena of another device",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Foreign),
             Box::new(|| {
                 VirtualTexture::new(
                     gpu(),
@@ -587,7 +590,7 @@ fn every_entry_point_refuses_each_class_of_bad_input_and_changes_nothing() {
         ),
         (
             "VirtualTexture::sample_points: an arena of another device",
-            Expect::Invalid,
+            Expect::Invalid(Misuse::Foreign),
             Box::new(|| vt.sample_points(&other, &[([0.5, 0.5], 0)]).map(drop)),
         ),
         (

@@ -511,10 +511,7 @@ fn upload_with_fills_staging_in_place_and_recovers_from_a_failing_fill() {
     let err = up
         .upload_with(&dst, 0, 8192, |pos, _| {
             if pos > 0 {
-                Err(vramkit::Error::InvalidArgument {
-                    what: "source ran dry".into(),
-                    hint: "test".into(),
-                })
+                Err(vramkit::Error::invalid("source ran dry", "test"))
             } else {
                 Ok(())
             }

@@ -290,7 +290,8 @@ impl<'a> Batch<'a> {
         };
         let max = self.gpu().limits().max_compute_workgroups_per_dimension as u64;
         if count == 0 || count > max {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("a batch of {count} products"),
                 format!("pass between 1 and {max} products (the grid's third dimension)"),
             ));
@@ -301,7 +302,8 @@ impl<'a> Batch<'a> {
             shape(m, n, "matmul output c")?,
         );
         if count > 1 && stride_c < mn {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("products' outputs {stride_c} elements apart, each {m} x {n}"),
                 "give each product's output its own m x n elements (stride_c >= m * n)",
             ));
@@ -313,7 +315,8 @@ impl<'a> Batch<'a> {
                 .and_then(|v| v.checked_add(one))
                 .filter(|&v| v <= u32::MAX as u64)
                 .ok_or_else(|| {
-                    Error::invalid(
+                    Error::misuse(
+ crate::Misuse::Shape,
                         format!("{what} of {count} products {stride} elements apart reach past 2^32 - 1 elements"),
                         "split the batch",
                     )
@@ -341,7 +344,8 @@ impl<'a> Batch<'a> {
         let tile = if coop { COOP_TILE } else { TILE };
         let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
         if gx > max || gy > max {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("a {m} x {n} matmul output needs {gy} x {gx} tiles, over {max}"),
                 "split the output",
             ));
@@ -443,7 +447,8 @@ impl<'a> Batch<'a> {
         let per_group = COOP_TILES_PER_GROUP.max(tiles.div_ceil(max));
         let workgroups = tiles.div_ceil(per_group);
         if tiles + workgroups > u32::MAX as u64 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!(
                     "{} products of {} x {}: {tiles} tiles of {COOP_TILE} x {COOP_TILE}, \
                      past the 2^32 - 1 the matrix-unit kernel counts",

@@ -141,7 +141,8 @@ impl<'a> Batch<'a> {
         y: &'a Allocation,
     ) -> Result<&mut Self> {
         if rows == 0 || cols == 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 "a reduction over no elements",
                 "pass at least one row and one column",
             ));
@@ -150,7 +151,8 @@ impl<'a> Batch<'a> {
             .checked_mul(cols)
             .filter(|&n| n <= u32::MAX as u64)
             .ok_or_else(|| {
-                Error::invalid(
+                Error::misuse(
+                    crate::Misuse::Shape,
                     format!("{rows} x {cols} elements exceed the 2^32 - 1 a kernel indexes"),
                     "split the rows",
                 )
@@ -195,7 +197,8 @@ impl<'a> Batch<'a> {
         out: &'a Allocation,
     ) -> Result<&mut Self> {
         if n == 0 || n > u32::MAX as u64 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 format!("cannot reduce {n} elements"),
                 "pass 1 to 2^32 - 1 elements",
             ));

@@ -171,7 +171,8 @@ impl<'a> Batch<'a> {
     ) -> Result<&mut Self> {
         check_count(n, "scan")?;
         if n == 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
+                crate::Misuse::Shape,
                 "a scan of 0 elements",
                 "pass at least one element",
             ));
