@@ -162,6 +162,17 @@ impl LostState {
         hook();
     }
 
+    /// Drops the hooks without running them: the last `Gpu` handle is going. Needed for
+    /// the device to go at all: wgpu keeps its device-lost callback (which holds this
+    /// state) inside the device, and a hook holds the work-done tracker, which holds the
+    /// queue, which holds the device: a cycle that kept every dropped device, its driver
+    /// threads and memory alive (NVIDIA refused the 64th `Runtime::headless` in one process,
+    /// lavapipe kept six threads per device; `lab` `device_churn gpu`).
+    pub(super) fn clear_hooks(&self) {
+        let hooks = std::mem::take(&mut *self.hooks.lock());
+        drop(hooks);
+    }
+
     #[cold]
     fn wake_everything(&self) {
         let hooks = std::mem::take(&mut *self.hooks.lock());

@@ -109,6 +109,16 @@ impl Drop for Gpu {
     }
 }
 
+impl Drop for GpuInner {
+    fn drop(&mut self) {
+        // Breaks the cycle device -> lost callback -> hooks -> queue -> device
+        // (`LostState::clear_hooks`), and drops what waits for work that will not be
+        // waited for any more.
+        self.lost.clear_hooks();
+        self.work_done.drop_callbacks();
+    }
+}
+
 struct GpuInner {
     // Kept alive for headless contexts: dropping the instance early would tear down the
     // backend under a live device on some platforms.
@@ -711,19 +721,31 @@ pub(crate) fn instance_descriptor(backends: wgpu::Backends) -> wgpu::InstanceDes
 /// What to say when an adapter refuses a device.
 fn request_device_hint(info: &wgpu::AdapterInfo) -> String {
     if info.backend == wgpu::Backend::Gl {
-        // Seen on NVIDIA's EGL (issue 62): wgpu's own indirect-validation pipeline, a
-        // compute shader, did not compile for the shading-language version of the context
-        // it made, and the request ended "Parent device is lost".
-        return "on OpenGL, wgpu needs a context with compute shaders (desktop GL 4.3 or GLES \
-                3.1); if wgpu logged 'The selected version doesn't support \
-                Features(... COMPUTE_SHADER ...)', the driver gave it an older one: try \
-                WGPU_GLES_MINOR_VERSION=2, or use Vulkan (VRAMKIT_BACKEND=vulkan), which runs \
-                everything vramkit has"
-            .into();
+        // Settled on an H200 (issue 62, docs/notes/gl-on-nvidia.md): wgpu-hal asks EGL for
+        // desktop OpenGL 3.3, NVIDIA's driver gives exactly that (GLSL 3.30, no compute
+        // shaders, although it offers GL_ARB_compute_shader), and wgpu's own
+        // indirect-validation pipeline, a compute shader, cannot be built: the request
+        // ends "Parent device is lost". WGPU_GLES_MINOR_VERSION does not apply to desktop
+        // GL. Mesa answers the same request with its newest version, so llvmpipe works.
+        let nvidia = info.vendor == 0x10de || info.name.contains("NVIDIA");
+        return if nvidia {
+            "wgpu-hal asks NVIDIA's EGL for desktop OpenGL 3.3 and gets exactly 3.3, whose \
+             shading language has no compute shaders, which wgpu needs for every device: \
+             OpenGL cannot run on this driver through wgpu 30; use Vulkan \
+             (VRAMKIT_BACKEND=vulkan), which runs everything vramkit has"
+                .into()
+        } else {
+            "on OpenGL, wgpu needs a context with compute shaders (desktop GL 4.3 or GLES \
+             3.1); if wgpu logged 'The selected version doesn't support \
+             Features(... COMPUTE_SHADER ...)', the driver gave it an older one: on GLES try \
+             WGPU_GLES_MINOR_VERSION=2, or use Vulkan (VRAMKIT_BACKEND=vulkan), which runs \
+             everything vramkit has"
+                .into()
+        };
     }
-    "a driver that has made many devices in this process may refuse more (NVIDIA's did \
-     after about 124: BENCHMARKS.md, Device loss and recovery); otherwise check the \
-     driver's installation and the device's health"
+    "check the driver's installation and the device's health, and that lost devices are \
+     not kept alive: each holds driver resources until its last handle goes (NVIDIA \
+     refused a process's 124th)"
         .into()
 }
 

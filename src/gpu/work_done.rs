@@ -39,10 +39,15 @@
 //!   [`Gpu::work_epoch`] returned it.
 //! - The done mark never goes down, and never passes the newest epoch handed out.
 //! - A callback given to [`Gpu::work_epoch_then`] runs once, after its epoch is marked
-//!   done, inside whatever polls the device; on a lost device it may never run (wgpu
-//!   drops pending callbacks, or on a real loss keeps them unrun), and waits report the
-//!   loss instead: recording a loss wakes every future waiting for an epoch
-//!   ([`WorkDone::abandon_all`]), which then resolves with it.
+//!   done, inside whatever polls the device; on a lost device it never runs and is
+//!   dropped: recording a loss wakes every future waiting for an epoch and drops every
+//!   callback waiting ([`WorkDone::abandon_all`]), and the futures resolve with the loss.
+//! - **wgpu holds nothing of vramkit's.** The closure filed with `on_submitted_work_done`
+//!   holds only a weak handle of the tracker and its epoch; the callbacks of
+//!   [`Gpu::work_epoch_then`] wait here. On a real loss wgpu keeps its pending closures
+//!   unrun inside the device for as long as the device lives, so a closure holding the
+//!   queue (or a buffer, through a callback's captures) kept the lost device alive for
+//!   ever: one leaked device per recovery, until NVIDIA refused the 124th (issue 61).
 //! - No lock of the tracker's is held while wgpu runs a callback: the epoch lock is held
 //!   only around filing (`on_submitted_work_done` flushes queued writes and files the
 //!   closure; it runs none), the wakers' lock only to take or wake wakers.
@@ -81,26 +86,34 @@ struct Inner {
     issue: Mutex<Epoch>,
     /// Futures waiting for an epoch; checked only while `waiting` is set.
     wakers: Mutex<Vec<(Epoch, Waker)>>,
+    /// Callbacks of [`WorkDone::issue_then`] waiting for their epochs, in epoch order.
+    thens: Mutex<Vec<(Epoch, Then)>>,
     waiting: AtomicBool,
     /// The newest epoch whose callback wgpu dropped without running it (a lost device):
     /// a future waiting for it fails instead of waiting forever.
     abandoned: AtomicU64,
 }
 
-/// What an epoch's callback owns: if wgpu drops the callback unrun, the epoch is
-/// abandoned and its waiters woken.
+/// A callback to run once its epoch is done.
+type Then = Box<dyn FnOnce() + Send>;
+
+/// What an epoch's closure in wgpu owns: a weak handle (module docs). If wgpu drops the
+/// closure unrun, the epoch is abandoned, its waiters woken and its callbacks dropped.
 struct Filed {
-    inner: Arc<Inner>,
+    inner: std::sync::Weak<Inner>,
     epoch: Epoch,
     ran: bool,
 }
 
 impl Drop for Filed {
     fn drop(&mut self) {
-        if !self.ran {
-            self.inner.abandoned.fetch_max(self.epoch, Ordering::AcqRel);
-            self.inner
-                .wake(self.inner.done.load(Ordering::Acquire), true);
+        if self.ran {
+            return;
+        }
+        if let Some(inner) = self.inner.upgrade() {
+            inner.abandoned.fetch_max(self.epoch, Ordering::AcqRel);
+            inner.wake(inner.done.load(Ordering::Acquire), true);
+            drop(inner.take_thens(self.epoch));
         }
     }
 }
@@ -114,6 +127,7 @@ impl WorkDone {
                 filed: AtomicU64::new(0),
                 issue: Mutex::new(lock_rank::WORK_DONE, 0),
                 wakers: Mutex::new(lock_rank::EPOCH_WAKERS, Vec::new()),
+                thens: Mutex::new(lock_rank::EPOCH_THENS, Vec::new()),
                 waiting: AtomicBool::new(false),
                 abandoned: AtomicU64::new(0),
             }),
@@ -140,18 +154,31 @@ impl WorkDone {
     /// Hands out the next epoch and files its callback, which marks it done and then runs
     /// `then`.
     pub fn issue_then(&self, then: impl FnOnce() + Send + 'static) -> Epoch {
+        self.file(Some(Box::new(then)))
+    }
+
+    fn file(&self, then: Option<Then>) -> Epoch {
         let mut last = self.inner.issue.lock();
         *last += 1;
         let epoch = *last;
+        // Before the closure is filed, so that it finds the callback when it runs.
+        if let Some(then) = then {
+            self.inner.thens.lock().push((epoch, then));
+        }
         let mut filed = Filed {
-            inner: self.inner.clone(),
+            inner: Arc::downgrade(&self.inner),
             epoch,
             ran: false,
         };
         self.inner.queue.on_submitted_work_done(move || {
             filed.ran = true;
-            filed.inner.complete(epoch);
-            then();
+            if let Some(inner) = filed.inner.upgrade() {
+                inner.complete(epoch);
+                // Outside every lock of the tracker's, in epoch order.
+                for (_, then) in inner.take_thens(epoch) {
+                    then();
+                }
+            }
         });
         self.inner.filed.store(epoch, Ordering::Release);
         epoch
@@ -166,13 +193,27 @@ impl WorkDone {
 
     /// Hands out the next epoch and files its callback.
     pub fn issue(&self) -> Epoch {
-        self.issue_then(|| {})
+        self.file(None)
     }
 
     /// Wakes every future waiting for an epoch, done or not: run when the device's loss is
     /// recorded (`lost.rs`), after which those futures resolve with the loss.
     pub fn abandon_all(&self) {
         self.inner.wake(self.done(), true);
+        // Dropped on the reaper's thread: the loss may be recorded under any lock, and
+        // what a callback holds (a staging slot, an allocation) takes locks of its own
+        // when dropped.
+        let waiting = std::mem::take(&mut *self.inner.thens.lock());
+        if !waiting.is_empty() {
+            super::lifecycle::reap(Box::new(waiting));
+        }
+    }
+
+    /// Drops every callback waiting for an epoch, unrun: on a loss, and when the device's
+    /// last `Gpu` goes (what they hold must not outlive it).
+    pub fn drop_callbacks(&self) {
+        let waiting = std::mem::take(&mut *self.inner.thens.lock());
+        drop(waiting);
     }
 
     /// Marks every epoch filed before `filed` was read done: call after a wait that
@@ -183,6 +224,14 @@ impl WorkDone {
 }
 
 impl Inner {
+    /// The callbacks of epochs up to `epoch`, taken out (run or dropped by the caller,
+    /// outside the lock).
+    fn take_thens(&self, epoch: Epoch) -> Vec<(Epoch, Then)> {
+        let mut thens = self.thens.lock();
+        let due = thens.partition_point(|(e, _)| *e <= epoch);
+        thens.drain(..due).collect()
+    }
+
     fn complete(&self, epoch: Epoch) {
         self.done.fetch_max(epoch, Ordering::AcqRel);
         if self.waiting.load(Ordering::Acquire) {
@@ -382,6 +431,7 @@ mod tests {
             filed: AtomicU64::new(0),
             issue: Mutex::new(lock_rank::WORK_DONE, 0),
             wakers: Mutex::new(lock_rank::EPOCH_WAKERS, Vec::new()),
+            thens: Mutex::new(lock_rank::EPOCH_THENS, Vec::new()),
             waiting: AtomicBool::new(false),
             abandoned: AtomicU64::new(0),
         };
@@ -402,6 +452,31 @@ mod tests {
         assert!(
             !inner.waiting.load(Ordering::SeqCst),
             "nothing left waiting"
+        );
+    }
+
+    #[test]
+    fn a_callback_waiting_on_a_lost_device_is_dropped_and_holds_nothing_of_it() {
+        let gpu = crate::Gpu::headless().unwrap();
+        let sentinel = Arc::new(());
+        let held = sentinel.clone();
+        let tracker = Arc::downgrade(&gpu.work_done().inner);
+        // Filed with nothing polling: it cannot have run when the loss comes.
+        gpu.work_epoch_then(move || drop(held));
+        gpu.device().destroy();
+        gpu.mark_lost("test: destroyed");
+        drop(gpu);
+        // Dropped on the reaper's thread (`abandon_all`), unrun.
+        let start = std::time::Instant::now();
+        while Arc::strong_count(&sentinel) > 1 && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(Arc::strong_count(&sentinel), 1, "the callback was dropped");
+        // wgpu's closure holds only a weak handle: with the last `Gpu` gone, the tracker
+        // (and the queue it holds) went too.
+        assert!(
+            tracker.upgrade().is_none(),
+            "nothing keeps the tracker alive"
         );
     }
 }

@@ -101,6 +101,9 @@ pub(crate) const LIVE_BUDGET: Rank = Rank::new(90, "live budget");
 pub(crate) const LATENCY_SAMPLES: Rank = Rank::new(90, "latency samples");
 /// Futures waiting for an epoch (`gpu/work_done.rs`).
 pub(crate) const EPOCH_WAKERS: Rank = Rank::new(90, "epoch wakers");
+/// The work-done tracker's callbacks waiting for their epochs (`gpu/work_done.rs`): taken
+/// under the tracker's epoch lock to file one, and alone where an epoch completes.
+pub(crate) const EPOCH_THENS: Rank = Rank::new(90, "epoch callbacks");
 /// A replacement reader of the driver's memory budget (`gpu/driver_memory.rs`).
 pub(crate) const DRIVER_MEMORY_READER: Rank = Rank::new(90, "driver memory reader");
 /// Profiled submissions whose timestamps are on their way (`gpu/profile.rs`).

@@ -69,8 +69,11 @@ fn the_ring_is_bounded_and_its_timeline_ends_where_the_arena_is() {
 
 #[test]
 fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
+    // A device of its own: profiling is per device, and on the shared one the spans of
+    // tests running beside this one (an `axpby`, seen on the H200) landed in its trace.
+    let gpu = vramkit::Gpu::headless().unwrap();
     let rt = Runtime::new(
-        common::gpu(),
+        &gpu,
         RuntimeConfig {
             arena: ArenaConfig {
                 name: "trace".into(),
