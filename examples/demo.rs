@@ -10,8 +10,6 @@
 //! Under a minute on lavapipe (a CPU), seconds on a GPU. Exits non-zero when a result does
 //! not match the CPU.
 
-#[path = "support/mandelbrot.rs"]
-mod mandelbrot;
 #[path = "support/vt_demo.rs"]
 mod vt_demo;
 
@@ -24,7 +22,10 @@ use rand::{Rng, SeedableRng};
 use vramkit::arena::{ArenaConfig, Budget, HistoryConfig};
 use vramkit::kernels::{MatmulShape, Reduce};
 use vramkit::tier::{TierConfig, Tiers};
-use vramkit::vt::{VirtualTexture, VtConfig};
+use vramkit::vt::{Mandelbrot, VirtualTexture, VtConfig};
+
+/// Texels a side of the tour's Mandelbrot.
+const MANDELBROT: u32 = 1 << 15;
 use vramkit::{fmt_bytes, Runtime, RuntimeConfig};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -369,7 +370,7 @@ fn run(out: &Path) -> Res<u32> {
     );
     {
         let size = (640, 400);
-        let source = Arc::new(mandelbrot::source()?);
+        let source = Arc::new(Mandelbrot::new(MANDELBROT)?);
         let mut vt = VirtualTexture::new(
             &gpu,
             rt.arena(),
@@ -380,18 +381,18 @@ fn run(out: &Path) -> Res<u32> {
             },
         )?;
         let demo = vt_demo::Demo::new(&gpu, rt.arena(), &vt, size)?;
-        let whole = mandelbrot::SIZE as f32 / size.0 as f32;
+        let whole = MANDELBROT as f32 / size.0 as f32;
         let views = [
             ("vt_whole.png", [0.5f32, 0.5], whole),
             (
                 "vt_seahorse_valley.png",
-                mandelbrot::uv(-0.7453, 0.1127),
+                Mandelbrot::uv(-0.7453, 0.1127),
                 1.5,
             ),
         ];
         let progress = bar(views.len() as u64, "settling views");
         for (file, centre, texels_per_px) in views {
-            let scale = texels_per_px / mandelbrot::SIZE as f32;
+            let scale = texels_per_px / MANDELBROT as f32;
             let origin = [
                 centre[0] - scale * size.0 as f32 / 2.0,
                 centre[1] - scale * size.1 as f32 / 2.0,
@@ -437,7 +438,7 @@ fn run(out: &Path) -> Res<u32> {
             "   {} tiles uploaded ({}) for an image of {} as RGBA8; {} slots of {} resident",
             s.uploads,
             fmt_bytes(s.bytes_streamed),
-            fmt_bytes(u64::from(mandelbrot::SIZE).pow(2) * 4 * 4 / 3),
+            fmt_bytes(u64::from(MANDELBROT).pow(2) * 4 * 4 / 3),
             s.resident_tiles,
             s.cache_slots
         );

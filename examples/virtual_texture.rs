@@ -17,12 +17,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use vramkit::vt::{
-    PackFile, ProceduralSource, ReferenceSampler, TileSource, VirtualTexture, VtConfig,
+    Mandelbrot, PackFile, ProceduralSource, ReferenceSampler, TileSource, VirtualTexture, VtConfig,
 };
+
+/// Texels a side of the demo's Mandelbrot.
+const MANDELBROT: u32 = 1 << 15;
 use vramkit::{Arena, Gpu};
 
-#[path = "support/mandelbrot.rs"]
-mod mandelbrot;
 #[path = "support/vt_demo.rs"]
 mod vt_demo;
 
@@ -88,8 +89,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             [0.65, 0.42],
         ),
         None => (
-            Arc::new(mandelbrot::source()?),
-            mandelbrot::uv(-0.7453, 0.1127),
+            Arc::new(Mandelbrot::new(MANDELBROT)?),
+            Mandelbrot::uv(-0.7453, 0.1127),
         ),
     };
     let layout = source.layout();

@@ -36,8 +36,9 @@ fn main() {
     });
 }
 
-#[path = "support/mandelbrot.rs"]
-mod mandelbrot;
+/// Texels a side of the page's Mandelbrot.
+#[cfg(target_arch = "wasm32")]
+const MANDELBROT: u32 = 1 << 15;
 
 #[cfg(target_arch = "wasm32")]
 mod page {
@@ -49,7 +50,8 @@ mod page {
     use wasm_bindgen::{JsCast, JsValue};
     use web_time::Instant;
 
-    use super::{mandelbrot, vt_demo};
+    use super::{vt_demo, MANDELBROT};
+    use vramkit::vt::Mandelbrot;
 
     /// Draws the demo's RGBA8 frame onto the canvas's texture, whatever its format: a
     /// full-screen triangle that loads each texel.
@@ -138,11 +140,11 @@ mod page {
         let t = (f % PERIOD) as f32 / PERIOD as f32;
         let z = 1.0 - (2.0 * t - 1.0).abs(); // 0 -> 1 -> 0
         let z = z * z * (3.0 - 2.0 * z); // eased
-        let whole = mandelbrot::SIZE as f32 / size.0 as f32;
+        let whole = MANDELBROT as f32 / size.0 as f32;
         let texels_per_px = whole * (1.5 / whole).powf(z);
-        let scale = texels_per_px / mandelbrot::SIZE as f32;
+        let scale = texels_per_px / MANDELBROT as f32;
         let far = [0.5f32, 0.5];
-        let near = mandelbrot::uv(-0.7453, 0.1127);
+        let near = Mandelbrot::uv(-0.7453, 0.1127);
         let drift = 6.0 * scale * (std::f32::consts::TAU * t * 3.0).sin() * size.0 as f32 / 100.0;
         let c = [
             far[0] + (near[0] - far[0]) * z.sqrt() + drift,
@@ -226,7 +228,7 @@ mod page {
         let mut vt = VirtualTexture::new(
             &gpu,
             rt.arena(),
-            Arc::new(mandelbrot::source()?),
+            Arc::new(Mandelbrot::new(MANDELBROT)?),
             VtConfig {
                 cache_slots: 512,
                 render_size: size,
@@ -261,7 +263,7 @@ mod page {
                 let a = rt.arena().stats();
                 let v = vt.stats();
                 let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-                let texels = scale * mandelbrot::SIZE as f32;
+                let texels = scale * MANDELBROT as f32;
                 set_text(
                     "stats",
                     &format!(

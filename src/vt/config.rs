@@ -63,6 +63,21 @@ pub struct VtStats {
     pub cache_slots: u32,
     /// Tiles in the cache, pinned ones included.
     pub resident_tiles: u32,
+    /// Tiles the newest feedback (or a prefetch) asked for that are not resident yet:
+    /// queued, being read, or read and waiting for an upload. 0 with no feedback in
+    /// flight means the view is exact ([`settle`](super::VirtualTexture::settle)'s test).
+    pub pending_tiles: u32,
+    /// Feedback lists submitted and not read back yet.
+    pub feedback_in_flight: u32,
+    /// The frame (its number in [`frames`](Self::frames)) whose feedback list was read
+    /// back last: a view drawn from frame `n` on is fully requested once this is `n` or
+    /// more, and exact once [`pending_tiles`](Self::pending_tiles) is 0 too.
+    pub feedback_frame_last: u64,
+    /// Bytes of the physical cache texture (every slot, resident or not).
+    pub cache_bytes: u64,
+    /// Bytes of the texture's buffers in the arena: page table, feedback, its compaction
+    /// and parameters (their allocations' sizes).
+    pub buffer_bytes: u64,
     /// Tiles of the coarsest levels, always resident.
     pub pinned_tiles: u32,
     /// Distinct tile requests read back from feedback.

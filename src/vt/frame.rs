@@ -101,6 +101,7 @@ impl VirtualTexture {
         let stored = count.min(self.max_list) as usize;
         self.stats.feedback_overflows += u64::from(count - stored as u32);
         self.stats.feedback_bytes_last = 4 * (1 + stored as u64);
+        self.stats.feedback_frame_last = frame;
         self.stats.feedback_latency_frames_max = self
             .stats
             .feedback_latency_frames_max

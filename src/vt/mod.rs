@@ -9,7 +9,7 @@
 //!   otherwise: R8, RG8, RGBA8 sRGB and 16-bit float formats too, [`texel_bytes`]):
 //!   [`INNER`] texels of the page and a [`BORDER`] of 4 copied from the neighbours, so
 //!   bilinear filtering is seamless across pages. Sources: [`PackFile`] (a memory-mapped file of LZ4 tiles,
-//!   built by [`write_pack`]), [`ProceduralSource`], [`ImageSource`], and [`FnSource`]
+//!   built by [`write_pack`]), [`ProceduralSource`], [`Mandelbrot`], [`ImageSource`], and [`FnSource`]
 //!   around a closure of yours.
 //! - The **physical cache** is one texture of `cache_slots` tile slots, in the source's
 //!   format.
@@ -57,6 +57,7 @@ mod diagnostics;
 mod frame;
 mod layout;
 mod loader;
+mod mandelbrot;
 mod pack;
 mod page_table;
 mod reference;
@@ -70,6 +71,7 @@ pub use layout::{
     texel_bytes, tile_bytes, TileId, VtLayout, BORDER, INNER, MAX_LEVELS, MAX_PAGES, TILE,
     TILE_BYTES,
 };
+pub use mandelbrot::Mandelbrot;
 pub use pack::{write_pack, Compression, ImageSource, PackFile};
 pub use reference::ReferenceSampler;
 pub use source::{tile_from_texels, FnSource, ProceduralSource, TileSource};
@@ -223,11 +225,30 @@ impl VirtualTexture {
     pub fn stats(&self) -> VtStats {
         let mut s = self.stats.clone();
         s.resident_tiles = self.slots.resident().len() as u32;
+        s.pending_tiles = self.pending_tiles() as u32;
+        s.feedback_in_flight = self.pending_feedback.len() as u32;
+        let size = self.cache.size();
+        s.cache_bytes =
+            u64::from(size.width / TILE) * u64::from(size.height / TILE) * self.tile_bytes as u64;
+        s.buffer_bytes = self.buffers.bytes();
         if let Some(staging) = &self.staging {
             s.staging_slots = self.config.staged_tiles;
             s.staging_slots_free = staging.free_slots() as u32;
         }
         s
+    }
+
+    /// Tiles wanted (by the newest feedback or a prefetch) and not resident yet, failed
+    /// ones left out.
+    fn pending_tiles(&self) -> usize {
+        let missing = |t: &&TileId| !self.is_resident(**t) && !self.failed.contains(*t);
+        let queued = self
+            .wanted
+            .iter()
+            .chain(&self.prefetched)
+            .filter(missing)
+            .count();
+        queued.max(self.loading.len() + self.ready.len())
     }
 
     /// Whether `tile` is in the cache.

@@ -41,6 +41,24 @@ pub(super) struct Buffers {
     pub(super) compact_params: Allocation,
 }
 
+impl Buffers {
+    /// Bytes of every buffer, as the arena holds them.
+    pub(super) fn bytes(&self) -> u64 {
+        [
+            &self.params,
+            &self.table,
+            &self.feedback,
+            &self.set,
+            &self.list,
+            &self.counters,
+            &self.compact_params,
+        ]
+        .iter()
+        .map(|a| a.size())
+        .sum()
+    }
+}
+
 impl VirtualTexture {
     /// Creates the cache texture, page table and feedback buffers (in `arena`'s
     /// `vt-*` pools), starts the loader threads, and loads the pinned coarsest
