@@ -2,7 +2,11 @@
 """Opens the web demo in headless Chromium, waits until it has drawn frames, saves a
 screenshot and fails on an error page, a stalled page or a blank canvas.
 
-Usage: screenshot.py URL OUT.png [MIN_FRAMES]
+Usage: screenshot.py URL OUT.png [MIN_FRAMES] [CANVAS_ID]
+
+CANVAS_ID is the canvas checked for blankness ('view', the web demo's; the egui viewer's
+is 'viewer'). The web demo must also have drawn its timeline (an SVG); a page that sets
+`document.body.dataset.fps` has it printed.
 
 Talks WebDriver to chromedriver (CHROMEDRIVER, default /usr/bin/chromedriver) with the
 browser flags of the repository's webdriver.json, so it needs nothing beyond Python's
@@ -81,6 +85,8 @@ def decode_png(png):
 def main():
     url, out = sys.argv[1], sys.argv[2]
     min_frames = int(sys.argv[3]) if len(sys.argv) > 3 else 90
+    canvas = sys.argv[4] if len(sys.argv) > 4 else "view"
+    needs_svg = canvas == "view"
     with open(os.path.join(ROOT, "webdriver.json")) as f:
         caps = json.load(f)
     options = caps["goog:chromeOptions"]
@@ -112,9 +118,11 @@ def main():
                           "error: document.body.dataset.error || '', "
                           "stats: (document.getElementById('stats') || {}).textContent || '', "
                           "svg: !!document.querySelector('#timeline svg'), "
-                          "canvas: document.getElementById('view').getBoundingClientRect().toJSON()};",
-                "args": []})
-            if state["error"] or (int(state["frames"]) >= min_frames and state["svg"]):
+                          "fps: document.body.dataset.fps || '', "
+                          "canvas: document.getElementById(arguments[0]).getBoundingClientRect().toJSON()};",
+                "args": [canvas]})
+            ready = int(state["frames"]) >= min_frames and (state["svg"] or not needs_svg)
+            if state["error"] or ready:
                 break
             time.sleep(1)
         png = base64.b64decode(call(base, "GET", s + "/screenshot"))
@@ -127,7 +135,7 @@ def main():
             except OSError:
                 pass
             sys.exit(f"the page reports an error: {state['error']}")
-        if int(state.get("frames", "0")) < min_frames or not state.get("svg"):
+        if int(state.get("frames", "0")) < min_frames or (needs_svg and not state.get("svg")):
             sys.exit(f"the page stalled: {state}")
         width, height, channels, rows = decode_png(png)
         box = state["canvas"]
@@ -142,6 +150,8 @@ def main():
               f"{len(colours)} distinct colours in the canvas")
         if len(colours) < 64:
             sys.exit(f"the canvas looks blank ({len(colours)} colours)")
+        if state.get("fps"):
+            print(f"frames_per_second_panning: {state['fps']}")
         print(state["stats"])
     finally:
         if session:
