@@ -354,6 +354,11 @@ impl Widget for VirtualImage<'_> {
         // The texel under the pointer, read off the frame's thread.
         let wanted = pointer.and_then(|p| view.texel_at(from_center(p), image));
         state.hovered = state.texels.texel(wanted);
+        if wanted.is_some() && state.hovered.is_none() {
+            // The reader thread's answer shows in a frame drawn after it comes.
+            ui.ctx()
+                .request_repaint_after(std::time::Duration::from_millis(16));
+        }
 
         let stats = state.stats();
         if overlays {
@@ -377,8 +382,9 @@ impl Widget for VirtualImage<'_> {
                 Color32::LIGHT_RED,
             );
         }
-        // Tiles on their way: draw again when they may have arrived.
-        if stats.pending_tiles > 0 || stats.feedback_in_flight > 0 {
+        // Until the view is exact, draw again: tiles or this view's feedback are on their
+        // way. A settled view asks for nothing, and an idle app stays idle.
+        if !(stats.pending_tiles == 0 && stats.feedback_frame_last >= state.view_since_frame) {
             ui.ctx().request_repaint();
         }
         state.record_cpu(start.elapsed().as_secs_f64() * 1e3 + prepare_ms);
