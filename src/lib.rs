@@ -71,7 +71,7 @@ pub use catalogue::SHADERS;
 pub use error::{Error, Misuse, Result};
 pub use gpu::{
     parse_backends, DriverMemory, DriverMemoryReader, Gpu, GpuOptions, LifecycleGuard, Timing,
-    TimingSource, INSTALL_HINT, OPTIONAL_FEATURES,
+    TimingSource, WeakGpu, INSTALL_HINT, OPTIONAL_FEATURES,
 };
 pub use runtime::{Recovery, Runtime, RuntimeConfig};
 

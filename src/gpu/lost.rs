@@ -283,9 +283,12 @@ impl Gpu {
     /// # fn host() -> (wgpu::Device, wgpu::Queue) { unimplemented!() }
     /// let (device, queue) = host();
     /// let gpu = vramkit::Gpu::from_wgpu(device.clone(), queue);
-    /// let forward = gpu.clone();
+    /// // Weak: the device keeps this callback, and a `Gpu` in it would keep the device.
+    /// let forward = gpu.downgrade();
     /// device.set_device_lost_callback(move |reason, message| {
-    ///     forward.mark_lost(format!("{reason:?}: {message}"));
+    ///     if let Some(gpu) = forward.upgrade() {
+    ///         gpu.mark_lost(format!("{reason:?}: {message}"));
+    ///     }
     /// });
     /// ```
     pub fn mark_lost(&self, reason: impl Into<String>) {

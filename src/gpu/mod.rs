@@ -89,6 +89,38 @@ pub struct Gpu {
     inner: std::mem::ManuallyDrop<Arc<GpuInner>>,
 }
 
+/// A handle of a [`Gpu`] that does not keep its device alive ([`Gpu::downgrade`]): for
+/// closures that the device itself keeps, such as a host's device-lost callback, where a
+/// `Gpu` would make a cycle and keep the device (its memory and its driver's threads) for
+/// ever.
+#[derive(Clone, Debug)]
+pub struct WeakGpu(std::sync::Weak<GpuInner>);
+
+impl WeakGpu {
+    /// The `Gpu`, while a handle of it lives.
+    pub fn upgrade(&self) -> Option<Gpu> {
+        self.0.upgrade().map(|inner| Gpu {
+            inner: std::mem::ManuallyDrop::new(inner),
+        })
+    }
+}
+
+impl Gpu {
+    /// A [`WeakGpu`] of this device.
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// let weak = gpu.downgrade();
+    /// assert!(weak.upgrade().is_some_and(|g| g.same_device(&gpu)));
+    /// drop(gpu);
+    /// assert!(weak.upgrade().is_none());
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn downgrade(&self) -> WeakGpu {
+        WeakGpu(Arc::downgrade(&self.inner))
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
         // SAFETY: `inner` is not used after this; `drop` runs once.

@@ -478,3 +478,29 @@ fn a_runtime_recovers_again_and_again() {
         assert_eq!(rt.download(&y).unwrap(), vec![7.0; 4096]);
     });
 }
+
+/// A host forwarding its device-lost callback to vramkit through a `WeakGpu` (the way
+/// `Gpu::mark_lost`'s docs show): the loss reaches vramkit, and the callback, which the
+/// device keeps, does not keep the `Gpu`.
+#[test]
+fn a_hosts_lost_callback_forwards_through_a_weak_gpu() {
+    let (device, queue) = common::host_device(wgpu::Limits::default());
+    let gpu = vramkit::Gpu::from_wgpu(device.clone(), queue);
+    let forward = gpu.downgrade();
+    device.set_device_lost_callback(move |reason, message| {
+        if let Some(gpu) = forward.upgrade() {
+            gpu.mark_lost(format!("{reason:?}: {message}"));
+        }
+    });
+    let weak = gpu.downgrade();
+    assert!(weak.upgrade().is_some_and(|g| g.same_device(&gpu)));
+    device.destroy();
+    // wgpu runs the callback inside a poll once the destroyed device's queue drained.
+    let _ = device.poll(wgpu::PollType::wait_indefinitely());
+    assert!(gpu.lost().is_some(), "the host's callback told vramkit");
+    drop(gpu);
+    assert!(
+        weak.upgrade().is_none(),
+        "the callback inside the device holds no Gpu"
+    );
+}
