@@ -52,6 +52,17 @@ impl Viewer {
         })
     }
 
+    /// The viewer on eframe's device (native and web alike).
+    fn from_eframe(
+        cc: &eframe::CreationContext<'_>,
+    ) -> Result<Viewer, Box<dyn std::error::Error + Send + Sync>> {
+        let rs = cc
+            .wgpu_render_state
+            .as_ref()
+            .ok_or("eframe started without its wgpu renderer")?;
+        Ok(Viewer::new(rs)?)
+    }
+
     fn ui(&mut self, ui: &mut egui::Ui) {
         egui::Panel::left("inspector")
             .resizable(true)
@@ -162,13 +173,7 @@ fn main() {
     let started = eframe::run_native(
         "vramkit viewer",
         options,
-        Box::new(|cc| {
-            let rs = cc
-                .wgpu_render_state
-                .as_ref()
-                .ok_or("eframe started without its wgpu renderer")?;
-            Ok(Box::new(Viewer::new(rs)?))
-        }),
+        Box::new(|cc| Ok(Box::new(Viewer::from_eframe(cc)?))),
     );
     if let Err(e) = started {
         eprintln!("error: {e} (no display? `--check` runs headless)");
@@ -194,13 +199,7 @@ fn main() {
             .start(
                 canvas,
                 eframe::WebOptions::default(),
-                Box::new(|cc| {
-                    let rs = cc
-                        .wgpu_render_state
-                        .as_ref()
-                        .ok_or("eframe started without its wgpu renderer")?;
-                    Ok(Box::new(Viewer::new(rs)?))
-                }),
+                Box::new(|cc| Ok(Box::new(Viewer::from_eframe(cc)?))),
             )
             .await;
         if let Err(e) = started {

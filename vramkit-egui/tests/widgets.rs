@@ -50,9 +50,18 @@ fn small_cache() -> VtConfig {
     }
 }
 
-/// A harness showing `app`'s image over the whole window, every step rendered (each
-/// step is one frame of the virtual texture).
+/// A harness showing `app`'s image (without its overlays) over the whole window, every
+/// step rendered (each step is one frame of the virtual texture).
 fn harness(rs: &egui_wgpu::RenderState, app: App, size: egui::Vec2) -> Harness<'static, App> {
+    harness_with(rs, app, size, false)
+}
+
+fn harness_with(
+    rs: &egui_wgpu::RenderState,
+    app: App,
+    size: egui::Vec2,
+    overlays: bool,
+) -> Harness<'static, App> {
     Harness::builder()
         .with_size(size)
         .with_pixels_per_point(1.0)
@@ -60,8 +69,8 @@ fn harness(rs: &egui_wgpu::RenderState, app: App, size: egui::Vec2) -> Harness<'
         .with_render_cursor(false)
         .renderer(WgpuTestRenderer::from_render_state(rs.clone()))
         .build_ui_state(
-            |ui, app: &mut App| {
-                let r = ui.add(VirtualImage::new(&mut app.image).overlays(false));
+            move |ui, app: &mut App| {
+                let r = ui.add(VirtualImage::new(&mut app.image).overlays(overlays));
                 app.rect = r.rect;
             },
             app,
@@ -243,22 +252,11 @@ fn the_settled_image_matches_its_snapshot() {
     let runtime = runtime_for(&rs).unwrap();
     let source = Arc::new(ProceduralSource::new(1 << 20, 1 << 20).unwrap());
     let image = VirtualImageState::new(&rs, &runtime, source, small_cache()).unwrap();
-    let mut h = Harness::builder()
-        .with_size(egui::vec2(320.0, 240.0))
-        .with_pixels_per_point(1.0)
-        .with_render_every_step(true)
-        .with_render_cursor(false)
-        .renderer(WgpuTestRenderer::from_render_state(rs.clone()))
-        .build_ui_state(
-            |ui, app: &mut App| {
-                let r = ui.add(VirtualImage::new(&mut app.image));
-                app.rect = r.rect;
-            },
-            App {
-                image,
-                rect: egui::Rect::NOTHING,
-            },
-        );
+    let app = App {
+        image,
+        rect: egui::Rect::NOTHING,
+    };
+    let mut h = harness_with(&rs, app, egui::vec2(320.0, 240.0), true);
     // A fixed view (the seahorse valley), then settled: the overlays included.
     h.state_mut().image.set_view(vramkit_egui::View {
         center: [
