@@ -2,8 +2,8 @@
 //! computed tile by tile when asked for (the demos', the tour's and the egui viewer's
 //! picture; a test of streaming on content that does not repeat).
 
-use super::layout::{TileId, VtLayout, TILE_BYTES};
-use super::source::{check_len, check_tile, fill_tile_from_texels, tile_from_texels, TileSource};
+use super::layout::{TileId, VtLayout};
+use super::source::{texel_tile, texel_tile_into, TileSource};
 use crate::Result;
 
 /// The square `[-2.2, 1.0] x [-1.6, 1.6]` of the complex plane, `side` texels a side at
@@ -58,17 +58,11 @@ impl TileSource for Mandelbrot {
     }
 
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
-        check_tile(&self.layout, tile)?;
-        Ok(tile_from_texels(&self.layout, tile, |x, y| {
-            self.texel(tile.level, x, y)
-        }))
+        texel_tile(&self.layout, tile, |l, x, y| self.texel(l, x, y))
     }
 
     fn read_tile_into(&self, tile: TileId, dst: &mut [u8]) -> Result<()> {
-        check_tile(&self.layout, tile)?;
-        check_len(tile, dst.len(), TILE_BYTES)?;
-        fill_tile_from_texels(&self.layout, tile, dst, |x, y| self.texel(tile.level, x, y));
-        Ok(())
+        texel_tile_into(&self.layout, tile, dst, |l, x, y| self.texel(l, x, y))
     }
 }
 

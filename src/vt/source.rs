@@ -132,18 +132,39 @@ impl TileSource for ProceduralSource {
     }
 
     fn read_tile(&self, tile: TileId) -> Result<Vec<u8>> {
-        check_tile(&self.layout, tile)?;
-        Ok(tile_from_texels(&self.layout, tile, |x, y| {
-            self.texel(tile.level, x, y)
-        }))
+        texel_tile(&self.layout, tile, |l, x, y| self.texel(l, x, y))
     }
 
     fn read_tile_into(&self, tile: TileId, dst: &mut [u8]) -> Result<()> {
-        check_tile(&self.layout, tile)?;
-        check_len(tile, dst.len(), TILE_BYTES)?;
-        fill_tile_from_texels(&self.layout, tile, dst, |x, y| self.texel(tile.level, x, y));
-        Ok(())
+        texel_tile_into(&self.layout, tile, dst, |l, x, y| self.texel(l, x, y))
     }
+}
+
+/// The RGBA8 tile `tile` of a source computed texel by texel (`texel(level, x, y)`),
+/// checked against `layout`: what [`ProceduralSource`] and
+/// [`Mandelbrot`](super::Mandelbrot) give.
+pub(crate) fn texel_tile(
+    layout: &VtLayout,
+    tile: TileId,
+    texel: impl Fn(u32, u32, u32) -> [u8; 4],
+) -> Result<Vec<u8>> {
+    check_tile(layout, tile)?;
+    Ok(tile_from_texels(layout, tile, |x, y| {
+        texel(tile.level, x, y)
+    }))
+}
+
+/// [`texel_tile`] into `dst`, which must be one RGBA8 tile long.
+pub(crate) fn texel_tile_into(
+    layout: &VtLayout,
+    tile: TileId,
+    dst: &mut [u8],
+    texel: impl Fn(u32, u32, u32) -> [u8; 4],
+) -> Result<()> {
+    check_tile(layout, tile)?;
+    check_len(tile, dst.len(), TILE_BYTES)?;
+    fill_tile_from_texels(layout, tile, dst, |x, y| texel(tile.level, x, y));
+    Ok(())
 }
 
 /// Adapts the user's own tile reader (a closure) to [`TileSource`].

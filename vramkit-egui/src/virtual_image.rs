@@ -27,8 +27,6 @@ pub struct VirtualImageState {
     view_since_frame: u64,
     /// The widget's size at the last frame, in pixels (for the buttons' fit).
     size_px: [f32; 2],
-    /// The size changed since the view was last recorded (the view shows more).
-    size_changed: bool,
     texels: TexelReader,
     hovered: Option<Texel>,
     background: Color32,
@@ -91,7 +89,6 @@ impl VirtualImageState {
             view: None,
             view_since_frame: 0,
             size_px: [1.0, 1.0],
-            size_changed: true,
             hovered: None,
             background: Color32::from_rgb(16, 19, 28),
             cpu_ms: VecDeque::with_capacity(CPU_SAMPLES),
@@ -110,12 +107,18 @@ impl VirtualImageState {
 
     /// Records a view, and the frame that will first draw it when it is new.
     fn change_view(&mut self, view: View) {
-        if self.view != Some(view) || self.size_changed {
-            // The next `prepare` begins frame `frames + 1`, the first drawn at this view.
-            self.view_since_frame = self.shared.lock().vt.stats().frames + 1;
-            self.size_changed = false;
+        if self.view != Some(view) {
+            self.view_since_frame = next_frame(&self.shared.lock().vt);
         }
         self.view = Some(view);
+    }
+
+    /// Whether the view drawn with `s` is exact: no tile pending, and the feedback of a
+    /// frame drawn at this view back.
+    fn settled(&self, s: &VtStats) -> bool {
+        self.view.is_some()
+            && s.pending_tiles == 0
+            && s.feedback_frame_last >= self.view_since_frame
     }
 
     /// The image's size and mip chain.
@@ -133,10 +136,7 @@ impl VirtualImageState {
     /// feedback of a frame drawn at this view has come back and every tile it asked for
     /// is resident.
     pub fn is_settled(&self) -> bool {
-        let s = self.stats();
-        s.pending_tiles == 0
-            && self.view.is_some()
-            && s.feedback_frame_last >= self.view_since_frame
+        self.settled(&self.stats())
     }
 
     /// The level-0 texel under the pointer, exactly as the source stores it (read on a
@@ -173,8 +173,8 @@ impl VirtualImageState {
         s.vt.recover(runtime.gpu(), runtime.arena())?;
         s.frame_open = false;
         s.error = None;
-        // The new texture counts frames from 0: the view is recorded again next frame.
-        self.size_changed = true;
+        // The new texture counts frames from 0: its first frame is the view's first.
+        self.view_since_frame = next_frame(&s.vt);
         self.gpu = Gpu::new(
             &render_state.device,
             &s.vt,
@@ -194,6 +194,11 @@ impl VirtualImageState {
         }
         self.cpu_ms.push_back(ms);
     }
+}
+
+/// The frame the next `prepare` begins: the first to draw a view recorded now.
+fn next_frame(vt: &VirtualTexture) -> u64 {
+    vt.stats().frames + 1
 }
 
 /// The `p`-th percentile of `values` (nearest rank), `None` when empty.
@@ -273,8 +278,9 @@ impl Widget for VirtualImage<'_> {
             (max_px.y - min_px.y).max(1.0),
         ];
         if state.size_px != size_px {
+            // More or less of the image shows: the view is new.
             state.size_px = size_px;
-            state.size_changed = true;
+            state.view_since_frame = next_frame(&state.shared.lock().vt);
         }
         let image = (state.layout.width, state.layout.height);
         let mut view = state.view.unwrap_or_else(|| View::fit(image, size_px));
@@ -328,9 +334,16 @@ impl Widget for VirtualImage<'_> {
         // This frame's draw: the mapping for the shader, and the callback.
         let (origin, scale) = view.uv_mapping(image, size_px);
         let bg = state.background.to_normalized_gamma_f32();
-        let (vt_group, prepare_ms) = {
+        // What this frame reads of the texture, under one lock.
+        let (vt_group, prepare_ms, stats, error) = {
             let s = state.shared.lock();
-            (s.vt.bind_group().clone(), s.prepare_ms)
+            let stats = s.vt.stats();
+            (
+                s.vt.bind_group().clone(),
+                s.prepare_ms,
+                stats,
+                s.error.clone(),
+            )
         };
         let callback = Callback {
             shared: state.shared.clone(),
@@ -360,7 +373,6 @@ impl Widget for VirtualImage<'_> {
                 .request_repaint_after(std::time::Duration::from_millis(16));
         }
 
-        let stats = state.stats();
         if overlays {
             draw_overview(ui, rect, &view, image, size_px, &stats);
             if let Some(t) = &state.hovered {
@@ -373,7 +385,7 @@ impl Widget for VirtualImage<'_> {
                 );
             }
         }
-        if let Some(e) = state.shared.lock().error.clone() {
+        if let Some(e) = error {
             ui.painter().text(
                 rect.center(),
                 Align2::CENTER_CENTER,
@@ -384,7 +396,7 @@ impl Widget for VirtualImage<'_> {
         }
         // Until the view is exact, draw again: tiles or this view's feedback are on their
         // way. A settled view asks for nothing, and an idle app stays idle.
-        if !(stats.pending_tiles == 0 && stats.feedback_frame_last >= state.view_since_frame) {
+        if !state.settled(&stats) {
             ui.ctx().request_repaint();
         }
         state.record_cpu(start.elapsed().as_secs_f64() * 1e3 + prepare_ms);
