@@ -57,6 +57,7 @@ mod error;
 mod gpu;
 pub mod kernels;
 mod knobs;
+pub mod ledger;
 pub mod plan;
 pub mod readback;
 mod runtime;

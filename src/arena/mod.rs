@@ -243,6 +243,7 @@ impl Arena {
         )?;
         arena.set_live(arena.shared().config.budget);
         arena.shared().refresh_live_budget(true);
+        arena.join_ledger();
         Ok(arena)
     }
 

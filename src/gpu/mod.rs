@@ -4,6 +4,7 @@
 //! holds. It records the limits and features the device really has, so the arena can size
 //! blocks from the real storage-binding limit and kernels can pick f16 or subgroup variants.
 
+pub(crate) mod accounts;
 pub(crate) mod clock;
 mod driver_memory;
 mod host_buffer;
@@ -183,6 +184,8 @@ struct GpuInner {
     /// Unique per context built (clones share it): wgpu compares devices and buffers by
     /// ids that repeat across instances, so two `Gpu`s' buffers can compare equal.
     id: u64,
+    /// Who holds how much of the device, as the holders declare it (`accounts.rs`).
+    accounts: accounts::Accounts,
     /// Replaces the Vulkan reading of [`Gpu::driver_memory`] (`driver_memory.rs`).
     driver_memory_reader: crate::sync::rank::Mutex<Option<DriverMemoryReader>>,
     /// The alignment of host memory this device can import (`VK_EXT_external_memory_host`
@@ -459,6 +462,7 @@ impl Gpu {
                 lost,
                 probe,
                 opened_with,
+                accounts: Default::default(),
                 driver_memory_reader: crate::sync::rank::Mutex::new(
                     crate::sync::rank::DRIVER_MEMORY_READER,
                     None,

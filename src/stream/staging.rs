@@ -15,12 +15,21 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::host_copy::{copy_out_parallel, fill_parallel, PARALLEL_COPY_MIN};
+use crate::gpu::accounts::{Charge, MemoryKind, Part};
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::{Error, Gpu, Result};
 
-/// One staging buffer. Cheap to clone (the clones share the buffer).
+/// One staging buffer. Cheap to clone (the clones share the buffer and its line in the
+/// device ledger, given back when the last clone drops).
 #[derive(Clone, Debug)]
-pub(crate) enum Staging {
+pub(crate) struct Staging {
+    memory: StagingMemory,
+    _charge: Arc<Charge>,
+}
+
+/// The two kinds of staging memory.
+#[derive(Clone, Debug)]
+enum StagingMemory {
     /// Host memory, mapped for good (see [`HostBuffer`]).
     Host(Arc<HostBuffer>),
     /// A wgpu buffer with `MAP_WRITE` or `MAP_READ`, mapped while the CPU owns it.
@@ -40,10 +49,24 @@ impl Staging {
         prefer_host: bool,
         label: &str,
     ) -> Result<Staging> {
+        // Staging is host memory (a mapped wgpu buffer or host memory the GPU copies
+        // directly): a line of its own in the ledger, outside the device's budget.
+        let account = gpu.accounts().account(
+            Part::Vramkit,
+            MemoryKind::Host,
+            match mode {
+                wgpu::MapMode::Write => "upload staging",
+                wgpu::MapMode::Read => "download staging",
+            },
+        );
+        let staging = |memory| Staging {
+            memory,
+            _charge: Arc::new(account.charge(size)),
+        };
         if prefer_host {
             let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
             if let Some(host) = HostBuffer::new(gpu, size, usage, HostPlacement::System, label) {
-                return Ok(Staging::Host(Arc::new(host)));
+                return Ok(staging(StagingMemory::Host(Arc::new(host))));
             }
         }
         let (usage, mapped_at_creation) = match mode {
@@ -64,14 +87,14 @@ impl Staging {
                 mapped_at_creation,
             })
         })
-        .map(Staging::Mapped)
+        .map(|b| staging(StagingMemory::Mapped(b)))
     }
 
     /// The wgpu buffer, for recording copies.
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
-        match self {
-            Staging::Host(h) => h.buffer(),
-            Staging::Mapped(b) => b,
+        match &self.memory {
+            StagingMemory::Host(h) => h.buffer(),
+            StagingMemory::Mapped(b) => b,
         }
     }
 
@@ -82,13 +105,13 @@ impl Staging {
 
     /// True for host memory the GPU copies directly.
     pub(crate) fn is_host(&self) -> bool {
-        matches!(self, Staging::Host(_))
+        matches!(self.memory, StagingMemory::Host(_))
     }
 
     /// Hands the buffer to the GPU for the copies about to be submitted: unmaps a mapped
     /// buffer (every view of it must be gone).
     pub(crate) fn to_gpu(&self) {
-        if let Staging::Mapped(b) = self {
+        if let StagingMemory::Mapped(b) = &self.memory {
             b.unmap();
         }
     }
@@ -103,11 +126,11 @@ impl Staging {
         len: u64,
         done: impl FnOnce(bool) + Send + 'static,
     ) {
-        match self {
-            Staging::Host(_) => {
+        match &self.memory {
+            StagingMemory::Host(_) => {
                 gpu.work_epoch_then(move || done(true));
             }
-            Staging::Mapped(b) => b.map_async(mode, ..len.max(4), move |r| done(r.is_ok())),
+            StagingMemory::Mapped(b) => b.map_async(mode, ..len.max(4), move |r| done(r.is_ok())),
         }
     }
 
@@ -124,16 +147,16 @@ impl Staging {
     /// answers here; a host buffer is the CPU's as soon as the submission is done. False
     /// means the mapping failed.
     pub(crate) fn owned_after_wait(&self) -> bool {
-        match self {
-            Staging::Host(_) => true,
-            Staging::Mapped(b) => b.slice(..4).get_mapped_range().is_ok(),
+        match &self.memory {
+            StagingMemory::Host(_) => true,
+            StagingMemory::Mapped(b) => b.slice(..4).get_mapped_range().is_ok(),
         }
     }
 
     /// Gives a mapped buffer back for good (destroys it); a host buffer is freed when its
     /// last clone drops.
     pub(crate) fn destroy(self) {
-        if let Staging::Mapped(b) = self {
+        if let StagingMemory::Mapped(b) = &self.memory {
             b.destroy();
         }
     }
@@ -144,12 +167,12 @@ impl Staging {
     /// The CPU must own the buffer: no submitted copy uses it (see the module docs), and no
     /// other writer or reader of the same bytes exists while this one lives.
     pub(crate) unsafe fn writer(&self, range: Range<u64>) -> Result<Writer> {
-        match self {
-            Staging::Host(h) => Ok(Writer::Host {
+        match &self.memory {
+            StagingMemory::Host(h) => Ok(Writer::Host {
                 buffer: h.clone(),
                 range: host_range(h, range)?,
             }),
-            Staging::Mapped(b) => b
+            StagingMemory::Mapped(b) => b
                 .get_mapped_range_mut(range)
                 .map(Writer::Mapped)
                 .map_err(|e| map_error("writing a staging buffer", e)),
@@ -164,15 +187,15 @@ impl Staging {
     /// exists.
     pub(crate) unsafe fn read(&self, at: u64, dst: &mut [u8], threads: usize) -> Result<()> {
         let range = at..at + dst.len() as u64;
-        match self {
-            Staging::Host(h) => {
+        match &self.memory {
+            StagingMemory::Host(h) => {
                 let range = host_range(h, range)?;
                 // SAFETY: the caller owns the buffer on the CPU side and nobody writes it.
                 let src = unsafe { h.bytes(range) };
                 copy_out_parallel(dst, src, threads);
                 Ok(())
             }
-            Staging::Mapped(b) => {
+            StagingMemory::Mapped(b) => {
                 // Mapped views start on 8-byte boundaries and span whole words.
                 let start = range.start / wgpu::MAP_ALIGNMENT * wgpu::MAP_ALIGNMENT;
                 let end = range.end.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
@@ -191,12 +214,12 @@ impl Staging {
     /// # Safety
     /// As for [`read`](Self::read), for as long as the returned bytes live.
     pub(crate) unsafe fn bytes(&self, range: Range<u64>) -> Result<ReadBytes> {
-        match self {
-            Staging::Host(h) => Ok(ReadBytes::Host {
+        match &self.memory {
+            StagingMemory::Host(h) => Ok(ReadBytes::Host {
                 buffer: h.clone(),
                 range: host_range(h, range)?,
             }),
-            Staging::Mapped(b) => b
+            StagingMemory::Mapped(b) => b
                 .get_mapped_range(range)
                 .map(ReadBytes::Mapped)
                 .map_err(|e| map_error("reading a staging buffer", e)),

@@ -142,6 +142,13 @@ pub(crate) const REAPER: Rank = Rank::new(95, "gpu reaper");
 /// GPU work, whatever that call holds (a cache being filled, say); nothing of ours is
 /// taken under it.
 pub(crate) const LOST_PROBE: Rank = Rank::new(96, "loss probe");
+/// The device's book of accounts (`gpu/accounts.rs`): taken to open an account or copy
+/// the book out, anywhere (a resource may be charged inside any call); nothing is taken
+/// under it and nothing foreign runs under it.
+pub(crate) const ACCOUNTS: Rank = Rank::new(97, "device accounts");
+/// The growth watch of the device ledger (`ledger/growth.rs`): taken by `end_frame` only,
+/// before the book.
+pub(crate) const LEDGER_GROWTH: Rank = Rank::new(90, "ledger growth watch");
 
 impl Rank {
     const fn new(level: u16, name: &'static str) -> Rank {

@@ -13,6 +13,7 @@
 //! them). Empty blocks stay cached (creating pinned host memory costs milliseconds per
 //! hundred MiB) and go back on [`HostTier::trim`] or when the host budget needs room.
 
+use crate::gpu::accounts::{Charge, MemoryKind, Part};
 use std::sync::Arc;
 
 use crate::alloc::{BlockAlloc, BlockId, BlockPolicy, BlockSet, RangeHandle};
@@ -67,6 +68,8 @@ pub(crate) struct HostTier {
     pub doomed: Vec<Arc<HostBlock>>,
     /// At least one block fell back to a plain wgpu buffer.
     pub plain_blocks: bool,
+    /// The tier's line in the device ledger: its reserved bytes.
+    charge: Charge,
 }
 
 impl HostTier {
@@ -88,6 +91,10 @@ impl HostTier {
             budget,
             doomed: Vec::new(),
             plain_blocks: false,
+            charge: gpu
+                .accounts()
+                .account(Part::Vramkit, MemoryKind::Host, "host tier")
+                .charge(0),
         }
     }
 
@@ -151,13 +158,16 @@ impl HostTier {
     /// or a typed out-of-memory error naming the host budget. Empty blocks are given back
     /// first when a new one would cross the budget.
     pub(crate) fn alloc(&mut self, size: u64, label: &str) -> Result<HostRange> {
-        match self.try_alloc(size, label) {
+        let result = match self.try_alloc(size, label) {
             Err(Error::OutOfMemory(_)) if self.set.stats().blocks > 0 => {
                 self.release_empty(0);
                 self.try_alloc(size, label)
             }
             other => other,
-        }
+        };
+        let reserved = self.reserved();
+        self.charge.set(reserved);
+        result
     }
 
     fn try_alloc(&mut self, size: u64, label: &str) -> Result<HostRange> {
@@ -274,6 +284,8 @@ impl HostTier {
         for id in gone {
             self.retire(id);
         }
+        let reserved = self.reserved();
+        self.charge.set(reserved);
         bytes
     }
 

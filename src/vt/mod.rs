@@ -123,6 +123,8 @@ pub struct VirtualTexture {
     /// Bytes of one tile of the source's format.
     tile_bytes: usize,
     cache: wgpu::Texture,
+    /// The cache texture's line in the device ledger (its buffers are the arena's).
+    _cache_charge: crate::gpu::accounts::Charge,
     bind_layout: wgpu::BindGroupLayout,
     bind_group: wgpu::BindGroup,
     compact: (Arc<wgpu::ComputePipeline>, wgpu::BindGroup),

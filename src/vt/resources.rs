@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::*;
+use crate::gpu::accounts::{MemoryKind, Part};
 
 /// The uniform block `VtParams` of `shaders/shared/vt_library.wgsl`.
 #[repr(C)]
@@ -261,12 +262,17 @@ impl VirtualTexture {
             _ => TileStaging::new(gpu, config.staged_tiles, tile_bytes, row_bytes),
         };
         let loader = Loader::new(source.clone(), threads, tile_bytes, staging.clone())?;
+        let cache_charge = gpu
+            .accounts()
+            .account(Part::Vramkit, MemoryKind::Device, "virtual-texture caches")
+            .charge(u64::from(slots_x) * u64::from(slots_y) * tile_bytes as u64);
         let mut vt = VirtualTexture {
             gpu: gpu.clone(),
             layout,
             slots_x,
             tile_bytes,
             cache,
+            _cache_charge: cache_charge,
             bind_layout,
             bind_group,
             compact: (pipeline, compact_group),

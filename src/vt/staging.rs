@@ -37,12 +37,15 @@ use parking_lot::Condvar;
 
 use crate::sync::rank::{self as lock_rank, Mutex};
 
+use crate::gpu::accounts::{Charge, MemoryKind, Part};
 use crate::gpu::{HostBuffer, HostPlacement};
 use crate::Gpu;
 
 /// The slots and their free list, shared by every [`StagedTile`].
 pub(crate) struct TileStaging {
     host: HostBuffer,
+    /// Its line in the device ledger (host memory).
+    _charge: Charge,
     tile_bytes: usize,
     free: Mutex<Vec<u32>>,
     /// Signalled when a slot comes back.
@@ -64,8 +67,17 @@ impl TileStaging {
             HostPlacement::System,
             "vramkit vt tile staging",
         )?;
+        let charge = gpu
+            .accounts()
+            .account(
+                Part::Vramkit,
+                MemoryKind::Host,
+                "virtual-texture tile staging",
+            )
+            .charge(size);
         Some(Arc::new(TileStaging {
             host,
+            _charge: charge,
             tile_bytes,
             free: Mutex::new(lock_rank::STAGING, (0..count).rev().collect()),
             returned: Condvar::new(),

@@ -20,6 +20,7 @@ mod gpu_context;
 mod history;
 mod kernels;
 mod kernels_math;
+mod ledger;
 mod metrics;
 mod misuse;
 mod model;

@@ -6,6 +6,7 @@
 //! allocator depends on them.
 
 pub mod history;
+mod ledger;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub(crate) mod report;
