@@ -4,6 +4,9 @@
 //! the device-local heap size) compile only there and fall back to wgpu's portable paths
 //! elsewhere (Metal, WebGPU).
 //!
+//! Sets `dx12_hal` on Windows and `metal_hal` on Apple targets, where wgpu builds those
+//! backends: the driver-memory readers of DXGI and Metal (`gpu/driver_memory.rs`).
+//!
 //! Sets `native` or `web`: the browser build (wasm32) against every other, the one
 //! distinction the crate's `cfg`s draw by target.
 //!
@@ -14,6 +17,8 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(vulkan_hal)");
+    println!("cargo::rustc-check-cfg=cfg(dx12_hal)");
+    println!("cargo::rustc-check-cfg=cfg(metal_hal)");
     println!("cargo::rustc-check-cfg=cfg(native)");
     println!("cargo::rustc-check-cfg=cfg(web)");
     // `native` and `web` (as wgpu's cfg_aliases): the browser build (wasm32, WebGPU, one
@@ -35,5 +40,11 @@ fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if matches!(os.as_str(), "windows" | "linux" | "android" | "freebsd") {
         println!("cargo::rustc-cfg=vulkan_hal");
+    }
+    if os == "windows" {
+        println!("cargo::rustc-cfg=dx12_hal");
+    }
+    if std::env::var("CARGO_CFG_TARGET_VENDOR").is_ok_and(|v| v == "apple") {
+        println!("cargo::rustc-cfg=metal_hal");
     }
 }

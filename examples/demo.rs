@@ -552,7 +552,10 @@ fn run(out: &Path) -> Res<u32> {
         );
     }
 
-    chapter(8, "What the arena saw: summary, timeline, trace");
+    chapter(
+        8,
+        "What the arena saw: summary, timeline, trace, memory_viz; the device ledger",
+    );
     rt.synchronize()?;
     println!(
         "   trim gave {} of empty blocks back to the device",
@@ -564,9 +567,13 @@ fn run(out: &Path) -> Res<u32> {
         history.write_timeline_svg(&timeline)?;
         let trace = out.join("memory_trace.json");
         history.write_chrome_trace(&trace)?;
-        pictures.extend([timeline, trace]);
+        let snapshot = out.join("memory_viz.pickle");
+        rt.arena().write_memory_viz_snapshot(&snapshot)?;
+        pictures.extend([timeline, trace, snapshot]);
     }
-    println!("written (open the .svg in a browser, the .json in ui.perfetto.dev):");
+    // All of the device, the tour's own textures and buffers beside vramkit's.
+    println!("{}", gpu.ledger().report());
+    println!("written (open the .svg in a browser, the .json in ui.perfetto.dev, the .pickle in pytorch.org/memory_viz):");
     for p in &pictures {
         println!("   {}", p.display());
     }

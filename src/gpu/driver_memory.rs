@@ -9,14 +9,21 @@
 //!   `vkGetPhysicalDeviceMemoryProperties2`. The spec defines the budget as what the
 //!   process can use before allocations may fail or slow down, *including* what it
 //!   already holds; other processes' allocations lower it.
-//! - **A reader the application installs** ([`Gpu::set_driver_memory_reader`]): DXGI's
-//!   `QueryVideoMemoryInfo` on DX12, Metal's `recommendedMaxWorkingSetSize` and
-//!   `currentAllocatedSize`, NVML, or a test's simulated neighbour. It replaces the
-//!   Vulkan reading.
-//! - Elsewhere (lavapipe has no `VK_EXT_memory_budget`, WebGPU exposes nothing):
-//!   [`Gpu::driver_memory`] is `None`, and a live budget
+//! - **DX12**: DXGI's `QueryVideoMemoryInfo` for the local segment group of the device's
+//!   adapter (found by its LUID): `Budget` and `CurrentUsage` are the process's, with
+//!   the same meaning as Vulkan's; `total` is the adapter's dedicated video memory.
+//! - **Metal**: `recommendedMaxWorkingSetSize` as the budget (what Apple says the device
+//!   can hold before performance suffers; also `total`) and `currentAllocatedSize` as the
+//!   usage (every resource of this `MTLDevice`).
+//! - **A reader the application installs** ([`Gpu::set_driver_memory_reader`]): NVML, a
+//!   platform query vramkit does not know, or a test's simulated neighbour. It replaces
+//!   the built-in reading.
+//! - Elsewhere: [`Gpu::driver_memory`] is `None`, and a live budget
 //!   ([`Budget::FractionOfAvailable`](crate::arena::Budget::FractionOfAvailable)) falls
-//!   back to a fraction of the device's size.
+//!   back to a fraction of the device's size. That is the case on lavapipe (no
+//!   `VK_EXT_memory_budget`), on GL, and in the browser, where WebGPU gives a page no
+//!   reading of memory at all (gpuweb/gpuweb#5505): there the fraction is of the adapter's
+//!   largest buffer, not of what the GPU has free.
 //!
 //! # Cost
 //! One Vulkan query (a few microseconds; no allocation, no lock of vramkit held): callers
@@ -66,7 +73,9 @@ impl Gpu {
         let reader = self.inner.driver_memory_reader.lock().clone();
         match reader {
             Some(read) => read(),
-            None => read_vulkan_budget(self.device()),
+            None => read_vulkan_budget(self.device())
+                .or_else(|| read_dxgi_budget(self.device()))
+                .or_else(|| read_metal_budget(self.device())),
         }
     }
 
@@ -130,5 +139,67 @@ fn read_vulkan_budget(device: &wgpu::Device) -> Option<DriverMemory> {
 /// No Vulkan backend in this build: nothing to read.
 #[cfg(not(vulkan_hal))]
 fn read_vulkan_budget(_device: &wgpu::Device) -> Option<DriverMemory> {
+    None
+}
+
+/// DXGI's reading of the local (dedicated) memory of the device's adapter.
+#[cfg(dx12_hal)]
+fn read_dxgi_budget(device: &wgpu::Device) -> Option<DriverMemory> {
+    use windows::Win32::Graphics::Dxgi::{
+        CreateDXGIFactory1, IDXGIAdapter3, IDXGIFactory4, DXGI_MEMORY_SEGMENT_GROUP_LOCAL,
+        DXGI_QUERY_VIDEO_MEMORY_INFO,
+    };
+    // SAFETY: reads through the raw device (its adapter's LUID) and a new DXGI factory;
+    // nothing of wgpu's is created or destroyed, as `as_hal` requires. The out-parameter
+    // is a live local.
+    unsafe {
+        let hal = device.as_hal::<wgpu::hal::api::Dx12>()?;
+        let luid = hal.raw_device().GetAdapterLuid();
+        let factory: IDXGIFactory4 = CreateDXGIFactory1().ok()?;
+        let adapter: IDXGIAdapter3 = factory.EnumAdapterByLuid(luid).ok()?;
+        let mut info = DXGI_QUERY_VIDEO_MEMORY_INFO::default();
+        adapter
+            .QueryVideoMemoryInfo(0, DXGI_MEMORY_SEGMENT_GROUP_LOCAL, &mut info)
+            .ok()?;
+        let total = adapter
+            .GetDesc2()
+            .map_or(info.Budget, |d| d.DedicatedVideoMemory as u64);
+        Some(DriverMemory {
+            budget: info.Budget,
+            usage: info.CurrentUsage,
+            total,
+            source: "DXGI QueryVideoMemoryInfo",
+        })
+    }
+}
+
+/// No DX12 backend in this build.
+#[cfg(not(dx12_hal))]
+fn read_dxgi_budget(_device: &wgpu::Device) -> Option<DriverMemory> {
+    None
+}
+
+/// Metal's working-set recommendation and the device's allocated size.
+#[cfg(metal_hal)]
+fn read_metal_budget(device: &wgpu::Device) -> Option<DriverMemory> {
+    use objc2_metal::MTLDevice;
+    // SAFETY: two property reads of the raw `MTLDevice`; nothing is created or destroyed,
+    // as `as_hal` requires.
+    unsafe {
+        let hal = device.as_hal::<wgpu::hal::api::Metal>()?;
+        let raw = hal.raw_device();
+        let budget = raw.recommendedMaxWorkingSetSize();
+        Some(DriverMemory {
+            budget,
+            usage: raw.currentAllocatedSize() as u64,
+            total: budget,
+            source: "Metal recommendedMaxWorkingSetSize",
+        })
+    }
+}
+
+/// No Metal backend in this build.
+#[cfg(not(metal_hal))]
+fn read_metal_budget(_device: &wgpu::Device) -> Option<DriverMemory> {
     None
 }

@@ -301,3 +301,61 @@ impl std::fmt::Display for LedgerReport {
         f.write_str(&out)
     }
 }
+
+#[cfg(feature = "metrics")]
+impl LedgerReport {
+    /// Publishes the report through the `metrics` facade (feature `metrics`), one series
+    /// per line: `vramkit_ledger_bytes{part, name, memory}` (`part` "app" or "vramkit",
+    /// `memory` "device" or "host"), and, where known, `vramkit_ledger_wgpu_internal_bytes`,
+    /// `vramkit_ledger_driver_usage_bytes`, `vramkit_ledger_driver_budget_bytes`,
+    /// `vramkit_ledger_untracked_bytes` and `vramkit_ledger_growing_owners`; each with the
+    /// label `device`.
+    ///
+    /// ```no_run
+    /// let gpu = vramkit::Gpu::headless()?;
+    /// // metrics_exporter_prometheus::PrometheusBuilder::new().install()?; (your choice)
+    /// gpu.ledger().report().publish_metrics();
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn publish_metrics(&self) {
+        use metrics::gauge;
+        let device = self.device.clone();
+        for l in &self.lines {
+            let part = match l.part {
+                Part::App => "app",
+                Part::Vramkit => "vramkit",
+            };
+            let memory = match l.kind {
+                MemoryKind::Device => "device",
+                MemoryKind::Host => "host",
+            };
+            gauge!(
+                "vramkit_ledger_bytes",
+                "device" => device.clone(),
+                "part" => part,
+                "name" => l.name.clone(),
+                "memory" => memory
+            )
+            .set(l.bytes as f64);
+        }
+        let set = |name: &'static str, value: Option<u64>| {
+            if let Some(v) = value {
+                gauge!(name, "device" => device.clone()).set(v as f64);
+            }
+        };
+        set("vramkit_ledger_wgpu_internal_bytes", self.wgpu_internal());
+        set(
+            "vramkit_ledger_driver_usage_bytes",
+            self.driver.map(|d| d.usage),
+        );
+        set(
+            "vramkit_ledger_driver_budget_bytes",
+            self.driver.map(|d| d.budget),
+        );
+        set("vramkit_ledger_untracked_bytes", self.untracked());
+        set(
+            "vramkit_ledger_growing_owners",
+            Some(self.growing.len() as u64),
+        );
+    }
+}

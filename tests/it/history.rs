@@ -252,3 +252,72 @@ fn refused_requests_are_marked_on_the_history_and_the_timeline() {
     assert!(text.contains("out of memory: 'spike'"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `tests/support/memory_viz_check.py` on `snapshot`; its output.
+fn memory_viz_check(snapshot: &[u8], min_events: usize) -> String {
+    let dir = std::env::temp_dir().join(format!("vramkit-memviz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.pickle", common::rng().gen::<u64>()));
+    std::fs::write(&path, snapshot).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/memory_viz_check.py"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&path)
+        .arg(min_events.to_string())
+        .output()
+        .expect("python3 runs the memory_viz check (install it: apt-get install -y python3)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&path);
+    text
+}
+
+#[test]
+fn the_memory_viz_snapshot_loads_in_python_and_replays_as_pytorchs_viewer_reads_it() {
+    let arena = Arena::new(common::gpu(), Default::default()).unwrap();
+    let mut rng = common::rng();
+    let early: Vec<_> = (0..3)
+        .map(|i| arena.alloc(8192 << i, "before recording").unwrap())
+        .collect();
+    // A full ring, then one that folded its oldest events away.
+    for capacity in [100_000, 300] {
+        arena.record_history(Some(HistoryConfig {
+            capacity,
+            backtraces: false,
+        }));
+        let labels = ["weights", "activations", "scratch"];
+        let mut live = Vec::new();
+        for _ in 0..800 {
+            if live.is_empty() || rng.gen_bool(0.55) {
+                let size = if rng.gen_bool(0.05) {
+                    rng.gen_range(16 << 20..40 << 20)
+                } else {
+                    rng.gen_range(1..512 << 10)
+                };
+                live.push(arena.alloc(size, labels[rng.gen_range(0..3)]).unwrap());
+            } else {
+                live.swap_remove(rng.gen_range(0..live.len()));
+            }
+            if rng.gen_bool(0.02) {
+                arena.synchronize().unwrap();
+                arena.trim();
+            }
+        }
+        let snapshot = arena.memory_viz_snapshot();
+        let stats = arena.stats();
+        let out = memory_viz_check(&snapshot, capacity.min(800));
+        assert!(
+            out.contains(&format!("ok: {} segments", stats.blocks)),
+            "{out} (the arena holds {} blocks)",
+            stats.blocks
+        );
+    }
+    drop(early);
+}

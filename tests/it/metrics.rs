@@ -361,3 +361,63 @@ fn a_device_sets_metrics_carry_the_device_index() {
         1.0
     );
 }
+
+#[test]
+fn the_ledger_publishes_one_series_per_line_with_its_bytes() {
+    let gpu = vramkit::Gpu::headless().unwrap();
+    let ledger = gpu.ledger();
+    let mut rng = common::rng();
+    let sizes: Vec<u64> = (0..5)
+        .map(|_| rand::Rng::gen_range(&mut rng, 1..1000u64) * 4)
+        .collect();
+    let buffers: Vec<_> = sizes
+        .iter()
+        .map(|&size| {
+            ledger
+                .create_buffer(
+                    &wgpu::BufferDescriptor {
+                        label: Some("metrics-ledger"),
+                        size,
+                        usage: wgpu::BufferUsages::STORAGE,
+                        mapped_at_creation: false,
+                    },
+                    "meshes",
+                )
+                .unwrap()
+        })
+        .collect();
+    let arena = Arena::new(
+        &gpu,
+        ArenaConfig {
+            name: "ledger-metrics".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let _a = arena.alloc(1 << 20, "x").unwrap();
+    let capture = Capture::default();
+    let report = ledger.report();
+    metrics::with_local_recorder(&capture, || report.publish_metrics());
+    let m = capture.0.lock().unwrap();
+    let series = |part: &str, name: &str| {
+        m.iter()
+            .find(|(k, _)| {
+                k.starts_with("vramkit_ledger_bytes{")
+                    && k.contains(&format!("part={part}"))
+                    && k.contains(&format!("name={name}"))
+            })
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(
+        series("app", "meshes"),
+        Some(sizes.iter().sum::<u64>() as f64)
+    );
+    assert_eq!(
+        series("vramkit", "arena 'ledger-metrics'"),
+        Some(arena.stats().reserved as f64)
+    );
+    assert!(m
+        .keys()
+        .any(|k| k.starts_with("vramkit_ledger_growing_owners{")));
+    drop(buffers);
+}

@@ -40,12 +40,12 @@ pub(super) fn leak_report(st: &State, arena: &str) -> Option<String> {
 }
 
 /// One range of a block as the dumps see it.
-struct DumpRange {
-    offset: u64,
-    size: u64,
-    kind: &'static str,
-    label: String,
-    id: Option<u64>,
+pub(super) struct DumpRange {
+    pub offset: u64,
+    pub size: u64,
+    pub kind: &'static str,
+    pub label: String,
+    pub id: Option<u64>,
 }
 
 pub(super) fn json_escape(s: &str) -> String {
@@ -98,38 +98,7 @@ impl Arena {
             .map(|t| t.host_blocks())
             .unwrap_or_default();
         let st = self.shared().state.lock();
-        let mut by_range: HashMap<(usize, u32, u64), (u64, &LiveRecord)> = HashMap::new();
-        for (id, r) in st.live.iter() {
-            by_range.insert((r.pool, r.block().0, r.range_offset), (*id, r));
-        }
-        let mut blocks = Vec::new();
-        for (pi, pool) in st.pools.iter().enumerate() {
-            for (id, size, dedicated, _) in pool.set.blocks() {
-                let Some(a) = pool.set.block(id) else {
-                    continue;
-                };
-                let mut ranges = Vec::new();
-                a.for_each_range(|offset, len, used| {
-                    let (kind, label, rid) = match (used, by_range.get(&(pi, id.0, offset))) {
-                        (false, _) => ("free", String::new(), None),
-                        (true, Some((rid, r))) => (
-                            "live",
-                            st.label_stats[r.label as usize].0.to_string(),
-                            Some(*rid),
-                        ),
-                        (true, None) => ("pending", "(freed, GPU may still use)".to_string(), None),
-                    };
-                    ranges.push(DumpRange {
-                        offset,
-                        size: len,
-                        kind,
-                        label,
-                        id: rid,
-                    });
-                });
-                blocks.push((pool.name.clone(), id.0, size, dedicated, ranges));
-            }
-        }
+        let mut blocks = device_blocks(&st);
         drop(st);
         // The host tier as one more pool: evicted allocations live, the rest free.
         for b in host {
@@ -294,4 +263,42 @@ impl Arena {
         out.push_str("</svg>\n");
         out
     }
+}
+
+/// Every block of `st`'s pools with its ranges in order: live (label and id), pending
+/// (freed, the GPU may still use it) or free.
+pub(super) fn device_blocks(st: &State) -> Vec<(String, u32, u64, bool, Vec<DumpRange>)> {
+    let mut by_range: HashMap<(usize, u32, u64), (u64, &LiveRecord)> = HashMap::new();
+    for (id, r) in st.live.iter() {
+        by_range.insert((r.pool, r.block().0, r.range_offset), (*id, r));
+    }
+    let mut blocks = Vec::new();
+    for (pi, pool) in st.pools.iter().enumerate() {
+        for (id, size, dedicated, _) in pool.set.blocks() {
+            let Some(a) = pool.set.block(id) else {
+                continue;
+            };
+            let mut ranges = Vec::new();
+            a.for_each_range(|offset, len, used| {
+                let (kind, label, rid) = match (used, by_range.get(&(pi, id.0, offset))) {
+                    (false, _) => ("free", String::new(), None),
+                    (true, Some((rid, r))) => (
+                        "live",
+                        st.label_stats[r.label as usize].0.to_string(),
+                        Some(*rid),
+                    ),
+                    (true, None) => ("pending", "(freed, GPU may still use)".to_string(), None),
+                };
+                ranges.push(DumpRange {
+                    offset,
+                    size: len,
+                    kind,
+                    label,
+                    id: rid,
+                });
+            });
+            blocks.push((pool.name.clone(), id.0, size, dedicated, ranges));
+        }
+    }
+    blocks
 }

@@ -27,6 +27,8 @@
 //!   (eviction and restore events) do not exist yet.
 
 mod chrome;
+mod memory_viz;
+mod pickle;
 #[cfg(feature = "timeline")]
 mod timeline;
 
