@@ -5,6 +5,7 @@ use egui::{Color32, Response, RichText, Sense, Stroke, Ui, Widget};
 use vramkit::arena::ArenaStats;
 use vramkit::tier::TierStats;
 use vramkit::vt::VtStats;
+use vramkit::ledger::{LedgerReport, MemoryKind, Part};
 use vramkit::{fmt_bytes, Arena};
 use web_time::Instant;
 
@@ -26,10 +27,12 @@ pub struct InspectorState {
     last_sample: Option<Instant>,
     /// Seconds between timeline samples.
     pub sample_interval: f64,
-    /// The driver's reading is taken at most this often (seconds): a Vulkan query, cheap,
-    /// but not free.
+    /// The driver's reading and the device ledger are taken at most this often (seconds):
+    /// a Vulkan query and a walk over wgpu's allocations, cheap, but not free.
     pub driver_interval: f64,
     driver: Option<vramkit::DriverMemory>,
+    /// The device ledger, read with the driver (it carries the driver's reading).
+    ledger: Option<LedgerReport>,
     last_driver: Option<Instant>,
     shown: Vec<(&'static str, String)>,
 }
@@ -43,6 +46,7 @@ impl Default for InspectorState {
             sample_interval: 0.1,
             driver_interval: 0.5,
             driver: None,
+            ledger: None,
             last_driver: None,
             shown: Vec::new(),
         }
@@ -63,8 +67,10 @@ impl InspectorState {
 }
 
 /// A panel of the arena's memory: live figures (allocated, reserved, budget, the
-/// driver's budget where known), a timeline, the labels by bytes, the blocks, and the
-/// tiers and virtual textures it is given. It reads the arena's statistics once per
+/// driver's budget where known), a timeline, the labels by bytes, the blocks, all of the
+/// device's memory by the ledger's lines (the app's owners, vramkit's parts, wgpu's own,
+/// the driver's and what none explains; see [`vramkit::ledger`]), and the tiers and
+/// virtual textures it is given. It reads the arena's statistics once per
 /// frame it is shown, and nothing when it is not.
 ///
 /// ```no_run
@@ -131,12 +137,17 @@ impl Widget for MemoryInspector<'_> {
             .is_none_or(|t| (now - t).as_secs_f64() >= state.driver_interval)
         {
             state.last_driver = Some(now);
-            state.driver = arena.gpu().driver_memory();
+            let report = arena.gpu().ledger().report();
+            state.driver = report.driver;
+            state.ledger = Some(report);
         }
 
         let inner = ui.vertical(|ui| {
             ui.label(RichText::new(format!("GPU memory: arena '{}'", arena.name())).strong());
             state.shown = figures(&stats, state.driver.as_ref());
+            if let Some(report) = &state.ledger {
+                state.shown.extend(ledger_figures(report));
+            }
             egui::Grid::new("vramkit-figures")
                 .num_columns(2)
                 .striped(true)
@@ -152,6 +163,9 @@ impl Widget for MemoryInspector<'_> {
             ui.add_space(4.0);
             labels(ui, &stats);
             blocks(ui, &stats);
+            if let Some(report) = &state.ledger {
+                ledger(ui, report);
+            }
             if let Some(t) = &tiers {
                 tier_figures(ui, t);
             }
@@ -305,6 +319,80 @@ fn texture_figures(ui: &mut Ui, name: &str, v: &VtStats) {
                     for (name, value) in rows {
                         ui.label(name);
                         ui.label(RichText::new(value).monospace());
+                        ui.end_row();
+                    }
+                });
+        });
+}
+
+/// The ledger's totals among the live figures.
+fn ledger_figures(r: &LedgerReport) -> Vec<(&'static str, String)> {
+    let known = |v: Option<u64>| v.map_or_else(|| "not reported".into(), fmt_bytes);
+    vec![
+        ("device: app", fmt_bytes(r.bytes(Part::App, MemoryKind::Device))),
+        ("device: vramkit", fmt_bytes(r.bytes(Part::Vramkit, MemoryKind::Device))),
+        ("device: wgpu internal", known(r.wgpu_internal())),
+        ("device: untracked", known(r.untracked())),
+    ]
+}
+
+/// All of the device by the ledger's lines, and the owners the growth watch names.
+fn ledger(ui: &mut Ui, r: &LedgerReport) {
+    egui::CollapsingHeader::new(format!("device ({} lines)", r.lines.len()))
+        .default_open(true)
+        .show(ui, |ui| {
+            for g in &r.growing {
+                ui.colored_label(Color32::from_rgb(220, 90, 60), format!("growing: {g}"));
+            }
+            egui::Grid::new("vramkit-ledger")
+                .num_columns(3)
+                .striped(true)
+                .show(ui, |ui| {
+                    for h in ["line", "bytes", "what"] {
+                        ui.label(RichText::new(h).underline());
+                    }
+                    ui.end_row();
+                    for l in &r.lines {
+                        let part = match l.part {
+                            Part::App => "app",
+                            Part::Vramkit => "vramkit",
+                        };
+                        let memory = match l.kind {
+                            MemoryKind::Device => "",
+                            MemoryKind::Host => " (host)",
+                        };
+                        ui.label(format!("{part}: {}{memory}", l.name));
+                        ui.label(RichText::new(fmt_bytes(l.bytes)).monospace());
+                        let what: Vec<String> = l
+                            .detail
+                            .iter()
+                            .take(3)
+                            .map(|(k, b)| format!("{k} {}", fmt_bytes(*b)))
+                            .collect();
+                        let what = match l.resources {
+                            Some(n) if what.is_empty() => format!("{n} resources"),
+                            _ => what.join(", "),
+                        };
+                        ui.label(what);
+                        ui.end_row();
+                    }
+                    if let Some(w) = &r.wgpu {
+                        ui.label("wgpu internal");
+                        ui.label(RichText::new(fmt_bytes(w.internal_bytes())).monospace());
+                        ui.label(format!(
+                            "{} free in its blocks",
+                            fmt_bytes(w.reserved.saturating_sub(w.allocated))
+                        ));
+                        ui.end_row();
+                    }
+                    if let (Some(d), Some(u)) = (r.driver, r.untracked()) {
+                        ui.label(format!("driver ({})", d.source));
+                        ui.label(RichText::new(fmt_bytes(d.usage)).monospace());
+                        ui.label(format!("budget {}", fmt_bytes(d.budget)));
+                        ui.end_row();
+                        ui.label("untracked");
+                        ui.label(RichText::new(fmt_bytes(u)).monospace());
+                        ui.label("what the driver counts and no line explains");
                         ui.end_row();
                     }
                 });

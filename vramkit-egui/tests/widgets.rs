@@ -282,8 +282,31 @@ fn the_inspector_shows_the_arenas_figures() {
         held.push(arena.alloc(rng.gen_range(1..4 << 20), label).unwrap());
     }
     drop(held.split_off(held.len() / 2));
+    // A texture of the app's own, registered with the device ledger.
+    let side = rng.gen_range(16..300);
+    let texture = runtime
+        .gpu()
+        .ledger()
+        .create_texture(
+            &wgpu::TextureDescriptor {
+                label: Some("photo"),
+                size: wgpu::Extent3d {
+                    width: side,
+                    height: side,
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: 1,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format: wgpu::TextureFormat::Rgba8Unorm,
+                usage: wgpu::TextureUsages::TEXTURE_BINDING,
+                view_formats: &[],
+            },
+            "photos",
+        )
+        .unwrap();
     let mut h = Harness::builder()
-        .with_size(egui::vec2(480.0, 900.0))
+        .with_size(egui::vec2(480.0, 1100.0))
         .renderer(WgpuTestRenderer::from_render_state(rs.clone()))
         .build_ui_state(
             |ui, state: &mut InspectorState| {
@@ -304,6 +327,16 @@ fn the_inspector_shows_the_arenas_figures() {
         stats.live_allocations.to_string()
     );
     assert_eq!(shown["blocks"], stats.blocks.to_string());
+    assert_eq!(
+        shown["device: app"],
+        fmt_bytes(u64::from(side) * u64::from(side) * 4)
+    );
+    assert!(h.query_by_label("app: photos").is_some(), "the app's owner listed");
+    assert!(
+        h.query_by_label(&format!("vramkit: arena '{}'", arena.name()))
+            .is_some(),
+        "the arena's line listed"
+    );
     // What is on screen, read through the accessibility tree as a user's screen reader
     // would: every figure, and every label with its live bytes.
     for (name, value) in h.state().shown_figures() {
@@ -322,5 +355,5 @@ fn the_inspector_shows_the_arenas_figures() {
         );
     }
     h.render().unwrap();
-    drop(held);
+    drop((held, texture));
 }
