@@ -3,6 +3,7 @@
 //! and `vt_feedback`, an offscreen target, and the camera path.
 #![allow(dead_code)]
 
+use vramkit::ledger::Tracked;
 use vramkit::vt::{ProceduralSource, TileSource, VirtualTexture};
 use vramkit::{Arena, Gpu};
 
@@ -97,12 +98,13 @@ pub fn fullscreen_pipeline(
     })
 }
 
-/// The host app's pipeline, camera and offscreen target.
+/// The host app's pipeline, camera and offscreen target (the camera and the target on the
+/// device ledger, under the owner "vt demo host").
 pub struct Demo {
     pipeline: wgpu::RenderPipeline,
-    camera_buf: wgpu::Buffer,
+    camera_buf: Tracked<wgpu::Buffer>,
     cam_group: wgpu::BindGroup,
-    target: wgpu::Texture,
+    target: Tracked<wgpu::Texture>,
     target_view: wgpu::TextureView,
     readback: vramkit::Allocation,
     pub size: (u32, u32),
@@ -147,12 +149,13 @@ impl Demo {
             Some(&pipeline_layout),
             format,
         );
-        let camera_buf = device.create_buffer(&wgpu::BufferDescriptor {
+        let host = gpu.ledger().owner("vt demo host");
+        let camera_buf = host.create_buffer(&wgpu::BufferDescriptor {
             label: Some("camera"),
             size: 16,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
+        })?;
         let cam_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("camera"),
             layout: &cam_layout,
@@ -162,7 +165,7 @@ impl Demo {
             }],
         });
         let (w, h) = size;
-        let target = device.create_texture(&wgpu::TextureDescriptor {
+        let target = host.create_texture(&wgpu::TextureDescriptor {
             label: Some("frame"),
             size: wgpu::Extent3d {
                 width: w,
@@ -177,7 +180,7 @@ impl Demo {
                 | wgpu::TextureUsages::COPY_SRC
                 | wgpu::TextureUsages::TEXTURE_BINDING,
             view_formats: &[],
-        });
+        })?;
         let target_view = target.create_view(&Default::default());
         let readback = arena.alloc(u64::from(w * h * 4), "frame readback")?;
         Ok(Demo {

@@ -3,9 +3,9 @@
 
 use egui::{Color32, Response, RichText, Sense, Stroke, Ui, Widget};
 use vramkit::arena::ArenaStats;
+use vramkit::ledger::{LedgerReport, MemoryKind, Part};
 use vramkit::tier::TierStats;
 use vramkit::vt::VtStats;
-use vramkit::ledger::{LedgerReport, MemoryKind, Part};
 use vramkit::{fmt_bytes, Arena};
 use web_time::Instant;
 
@@ -329,8 +329,14 @@ fn texture_figures(ui: &mut Ui, name: &str, v: &VtStats) {
 fn ledger_figures(r: &LedgerReport) -> Vec<(&'static str, String)> {
     let known = |v: Option<u64>| v.map_or_else(|| "not reported".into(), fmt_bytes);
     vec![
-        ("device: app", fmt_bytes(r.bytes(Part::App, MemoryKind::Device))),
-        ("device: vramkit", fmt_bytes(r.bytes(Part::Vramkit, MemoryKind::Device))),
+        (
+            "device: app",
+            fmt_bytes(r.bytes(Part::App, MemoryKind::Device)),
+        ),
+        (
+            "device: vramkit",
+            fmt_bytes(r.bytes(Part::Vramkit, MemoryKind::Device)),
+        ),
         ("device: wgpu internal", known(r.wgpu_internal())),
         ("device: untracked", known(r.untracked())),
     ]

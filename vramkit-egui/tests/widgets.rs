@@ -331,7 +331,10 @@ fn the_inspector_shows_the_arenas_figures() {
         shown["device: app"],
         fmt_bytes(u64::from(side) * u64::from(side) * 4)
     );
-    assert!(h.query_by_label("app: photos").is_some(), "the app's owner listed");
+    assert!(
+        h.query_by_label("app: photos").is_some(),
+        "the app's owner listed"
+    );
     assert!(
         h.query_by_label(&format!("vramkit: arena '{}'", arena.name()))
             .is_some(),

@@ -1,7 +1,7 @@
 //! The runnable benchmark: prints a short table, then one `name: value` line per figure.
 //!
 //! ```text
-//! cargo run --release -p vramkit-lab --bin bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [recovery] [all]
+//! cargo run --release -p vramkit-lab --bin bench -- [alloc] [arena] [kernels] [stream] [vt] [tier] [plan] [recovery] [ledger] [all]
 //! ```
 //! With no argument every suite runs. Suites that need a GPU open one with
 //! `Gpu::headless()` (VRAMKIT_BACKEND / VRAMKIT_ADAPTER pick it).
@@ -14,6 +14,8 @@ mod bench_defrag;
 mod bench_gpu;
 #[path = "support/bench_labels.rs"]
 mod bench_labels;
+#[path = "support/bench_ledger.rs"]
+mod bench_ledger;
 #[path = "support/bench_plan.rs"]
 mod bench_plan;
 #[path = "support/bench_recovery.rs"]
@@ -135,6 +137,7 @@ fn main() {
     }
     let gpu_suites = [
         "arena", "kernels", "stream", "vt", "tier", "plan", "labels", "defrag", "recovery",
+        "ledger",
     ];
     if gpu_suites.iter().any(|s| want(s)) {
         match vramkit::Gpu::headless() {
@@ -167,6 +170,9 @@ fn main() {
                 }
                 if want("recovery") {
                     bench_recovery::suite_recovery(&gpu, &mut figures);
+                }
+                if want("ledger") {
+                    bench_ledger::suite_ledger(&gpu, &mut figures);
                 }
             }
             Err(e) => {
