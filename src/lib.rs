@@ -58,6 +58,7 @@ mod gpu;
 pub mod kernels;
 mod knobs;
 pub mod ledger;
+pub mod mips;
 pub mod plan;
 pub mod readback;
 mod runtime;

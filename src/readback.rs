@@ -79,3 +79,89 @@ pub fn read_as<T: bytemuck::Pod>(
     let bytes = read_buffer(gpu, buffer, offset, size)?;
     Ok(bytemuck::pod_collect_to_vec(&bytes))
 }
+
+/// Reads mip level `level` of layer 0 of a 2D `texture` into host memory in tight rows of
+/// blocks (blocking), as [`Uploader::upload_texture`](crate::stream::Uploader::upload_texture)
+/// takes them. The texture needs `COPY_SRC` and a format copies can read whole (not depth
+/// or stencil of the combined formats, not multi-planar).
+///
+/// ```no_run
+/// # let gpu = vramkit::Gpu::headless()?;
+/// # let texture: wgpu::Texture = unimplemented!();
+/// let texels = vramkit::readback::read_texture_level(&gpu, &texture, 0)?;
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub fn read_texture_level(gpu: &Gpu, texture: &wgpu::Texture, level: u32) -> Result<Vec<u8>> {
+    let format = texture.format();
+    let block = format.block_copy_size(Some(wgpu::TextureAspect::All));
+    let (Some(block), true) = (
+        block,
+        texture.usage().contains(wgpu::TextureUsages::COPY_SRC),
+    ) else {
+        return Err(Error::misuse(
+            crate::Misuse::Usage,
+            format!(
+                "a readback of a {format:?} texture with usage {:?}",
+                texture.usage()
+            ),
+            "read textures made with COPY_SRC, of a format copies read whole",
+        ));
+    };
+    if level >= texture.mip_level_count() {
+        return Err(Error::misuse(
+            crate::Misuse::Length,
+            format!(
+                "a readback of level {level} of a texture with {} levels",
+                texture.mip_level_count()
+            ),
+            "ask for a level below mip_level_count()",
+        ));
+    }
+    let (bw, bh) = format.block_dimensions();
+    let w = (texture.width() >> level).max(1);
+    let h = (texture.height() >> level).max(1);
+    // A copy covers whole blocks: the level's size rounded up to them (the physical size).
+    let (cw, ch) = (w.next_multiple_of(bw), h.next_multiple_of(bh));
+    let row = (cw / bw) * block;
+    let rows = ch / bh;
+    let pitch = row.next_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT);
+    let size = u64::from(pitch) * u64::from(rows);
+    let padded = gpu.scoped("copying a texture level for readback", || {
+        let staging = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("vramkit texture readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = gpu.device().create_command_encoder(&Default::default());
+        encoder.copy_texture_to_buffer(
+            wgpu::TexelCopyTextureInfo {
+                texture,
+                mip_level: level,
+                origin: wgpu::Origin3d::ZERO,
+                aspect: wgpu::TextureAspect::All,
+            },
+            wgpu::TexelCopyBufferInfo {
+                buffer: &staging,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(pitch),
+                    rows_per_image: Some(rows),
+                },
+            },
+            wgpu::Extent3d {
+                width: cw,
+                height: ch,
+                depth_or_array_layers: 1,
+            },
+        );
+        gpu.submit([encoder.finish()]);
+        staging
+    })?;
+    let data = gpu.map_read(&padded, 0, size);
+    padded.destroy();
+    Ok(data?
+        .chunks(pitch as usize)
+        .flat_map(|r| r[..row as usize].iter().copied())
+        .collect())
+}

@@ -22,6 +22,7 @@ mod kernels;
 mod kernels_math;
 mod ledger;
 mod metrics;
+mod mips;
 mod misuse;
 mod model;
 mod plan;

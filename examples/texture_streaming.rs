@@ -1,0 +1,218 @@
+//! Mip streaming: many ordinary textures whose full mip chains are three times the
+//! budget, a camera flying over them, each texture holding only the levels its view needs.
+//!
+//! ```text
+//! cargo run --release --example texture_streaming [-- --textures 200 --side 512 --frames 240]
+//! ```
+//! Prints `name: value` lines: the budget held every frame
+//! (`resident_bytes_max_over_budget` <= 1), uploads within the cap (`uploads_over_cap` 0),
+//! no out-of-memory (`ooms` 0), the frames a camera cut takes to settle, and, once settled,
+//! the fraction of textures whose every resident level reads back exactly as its source
+//! (`settled_exact_fraction` 1.0). Halfway through, the budget is halved (a neighbour took
+//! memory): textures shrink, nothing fails. Exits non-zero when a promise is broken.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use vramkit::mips::{wanted_level, MemoryMips, MipConfig, MipId, MipSource, MipStreamer};
+use vramkit::Gpu;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn arg(name: &str, default: u32) -> u32 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A texture's levels: a pattern of its own per level, so a wrong level reads back wrong.
+fn mips(rng: &mut impl Rng, size: (u32, u32)) -> Res<MemoryMips> {
+    let levels = 32 - size.0.max(size.1).leading_zeros();
+    let seed: u8 = rng.gen();
+    let data = (0..levels)
+        .map(|l| {
+            let (w, h) = ((size.0 >> l).max(1), (size.1 >> l).max(1));
+            let mut v = Vec::with_capacity((w * h * 4) as usize);
+            for y in 0..h {
+                for x in 0..w {
+                    v.extend_from_slice(&[
+                        (x as u8).wrapping_mul(3).wrapping_add(seed),
+                        (y as u8).wrapping_mul(5),
+                        (l as u8).wrapping_mul(40).wrapping_add(seed),
+                        255,
+                    ]);
+                }
+            }
+            v
+        })
+        .collect();
+    Ok(MemoryMips::new(
+        wgpu::TextureFormat::Rgba8Unorm,
+        size,
+        data,
+    )?)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() -> Res<()> {
+    let textures = arg("--textures", 200);
+    let side = arg("--side", 256).max(8);
+    let frames = arg("--frames", 180).max(4);
+    let gpu = Gpu::headless()?;
+    println!("texture streaming on {}", gpu.describe());
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
+    let mut sources: Vec<(Arc<MemoryMips>, (u32, u32))> = Vec::new();
+    for _ in 0..textures {
+        let size = (
+            rng.gen_range(side / 4..=side),
+            rng.gen_range(side / 4..=side),
+        );
+        sources.push((Arc::new(mips(&mut rng, size)?), size));
+    }
+    let full: u64 = sources
+        .iter()
+        .map(|(s, _)| {
+            (0..s.level_count())
+                .map(|l| s.read_level(l).map_or(0, |v| v.len() as u64))
+                .sum::<u64>()
+        })
+        .sum();
+    let budget = full / 3;
+    let largest_level = u64::from(side) * u64::from(side) * 4;
+    let cap = (budget / 16).max(largest_level);
+    let mut streamer = MipStreamer::new(
+        &gpu,
+        MipConfig {
+            budget,
+            upload_cap: cap,
+            ..Default::default()
+        },
+    )?;
+    let mut ids: Vec<(MipId, (u32, u32))> = Vec::new();
+    for (i, (s, size)) in sources.iter().enumerate() {
+        ids.push((streamer.add(s.clone(), &format!("texture {i}"))?, *size));
+    }
+    // The textures on a grid; the camera flies over it and each is drawn at a size that
+    // falls with its distance; importance is the screen area it covers.
+    let columns = (textures as f32).sqrt().ceil() as usize;
+    let place = |i: usize| ((i % columns) as f32, (i / columns) as f32);
+    let view = |streamer: &mut MipStreamer, cam: (f32, f32)| -> Res<()> {
+        for (i, (id, size)) in ids.iter().enumerate() {
+            let (x, y) = place(i);
+            let d = ((x - cam.0).powi(2) + (y - cam.1).powi(2)).sqrt();
+            let pixels = side as f32 * 1.5 / (1.0 + d);
+            streamer.set_wanted(*id, wanted_level(*size, pixels), pixels * pixels)?;
+        }
+        Ok(())
+    };
+    let mut cpu_ms = Vec::new();
+    let mut resident_max = 0u64;
+    let mut upload_max = 0u64;
+    let mut over_budget_frames = 0;
+    let rows = (textures as usize).div_ceil(columns) as f32;
+    for f in 0..frames {
+        if f == frames / 2 {
+            streamer.set_budget(budget / 2)?;
+        }
+        let t = f as f32 / frames as f32;
+        let cam = (
+            columns as f32 * t,
+            rows / 2.0 + rows / 3.0 * (6.0 * t).sin(),
+        );
+        view(&mut streamer, cam)?;
+        let start = Instant::now();
+        let uploaded = streamer.update()?;
+        cpu_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        let s = streamer.stats();
+        let limit = if f >= frames / 2 { budget / 2 } else { budget };
+        resident_max = resident_max.max(s.resident_bytes * budget / limit);
+        if s.resident_bytes > limit {
+            over_budget_frames += 1;
+        }
+        upload_max = upload_max.max(uploaded);
+    }
+    // A camera cut to the grid's far corner, at the full budget again: frames to settle.
+    streamer.set_budget(budget)?;
+    view(&mut streamer, (columns as f32 - 1.0, rows - 1.0))?;
+    let mut settle_frames = 0;
+    while !streamer.settled() && settle_frames < 10_000 {
+        streamer.update()?;
+        settle_frames += 1;
+    }
+    // Every resident level of every texture against its source.
+    let mut exact = 0;
+    for (i, (id, _)) in ids.iter().enumerate() {
+        let shown = streamer.texture(*id)?;
+        let mut same = true;
+        for l in 0..shown.texture.mip_level_count() {
+            let got = vramkit::readback::read_texture_level(&gpu, &shown.texture, l)?;
+            same &= got == sources[i].0.read_level(shown.resident + l)?;
+        }
+        exact += usize::from(same);
+    }
+    let s = streamer.stats();
+    let ledger = gpu.ledger().report();
+    let streamed_line = ledger
+        .line(vramkit::ledger::Part::Vramkit, "mip-streamed textures")
+        .map_or(0, |l| l.bytes);
+    let figures = [
+        ("textures", textures.to_string()),
+        ("full_chain_bytes", full.to_string()),
+        ("budget_bytes", budget.to_string()),
+        ("resident_bytes_max", resident_max.to_string()),
+        (
+            "resident_bytes_max_over_budget",
+            format!("{:.4}", resident_max as f64 / budget as f64),
+        ),
+        ("frames_over_budget", over_budget_frames.to_string()),
+        ("upload_cap_bytes", cap.to_string()),
+        ("uploads_max_per_frame", upload_max.to_string()),
+        ("uploads_over_cap", s.uploads_over_cap.to_string()),
+        ("ooms", s.ooms.to_string()),
+        ("swaps", s.swaps.to_string()),
+        (
+            "update_cpu_ms_p50",
+            format!("{:.3}", percentile(&mut cpu_ms, 0.5)),
+        ),
+        (
+            "update_cpu_ms_p99",
+            format!("{:.3}", percentile(&mut cpu_ms, 0.99)),
+        ),
+        ("frames_to_settle_after_cut", settle_frames.to_string()),
+        (
+            "settled_exact_fraction",
+            format!("{:.6}", exact as f64 / textures as f64),
+        ),
+        (
+            "bytes_kept_over_no_streaming",
+            format!("{:.4}", s.resident_bytes as f64 / full as f64),
+        ),
+        (
+            "ledger_line_equals_resident",
+            (streamed_line == s.resident_bytes).to_string(),
+        ),
+    ];
+    for (k, v) in &figures {
+        println!("{k}: {v}");
+    }
+    let ok = resident_max <= budget
+        && over_budget_frames == 0
+        && s.uploads_over_cap == 0
+        && s.ooms == 0
+        && exact == textures as usize
+        && settle_frames < 10_000
+        && streamed_line == s.resident_bytes;
+    if !ok {
+        eprintln!("a promise was broken (see the figures above)");
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,613 @@
+//! Mip streaming for ordinary textures: each texture holds only the mip levels the view
+//! needs, under a byte budget, with the rest read from its [`MipSource`] when wanted.
+//!
+//! wgpu has no partial residency, so a texture changes its resident levels by being
+//! replaced: a new texture with levels `[r, n)` of the full chain (its level 0 is the
+//! chain's level `r`), filled by a GPU copy of the levels both hold and uploads of the new
+//! ones, swapped in at [`MipStreamer::update`]. Sampling needs no change: with normalised
+//! coordinates the hardware picks the same full-chain level from the smaller texture. A
+//! texture's [`generation`](StreamedTexture::generation) changes with each swap, so a host
+//! rebuilds its bind group only then; the old texture is dropped after the copy is
+//! submitted and wgpu frees it when the GPU is done.
+//!
+//! # A frame
+//! The host says, per texture, the finest level its view needs ([`MipStreamer::set_wanted`],
+//! from a screen-size estimate: [`wanted_level`]) and how much it matters; once a frame
+//! [`MipStreamer::update`] plans (`plan.rs`: everybody coarse first, then sharper by
+//! benefit per byte while the budget holds), shrinks what the budget or the view no longer
+//! allows, and grows by importance within the per-frame upload cap.
+//!
+//! # Promises
+//! - **Within the budget**: at the end of every `update`, the bytes of the textures the
+//!   streamer holds are within its budget; [`set_budget`](MipStreamer::set_budget) (a
+//!   neighbour took memory) shrinks textures at the next update instead of allocating into
+//!   an out-of-memory error. During a swap the old texture lives until the GPU has copied
+//!   from it: at most the textures growing that frame, for one frame.
+//! - **Within the cap**: each `update` uploads at most `upload_cap` bytes; registration
+//!   refuses a texture with a level larger than the cap.
+//! - **Exact**: every resident level holds its source's bytes.
+//! - **Ledgered**: the textures are vramkit's line "mip-streamed textures" in the device
+//!   ledger.
+//!
+//! Levels are read on the thread that calls `update` (a source that decodes files should
+//! keep the decoded levels it expects to be asked for); loader threads are not used yet.
+
+mod plan;
+mod source;
+
+pub use source::{MemoryMips, MipSource};
+
+use std::sync::Arc;
+
+use crate::error::{Limit, OutOfMemory};
+use crate::gpu::accounts::{Account, Charge, MemoryKind, Part};
+use crate::stream::Uploader;
+use crate::{Error, Gpu, Misuse, Result};
+use source::{level_bytes, level_size};
+
+/// Settings of a [`MipStreamer`].
+#[derive(Clone, Debug)]
+pub struct MipConfig {
+    /// Bytes the streamed textures may hold together.
+    pub budget: u64,
+    /// Bytes uploaded per `update` at most.
+    pub upload_cap: u64,
+    /// Usages the host needs besides `TEXTURE_BINDING`, `COPY_DST` and `COPY_SRC` (which
+    /// the streamer always sets).
+    pub extra_usage: wgpu::TextureUsages,
+}
+
+impl Default for MipConfig {
+    fn default() -> Self {
+        MipConfig {
+            budget: 256 << 20,
+            upload_cap: 16 << 20,
+            extra_usage: wgpu::TextureUsages::empty(),
+        }
+    }
+}
+
+/// A texture's handle in its streamer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MipId(u32);
+
+/// What a streamed texture holds now.
+#[derive(Clone, Debug)]
+pub struct StreamedTexture {
+    /// The texture: the full chain's levels `[resident, level_count)`.
+    pub texture: wgpu::Texture,
+    /// Changes each time `texture` is replaced.
+    pub generation: u64,
+    /// The finest level held.
+    pub resident: u32,
+}
+
+/// Per-texture figures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MipTextureStats {
+    /// The label given at registration.
+    pub label: String,
+    /// The finest level held, wanted, and the levels of the full chain.
+    pub resident: u32,
+    /// See above.
+    pub wanted: u32,
+    /// See above.
+    pub levels: u32,
+    /// Bytes held, and of the full chain.
+    pub resident_bytes: u64,
+    /// See above.
+    pub full_bytes: u64,
+}
+
+/// The streamer's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MipStats {
+    /// Textures registered.
+    pub textures: usize,
+    /// Bytes held now, and the budget.
+    pub resident_bytes: u64,
+    /// See above.
+    pub budget: u64,
+    /// The most held at the end of any update.
+    pub peak_resident_bytes: u64,
+    /// Bytes of every full chain.
+    pub full_bytes: u64,
+    /// Bytes uploaded by the last update, and in all.
+    pub uploaded_last: u64,
+    /// See above.
+    pub uploaded_total: u64,
+    /// Updates whose uploads went past the cap (0 is the promise).
+    pub uploads_over_cap: u64,
+    /// Textures replaced (grown or shrunk).
+    pub swaps: u64,
+    /// Textures the device refused to create (the old one kept).
+    pub ooms: u64,
+    /// Updates run.
+    pub frames: u64,
+    /// Textures holding fewer levels than they want (the budget or the cap held them).
+    pub short: usize,
+}
+
+struct Slot {
+    source: Arc<dyn MipSource>,
+    label: String,
+    level_bytes: Vec<u64>,
+    coarsest: u32,
+    wanted: u32,
+    importance: f32,
+    current: StreamedTexture,
+    charge: Charge,
+}
+
+/// Streams the mip levels of many textures under one budget (module docs).
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use vramkit::mips::{MemoryMips, MipConfig, MipStreamer};
+/// let gpu = vramkit::Gpu::headless()?;
+/// let mut streamer = MipStreamer::new(&gpu, MipConfig { budget: 64 << 20, ..Default::default() })?;
+/// let levels = (0..9).map(|l| vec![200u8; (256usize >> l).pow(2) * 4]).collect();
+/// let source = MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, (256, 256), levels)?;
+/// let id = streamer.add(Arc::new(source), "rock")?;
+/// // Each frame: how sharp the view needs it (256 texels over ~64 pixels: level 2).
+/// streamer.set_wanted(id, vramkit::mips::wanted_level((256, 256), 64.0), 64.0 * 64.0)?;
+/// streamer.update()?;
+/// let shown = streamer.texture(id)?; // bind shown.texture; rebuild when shown.generation changes
+/// # Ok::<(), vramkit::Error>(())
+/// ```
+pub struct MipStreamer {
+    gpu: Gpu,
+    config: MipConfig,
+    uploader: Uploader,
+    account: Arc<Account>,
+    slots: Vec<Option<Slot>>,
+    stats: MipStats,
+    next_generation: u64,
+}
+
+/// The finest level worth holding for a texture of `size` drawn `screen_pixels` across
+/// at most: where one texel covers about one pixel.
+pub fn wanted_level(size: (u32, u32), screen_pixels: f32) -> u32 {
+    let texels = size.0.max(size.1) as f32;
+    let levels = 32 - size.0.max(size.1).leading_zeros();
+    if screen_pixels <= 0.0 {
+        return levels - 1;
+    }
+    ((texels / screen_pixels).log2().floor().max(0.0) as u32).min(levels - 1)
+}
+
+impl MipStreamer {
+    /// A streamer on `gpu` with its own upload ring.
+    pub fn new(gpu: &Gpu, config: MipConfig) -> Result<MipStreamer> {
+        if config.upload_cap == 0 {
+            return Err(Error::misuse(
+                Misuse::Length,
+                "a mip streamer with an upload cap of 0 bytes",
+                "give a cap of at least the largest level you will stream",
+            ));
+        }
+        Ok(MipStreamer {
+            gpu: gpu.clone(),
+            uploader: Uploader::new(gpu, Default::default()),
+            account: gpu.accounts().account(
+                Part::Vramkit,
+                MemoryKind::Device,
+                "mip-streamed textures",
+            ),
+            config,
+            slots: Vec::new(),
+            stats: MipStats::default(),
+            next_generation: 1,
+        })
+    }
+
+    /// Registers a texture: its coarsest allowed levels are made resident now (they are
+    /// counted against the budget, like every level). An error, with nothing registered,
+    /// for an empty or malformed source, a level larger than the upload cap, or coarse
+    /// levels that do not fit in what is left of the budget.
+    pub fn add(&mut self, source: Arc<dyn MipSource>, label: &str) -> Result<MipId> {
+        let format = source.format();
+        let size = source.size();
+        let levels = source.level_count();
+        let full = 32 - size.0.max(size.1).leading_zeros();
+        if levels == 0 || levels > full || size.0 == 0 || size.1 == 0 {
+            return Err(Error::misuse(
+                Misuse::Shape,
+                format!(
+                    "'{label}': a {}x{} source with {levels} levels",
+                    size.0, size.1
+                ),
+                "give at least one level and at most the full chain",
+            ));
+        }
+        let level_bytes = (0..levels)
+            .map(|l| level_bytes(format, size, l))
+            .collect::<Result<Vec<u64>>>()?;
+        if let Some((l, b)) = level_bytes
+            .iter()
+            .enumerate()
+            .find(|(_, &b)| b > self.config.upload_cap)
+        {
+            return Err(Error::misuse(
+                Misuse::Length,
+                format!(
+                    "'{label}': level {l} is {b} bytes, more than the upload cap of {}",
+                    self.config.upload_cap
+                ),
+                "raise MipConfig::upload_cap to the largest level you stream",
+            ));
+        }
+        // Block-compressed textures must start on a block-aligned size.
+        let (bw, bh) = format.block_dimensions();
+        let coarsest = (0..levels)
+            .rev()
+            .find(|&l| {
+                let (w, h) = level_size(size, l);
+                w % bw == 0 && h % bh == 0
+            })
+            .ok_or_else(|| {
+                Error::misuse(
+                    Misuse::Shape,
+                    format!("'{label}': a {}x{} {format:?} texture", size.0, size.1),
+                    format!("give a size that is a multiple of the {bw}x{bh} block"),
+                )
+            })?;
+        let coarse: u64 = level_bytes[coarsest as usize..].iter().sum();
+        if self.stats.resident_bytes + coarse > self.config.budget {
+            return Err(Error::OutOfMemory(Box::new(OutOfMemory {
+                requested: coarse,
+                label: label.to_string(),
+                pool: "mip streamer".into(),
+                limit: Limit::Budget,
+                allocated: self.stats.resident_bytes,
+                reserved: self.stats.resident_bytes,
+                limit_bytes: Some(self.config.budget),
+                largest_free: self.config.budget - self.stats.resident_bytes,
+                free_range_unusable: None,
+                new_block: None,
+                retries: 0,
+                top_labels: Vec::new(),
+                hint: "its coarsest levels must fit: raise MipConfig::budget or remove textures"
+                    .into(),
+            })));
+        }
+        let texture = self.create(label, format, size, coarsest, levels)?;
+        self.upload_levels(source.as_ref(), &texture, coarsest, coarsest..levels)?;
+        let generation = self.bump();
+        let slot = Slot {
+            label: label.to_string(),
+            coarsest,
+            wanted: coarsest,
+            importance: 0.0,
+            charge: self.account.charge(coarse),
+            current: StreamedTexture {
+                texture,
+                generation,
+                resident: coarsest,
+            },
+            level_bytes,
+            source,
+        };
+        self.stats.resident_bytes += coarse;
+        self.stats.full_bytes += slot.level_bytes.iter().sum::<u64>();
+        self.stats.textures += 1;
+        let id = match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        Ok(MipId(id as u32))
+    }
+
+    /// Removes a texture; its memory goes back at once (the GPU's last use permitting).
+    pub fn remove(&mut self, id: MipId) -> Result<()> {
+        let slot = self.slot(id)?;
+        let (resident, full) = (slot.charge.bytes(), slot.level_bytes.iter().sum::<u64>());
+        self.slots[id.0 as usize] = None;
+        self.stats.resident_bytes -= resident;
+        self.stats.full_bytes -= full;
+        self.stats.textures -= 1;
+        Ok(())
+    }
+
+    /// The finest level `id`'s view needs (0: full resolution; see [`wanted_level`]) and
+    /// how much it matters against the rest: the screen area it covers, in pixels, is
+    /// what the plan's benefit per byte assumes (a level's worth is the area it sharpens).
+    /// Levels past the chain's end mean its coarsest.
+    pub fn set_wanted(&mut self, id: MipId, level: u32, importance: f32) -> Result<()> {
+        let slot = self.slot_mut(id)?;
+        slot.wanted = level.min(slot.level_bytes.len() as u32 - 1);
+        slot.importance = if importance.is_finite() {
+            importance
+        } else {
+            0.0
+        };
+        Ok(())
+    }
+
+    /// Changes the budget; the next [`update`](Self::update) shrinks textures to fit. The
+    /// coarsest levels stay: a budget below them is refused, with nothing changed.
+    pub fn set_budget(&mut self, budget: u64) -> Result<()> {
+        let floor: u64 = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| s.level_bytes[s.coarsest as usize..].iter().sum::<u64>())
+            .sum();
+        if budget < floor {
+            return Err(Error::misuse(
+                Misuse::Length,
+                format!("a mip budget of {budget} bytes, below the {floor} of every texture's coarsest levels"),
+                "remove textures first, or keep the budget at or above that",
+            ));
+        }
+        self.config.budget = budget;
+        Ok(())
+    }
+
+    /// One frame: plans, shrinks and grows (module docs). Returns the bytes uploaded.
+    pub fn update(&mut self) -> Result<u64> {
+        self.gpu.check_alive()?;
+        let ids: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_some())
+            .collect();
+        let entries: Vec<plan::Entry> = ids
+            .iter()
+            .filter_map(|&i| self.slots[i].as_ref())
+            .map(|s| plan::Entry {
+                level_bytes: s.level_bytes.clone(),
+                resident: s.current.resident,
+                wanted: s.wanted,
+                coarsest: s.coarsest,
+                importance: s.importance,
+            })
+            .collect();
+        let targets = plan::plan(&entries, self.config.budget, self.config.upload_cap);
+        let mut uploaded = 0;
+        // Shrinks first, so growths never stand on memory still to be given back.
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&k| targets[k] < entries[k].resident);
+        for k in order {
+            let (i, target) = (ids[k], targets[k]);
+            if target == entries[k].resident {
+                continue;
+            }
+            match self.swap(i, target) {
+                Ok(bytes) => uploaded += bytes,
+                Err(Error::OutOfMemory(_)) => self.stats.ooms += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        self.stats.frames += 1;
+        self.stats.uploaded_last = uploaded;
+        self.stats.uploaded_total += uploaded;
+        if uploaded > self.config.upload_cap {
+            self.stats.uploads_over_cap += 1;
+        }
+        self.stats.peak_resident_bytes = self
+            .stats
+            .peak_resident_bytes
+            .max(self.stats.resident_bytes);
+        Ok(uploaded)
+    }
+
+    /// What `id` holds now.
+    pub fn texture(&self, id: MipId) -> Result<StreamedTexture> {
+        Ok(self.slot(id)?.current.clone())
+    }
+
+    /// The streamer's figures.
+    pub fn stats(&self) -> MipStats {
+        let mut s = self.stats.clone();
+        s.budget = self.config.budget;
+        s.short = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|t| t.current.resident > t.wanted)
+            .count();
+        s
+    }
+
+    /// Per-texture figures, in id order.
+    pub fn texture_stats(&self) -> Vec<(MipId, MipTextureStats)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .map(|(i, s)| {
+                (
+                    MipId(i as u32),
+                    MipTextureStats {
+                        label: s.label.clone(),
+                        resident: s.current.resident,
+                        wanted: s.wanted,
+                        levels: s.level_bytes.len() as u32,
+                        resident_bytes: s.charge.bytes(),
+                        full_bytes: s.level_bytes.iter().sum(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Whether every texture holds what it wants, as far as the budget allows: nothing
+    /// left to grow or shrink.
+    pub fn settled(&self) -> bool {
+        let entries: Vec<plan::Entry> = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| plan::Entry {
+                level_bytes: s.level_bytes.clone(),
+                resident: s.current.resident,
+                wanted: s.wanted,
+                coarsest: s.coarsest,
+                importance: s.importance,
+            })
+            .collect();
+        plan::plan(&entries, self.config.budget, u64::MAX)
+            .iter()
+            .zip(&entries)
+            .all(|(t, e)| *t == e.resident)
+    }
+
+    fn slot(&self, id: MipId) -> Result<&Slot> {
+        self.slots
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| unknown(id))
+    }
+
+    fn slot_mut(&mut self, id: MipId) -> Result<&mut Slot> {
+        self.slots
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| unknown(id))
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation - 1
+    }
+
+    /// A texture holding the chain's levels `[from, levels)`.
+    fn create(
+        &self,
+        label: &str,
+        format: wgpu::TextureFormat,
+        size: (u32, u32),
+        from: u32,
+        levels: u32,
+    ) -> Result<wgpu::Texture> {
+        let (w, h) = level_size(size, from);
+        self.gpu.scoped("creating a mip-streamed texture", || {
+            self.gpu.device().create_texture(&wgpu::TextureDescriptor {
+                label: Some(label),
+                size: wgpu::Extent3d {
+                    width: w,
+                    height: h,
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: levels - from,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format,
+                usage: wgpu::TextureUsages::TEXTURE_BINDING
+                    | wgpu::TextureUsages::COPY_DST
+                    | wgpu::TextureUsages::COPY_SRC
+                    | self.config.extra_usage,
+                view_formats: &[],
+            })
+        })
+    }
+
+    /// Uploads the chain's levels `levels` into `texture`, which starts at chain level
+    /// `base`; returns the bytes.
+    fn upload_levels(
+        &self,
+        source: &dyn MipSource,
+        texture: &wgpu::Texture,
+        base: u32,
+        levels: std::ops::Range<u32>,
+    ) -> Result<u64> {
+        let mut bytes = 0;
+        for l in levels {
+            let texels = source.read_level(l)?;
+            let (w, h) = level_size(source.size(), l);
+            self.uploader.upload_texture(
+                wgpu::TexelCopyTextureInfo {
+                    texture,
+                    mip_level: l - base,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                wgpu::Extent3d {
+                    width: w,
+                    height: h,
+                    depth_or_array_layers: 1,
+                },
+                &texels,
+            )?;
+            bytes += texels.len() as u64;
+        }
+        Ok(bytes)
+    }
+
+    /// Replaces slot `i`'s texture with one holding `[target, levels)`; returns the bytes
+    /// uploaded. On an error the old texture stays.
+    fn swap(&mut self, i: usize, target: u32) -> Result<u64> {
+        let Some(slot) = self.slots[i].as_ref() else {
+            return Ok(0);
+        };
+        let levels = slot.level_bytes.len() as u32;
+        let old = slot.current.resident;
+        let source = slot.source.clone();
+        let label = slot.label.clone();
+        let new_bytes: u64 = slot.level_bytes[target as usize..].iter().sum();
+        let texture = self.create(&label, source.format(), source.size(), target, levels)?;
+        // The levels both hold, copied on the GPU; then the new ones uploaded.
+        let keep = target.max(old);
+        let mut encoder =
+            self.gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit mip swap"),
+                });
+        for l in keep..levels {
+            let (w, h) = level_size(source.size(), l);
+            encoder.copy_texture_to_texture(
+                wgpu::TexelCopyTextureInfo {
+                    texture: &slot.current.texture,
+                    mip_level: l - old,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                wgpu::TexelCopyTextureInfo {
+                    texture: &texture,
+                    mip_level: l - target,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                wgpu::Extent3d {
+                    width: w,
+                    height: h,
+                    depth_or_array_layers: 1,
+                },
+            );
+        }
+        self.gpu.submit([encoder.finish()]);
+        let uploaded = if target < old {
+            self.upload_levels(source.as_ref(), &texture, target, target..old)?
+        } else {
+            0
+        };
+        let generation = self.bump();
+        let Some(slot) = self.slots[i].as_mut() else {
+            return Ok(uploaded);
+        };
+        let held = slot.charge.bytes();
+        slot.charge.set(new_bytes);
+        slot.current = StreamedTexture {
+            texture,
+            generation,
+            resident: target,
+        };
+        self.stats.resident_bytes = self.stats.resident_bytes - held + new_bytes;
+        self.stats.swaps += 1;
+        Ok(uploaded)
+    }
+}
+
+fn unknown(id: MipId) -> Error {
+    Error::misuse(
+        Misuse::Foreign,
+        format!("mip texture {} is not registered with this streamer", id.0),
+        "use an id this streamer's add returned and that was not removed",
+    )
+}

@@ -1,0 +1,188 @@
+//! Mip streaming on a real adapter: 200 textures whose full chains total 3x the budget, a
+//! camera moving through them; every frame within the budget and the upload cap; once the
+//! camera rests every texture reaches the level it wants as far as the budget allows, and
+//! every resident level reads back exactly as its source; halving the budget mid-run
+//! shrinks textures, with no out-of-memory error.
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use vramkit::mips::{wanted_level, MemoryMips, MipConfig, MipId, MipStreamer};
+
+use crate::common;
+
+/// A texture's random levels (each level its own random bytes: what matters is that each
+/// resident level holds its source's bytes).
+fn random_mips(rng: &mut impl Rng, size: (u32, u32)) -> MemoryMips {
+    let levels = 32 - size.0.max(size.1).leading_zeros();
+    let data = (0..levels)
+        .map(|l| {
+            let (w, h) = ((size.0 >> l).max(1), (size.1 >> l).max(1));
+            (0..w * h * 4).map(|_| rng.gen()).collect()
+        })
+        .collect();
+    MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, size, data).unwrap()
+}
+
+#[test]
+fn two_hundred_textures_at_three_times_the_budget_stay_within_it_and_settle_exactly() {
+    let gpu = common::gpu();
+    let mut rng = common::rng();
+    let mut sources = Vec::new();
+    for _ in 0..200 {
+        let size = (rng.gen_range(8..=128), rng.gen_range(8..=128));
+        sources.push((Arc::new(random_mips(&mut rng, size)), size));
+    }
+    let full: u64 = sources
+        .iter()
+        .map(|(_, (w, h))| {
+            let levels = 32 - w.max(h).leading_zeros();
+            (0..levels)
+                .map(|l| u64::from((w >> l).max(1) * (h >> l).max(1) * 4))
+                .sum::<u64>()
+        })
+        .sum();
+    let budget = full / 3;
+    let cap = (full / 40).max(128 * 128 * 4);
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget,
+            upload_cap: cap,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids: Vec<(MipId, (u32, u32))> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, (s, size))| (streamer.add(s.clone(), &format!("t{i}")).unwrap(), *size))
+        .collect();
+    // Textures on a 20 x 10 grid; the camera flies along it, nearer ones drawn larger
+    // (importance: the screen area a texture covers).
+    let place = |i: usize| ((i % 20) as f32, (i / 20) as f32);
+    let view = |streamer: &mut MipStreamer, cam: (f32, f32)| {
+        for (i, (id, size)) in ids.iter().enumerate() {
+            let (x, y) = place(i);
+            let d = ((x - cam.0).powi(2) + (y - cam.1).powi(2)).sqrt();
+            let pixels = 256.0 / (1.0 + d);
+            streamer
+                .set_wanted(*id, wanted_level(*size, pixels), pixels * pixels)
+                .unwrap();
+        }
+    };
+    let mut frames = 0;
+    for f in 0..60 {
+        let t = f as f32 / 60.0;
+        view(&mut streamer, (20.0 * t, 5.0 + 4.0 * (6.0 * t).sin()));
+        let uploaded = streamer.update().unwrap();
+        frames += 1;
+        let s = streamer.stats();
+        assert!(
+            s.resident_bytes <= budget,
+            "frame {f}: {} > {budget}",
+            s.resident_bytes
+        );
+        assert!(
+            uploaded <= cap,
+            "frame {f}: uploaded {uploaded} > cap {cap}"
+        );
+        if f == 40 {
+            // A neighbour took memory: half the budget from now on.
+            streamer.set_budget(budget / 2).unwrap();
+        }
+        if f > 40 {
+            assert!(
+                s.resident_bytes <= budget / 2,
+                "frame {f}: {}",
+                s.resident_bytes
+            );
+        }
+    }
+    streamer.set_budget(budget).unwrap();
+    // The camera rests: settled within the frames the cap needs, plus one.
+    let rest = (10.0, 5.0);
+    view(&mut streamer, rest);
+    let mut rest_frames = 0;
+    while !streamer.settled() {
+        streamer.update().unwrap();
+        rest_frames += 1;
+        assert!(
+            rest_frames <= budget / cap + 2,
+            "not settled after {rest_frames} frames"
+        );
+    }
+    let s = streamer.stats();
+    assert_eq!(s.ooms, 0);
+    assert_eq!(s.uploads_over_cap, 0);
+    assert!(s.resident_bytes <= budget);
+    assert!(
+        s.full_bytes >= 3 * budget - 3,
+        "{} vs {budget}",
+        s.full_bytes
+    );
+    eprintln!(
+        "{frames} frames moving, {rest_frames} to settle; {} of {} bytes resident (budget {budget}), {} swaps, {} short",
+        s.resident_bytes, s.full_bytes, s.swaps, s.short
+    );
+    // The nearest textures hold what they want (the budget gives the most important
+    // first); every resident level of a random third of them reads back exactly.
+    for (i, (id, size)) in ids.iter().enumerate() {
+        let (x, y) = place(i);
+        let d = ((x - rest.0).powi(2) + (y - rest.1).powi(2)).sqrt();
+        let shown = streamer.texture(*id).unwrap();
+        if d <= 1.0 {
+            assert_eq!(
+                shown.resident,
+                wanted_level(*size, 256.0 / (1.0 + d)),
+                "t{i}"
+            );
+        }
+        if rng.gen_range(0..3) == 0 || d <= 1.0 {
+            let source = &sources[i].0;
+            for l in 0..shown.texture.mip_level_count() {
+                let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
+                let want =
+                    vramkit::mips::MipSource::read_level(source.as_ref(), shown.resident + l)
+                        .unwrap();
+                assert!(got == want, "t{i}: level {} differs", shown.resident + l);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_sources_and_budgets_are_errors_that_change_nothing() {
+    let gpu = common::gpu();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget: 1 << 20,
+            upload_cap: 64 << 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // A level larger than the cap.
+    let big = Arc::new(random_mips(&mut rng, (256, 256)));
+    let e = streamer.add(big, "big").unwrap_err();
+    assert!(e.to_string().contains("upload cap"), "{e}");
+    // A level of the wrong length.
+    let e =
+        MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, (4, 4), vec![vec![0; 10]]).unwrap_err();
+    assert!(e.to_string().contains("64 bytes"), "{e}");
+    let id = streamer
+        .add(Arc::new(random_mips(&mut rng, (64, 64))), "small")
+        .unwrap();
+    // A budget below the coarsest levels is refused; the streamer still works.
+    assert!(streamer.set_budget(1).is_err());
+    streamer.set_wanted(id, 0, 1.0).unwrap();
+    while !streamer.settled() {
+        streamer.update().unwrap();
+    }
+    assert_eq!(streamer.texture(id).unwrap().resident, 0);
+    streamer.remove(id).unwrap();
+    assert!(streamer.texture(id).is_err());
+    assert_eq!(streamer.stats().resident_bytes, 0);
+}
