@@ -186,3 +186,138 @@ fn bad_sources_and_budgets_are_errors_that_change_nothing() {
     assert!(streamer.texture(id).is_err());
     assert_eq!(streamer.stats().resident_bytes, 0);
 }
+
+const SAMPLE_WGSL: &str = r#"
+@group(0) @binding(0) var t: texture_2d<f32>;
+@group(0) @binding(1) var s: sampler;
+struct VOut { @builtin(position) pos: vec4f, @location(0) uv: vec2f };
+@vertex fn vs(@builtin(vertex_index) i: u32) -> VOut {
+    let p = vec2f(f32((i << 1u) & 2u), f32(i & 2u));
+    var o: VOut;
+    o.pos = vec4f(p * 2.0 - 1.0, 0.0, 1.0);
+    o.uv = vec2f(p.x, 1.0 - p.y);
+    return o;
+}
+@fragment fn fs(v: VOut) -> @location(0) vec4f {
+    // The hardware's own level selection: nothing tells it the chain starts elsewhere.
+    return textureSample(t, s, v.uv);
+}
+"#;
+
+/// Draws `texture` over a target of `size` with ordinary sampling (nearest texels and
+/// levels, the level picked by the hardware from the derivatives) and reads it back.
+fn draw(gpu: &vramkit::Gpu, texture: &wgpu::Texture, size: (u32, u32)) -> Vec<u8> {
+    let device = gpu.device();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("mip sample"),
+        source: wgpu::ShaderSource::Wgsl(SAMPLE_WGSL.into()),
+    });
+    let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some("mip sample"),
+        layout: None,
+        vertex: wgpu::VertexState {
+            module: &module,
+            entry_point: Some("vs"),
+            compilation_options: Default::default(),
+            buffers: &[],
+        },
+        fragment: Some(wgpu::FragmentState {
+            module: &module,
+            entry_point: Some("fs"),
+            compilation_options: Default::default(),
+            targets: &[Some(wgpu::TextureFormat::Rgba8Unorm.into())],
+        }),
+        primitive: Default::default(),
+        depth_stencil: None,
+        multisample: Default::default(),
+        multiview_mask: None,
+        cache: None,
+    });
+    let sampler = device.create_sampler(&wgpu::SamplerDescriptor::default());
+    let view = texture.create_view(&Default::default());
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::TextureView(&view),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: wgpu::BindingResource::Sampler(&sampler),
+            },
+        ],
+    });
+    let target = device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("mip sample target"),
+        size: wgpu::Extent3d {
+            width: size.0,
+            height: size.1,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::COPY_SRC,
+        view_formats: &[],
+    });
+    let target_view = target.create_view(&Default::default());
+    let mut e = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = e.begin_render_pass(&wgpu::RenderPassDescriptor {
+            label: None,
+            color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                view: &target_view,
+                depth_slice: None,
+                resolve_target: None,
+                ops: wgpu::Operations {
+                    load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
+                    store: wgpu::StoreOp::Store,
+                },
+            })],
+            ..Default::default()
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.draw(0..3, 0..1);
+    }
+    gpu.submit([e.finish()]);
+    vramkit::readback::read_texture_level(gpu, &target, 0).unwrap()
+}
+
+#[test]
+fn a_streamed_texture_samples_as_its_full_chain_would_with_no_change_to_the_shader() {
+    let gpu = common::gpu();
+    let mut rng = common::rng();
+    // Power-of-two sides: each level exactly half the one above, so the level the
+    // hardware picks for a target of level L's size is L on any adapter.
+    let size = (1 << rng.gen_range(5..8), 1 << rng.gen_range(5..8));
+    let source = Arc::new(random_mips(&mut rng, size));
+    let levels = vramkit::mips::MipSource::level_count(source.as_ref());
+    let mut streamer = MipStreamer::new(gpu, MipConfig::default()).unwrap();
+    let id = streamer.add(source.clone(), "sampled").unwrap();
+    let resident = rng.gen_range(0..levels - 1);
+    streamer.set_wanted(id, resident, 1.0).unwrap();
+    while !streamer.settled() {
+        streamer.update().unwrap();
+    }
+    let shown = streamer.texture(id).unwrap();
+    assert_eq!(shown.resident, resident);
+    // Every full-chain level the texture holds, drawn at that level's size.
+    for level in resident..levels {
+        let (w, h) = ((size.0 >> level).max(1), (size.1 >> level).max(1));
+        let got = draw(gpu, &shown.texture, (w, h));
+        let want = vramkit::mips::MipSource::read_level(source.as_ref(), level).unwrap();
+        let off = got
+            .chunks(4)
+            .zip(want.chunks(4))
+            .filter(|(a, b)| a != b)
+            .count();
+        assert_eq!(
+            off, 0,
+            "level {level} ({w}x{h}) of a {size:?} texture holding from {resident}"
+        );
+    }
+}
