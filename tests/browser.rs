@@ -515,3 +515,99 @@ browser_test! {
         rt.gpu().errors_async().await
     }
 }
+
+browser_test! {
+    /// Mip streaming in the page: 40 textures whose chains are 3x the budget, a camera
+    /// moving over them and the budget halved midway: every update within the budget and
+    /// the cap, no out-of-memory; settled, the levels of width 64 or more read back exactly
+    /// as their sources (the narrower ones would need padded rows).
+    async fn mip_streaming_holds_its_budget_and_its_levels_are_exact() {
+        use vramkit::mips::{wanted_level, MemoryMips, MipConfig, MipSource, MipStreamer};
+        let rt = runtime().await;
+        let gpu = rt.gpu();
+        let mut rng = Rng::new(11);
+        let side = 256u32;
+        let levels = 9;
+        let mut sources = Vec::new();
+        for _ in 0..40 {
+            let data = (0..levels)
+                .map(|l| (0..((side >> l) * (side >> l) * 4)).map(|_| rng.next() as u8).collect())
+                .collect();
+            let m = MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, (side, side), data)?;
+            sources.push(Arc::new(m));
+        }
+        let full: u64 = 40 * (0..levels).map(|l| u64::from((side >> l) * (side >> l) * 4)).sum::<u64>();
+        let budget = full / 3;
+        let mut streamer = MipStreamer::new(
+            gpu,
+            MipConfig { budget, upload_cap: u64::from(side * side * 4), ..Default::default() },
+        )?;
+        let mut ids = Vec::new();
+        for (i, s) in sources.iter().enumerate() {
+            ids.push(streamer.add(s.clone(), &format!("t{i}"))?);
+        }
+        let view = |streamer: &mut MipStreamer, cam: f32| -> vramkit::Result<()> {
+            for (i, id) in ids.iter().enumerate() {
+                let d = (i as f32 - cam).abs();
+                let pixels = 300.0 / (1.0 + d);
+                streamer.set_wanted(*id, wanted_level((side, side), pixels), pixels * pixels)?;
+            }
+            Ok(())
+        };
+        for f in 0..30 {
+            if f == 15 {
+                streamer.set_budget(budget / 2)?;
+            }
+            view(&mut streamer, f as f32 * 40.0 / 30.0)?;
+            let uploaded = streamer.update()?;
+            let limit = if f >= 15 { budget / 2 } else { budget };
+            assert!(streamer.stats().resident_bytes <= limit, "frame {f}");
+            assert!(uploaded <= u64::from(side * side * 4), "frame {f}");
+            gpu.wait_idle_async().await?;
+        }
+        streamer.set_budget(budget)?;
+        view(&mut streamer, 20.0)?;
+        let mut frames = 0;
+        while !streamer.settled() {
+            streamer.update()?;
+            gpu.wait_idle_async().await?;
+            frames += 1;
+            assert!(frames < 100, "not settled");
+        }
+        assert_eq!(streamer.stats().ooms, 0);
+        let arena = Arena::new(gpu, Default::default())?;
+        for (i, id) in ids.iter().enumerate().filter(|(i, _)| i % 4 == 0) {
+            let shown = streamer.texture(*id)?;
+            for l in 0..shown.texture.mip_level_count() {
+                let w = side >> (shown.resident + l);
+                if w < 64 {
+                    break;
+                }
+                let bytes = u64::from(w * w * 4);
+                let out = arena.alloc(bytes, "mip readback")?;
+                let mut e = gpu.device().create_command_encoder(&Default::default());
+                e.copy_texture_to_buffer(
+                    wgpu::TexelCopyTextureInfo {
+                        texture: &shown.texture,
+                        mip_level: l,
+                        origin: wgpu::Origin3d::ZERO,
+                        aspect: wgpu::TextureAspect::All,
+                    },
+                    wgpu::TexelCopyBufferInfo {
+                        buffer: out.buffer(),
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: out.offset(),
+                            bytes_per_row: Some(w * 4),
+                            rows_per_image: Some(w),
+                        },
+                    },
+                    wgpu::Extent3d { width: w, height: w, depth_or_array_layers: 1 },
+                );
+                gpu.submit([e.finish()]);
+                let got = rt.downloader().download_async(&out, 0, bytes)?.await?.to_vec();
+                assert!(got == sources[i].read_level(shown.resident + l)?, "t{i} level {}", shown.resident + l);
+            }
+        }
+        gpu.errors_async().await
+    }
+}
