@@ -29,12 +29,17 @@
 //! - **Ledgered**: the textures are vramkit's line "mip-streamed textures" in the device
 //!   ledger.
 //!
+//! Sources: [`MemoryMips`] (levels in memory), [`Ktx2Mips`] (KTX2 files),
+//! or the app's own [`MipSource`].
+//!
 //! Levels are read on the thread that calls `update` (a source that decodes files should
 //! keep the decoded levels it expects to be asked for); loader threads are not used yet.
 
+mod ktx2;
 mod plan;
 mod source;
 
+pub use self::ktx2::Ktx2Mips;
 pub use source::{MemoryMips, MipSource};
 
 use std::sync::Arc;
