@@ -616,3 +616,31 @@ fn unknown(id: MipId) -> Error {
         "use an id this streamer's add returned and that was not removed",
     )
 }
+
+#[cfg(feature = "metrics")]
+impl MipStreamer {
+    /// Publishes the streamer's figures through the `metrics` facade (feature `metrics`):
+    /// gauges `vramkit_mip_resident_bytes`, `vramkit_mip_budget_bytes`,
+    /// `vramkit_mip_full_bytes`, `vramkit_mip_textures`, `vramkit_mip_short_textures`,
+    /// `vramkit_mip_uploaded_last_bytes`; counters `vramkit_mip_uploaded_bytes_total`,
+    /// `vramkit_mip_swaps_total`, `vramkit_mip_out_of_memory_total`; each labelled with
+    /// the device.
+    pub fn publish_metrics(&self) {
+        use metrics::{counter, gauge};
+        let s = self.stats();
+        let device = self.gpu.info().name.clone();
+        let set =
+            |name: &'static str, v: u64| gauge!(name, "device" => device.clone()).set(v as f64);
+        set("vramkit_mip_resident_bytes", s.resident_bytes);
+        set("vramkit_mip_budget_bytes", s.budget);
+        set("vramkit_mip_full_bytes", s.full_bytes);
+        set("vramkit_mip_textures", s.textures as u64);
+        set("vramkit_mip_short_textures", s.short as u64);
+        set("vramkit_mip_uploaded_last_bytes", s.uploaded_last);
+        let total =
+            |name: &'static str, v: u64| counter!(name, "device" => device.clone()).absolute(v);
+        total("vramkit_mip_uploaded_bytes_total", s.uploaded_total);
+        total("vramkit_mip_swaps_total", s.swaps);
+        total("vramkit_mip_out_of_memory_total", s.ooms);
+    }
+}

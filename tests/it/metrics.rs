@@ -421,3 +421,40 @@ fn the_ledger_publishes_one_series_per_line_with_its_bytes() {
         .any(|k| k.starts_with("vramkit_ledger_growing_owners{")));
     drop(buffers);
 }
+
+#[test]
+fn the_mip_streamer_publishes_its_resident_bytes_and_budget() {
+    use std::sync::Arc;
+    use vramkit::mips::{MemoryMips, MipConfig, MipStreamer};
+    let gpu = common::gpu();
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget: 1 << 20,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let levels = (0..7)
+        .map(|l| vec![7u8; (64usize >> l).pow(2) * 4])
+        .collect();
+    let source = MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, (64, 64), levels).unwrap();
+    let id = streamer.add(Arc::new(source), "m").unwrap();
+    streamer.set_wanted(id, 0, 1.0).unwrap();
+    streamer.update().unwrap();
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || streamer.publish_metrics());
+    let m = capture.0.lock().unwrap();
+    let get = |name: &str| {
+        m.iter()
+            .find(|(k, _)| k.starts_with(&format!("{name}{{")))
+            .map(|(_, v)| *v)
+    };
+    let s = streamer.stats();
+    assert_eq!(
+        get("vramkit_mip_resident_bytes"),
+        Some(s.resident_bytes as f64)
+    );
+    assert_eq!(get("vramkit_mip_budget_bytes"), Some((1u64 << 20) as f64));
+    assert_eq!(get("vramkit_mip_swaps_total"), Some(s.swaps as f64));
+}

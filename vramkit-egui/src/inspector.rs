@@ -4,6 +4,7 @@
 use egui::{Color32, Response, RichText, Sense, Stroke, Ui, Widget};
 use vramkit::arena::ArenaStats;
 use vramkit::ledger::{LedgerReport, MemoryKind, Part};
+use vramkit::mips::MipStats;
 use vramkit::tier::TierStats;
 use vramkit::vt::VtStats;
 use vramkit::{fmt_bytes, Arena};
@@ -83,6 +84,7 @@ pub struct MemoryInspector<'a> {
     arena: &'a Arena,
     tiers: Option<TierStats>,
     textures: Vec<(String, VtStats)>,
+    mips: Option<MipStats>,
 }
 
 impl<'a> MemoryInspector<'a> {
@@ -93,7 +95,14 @@ impl<'a> MemoryInspector<'a> {
             arena,
             tiers: None,
             textures: Vec::new(),
+            mips: None,
         }
+    }
+
+    /// Shows a mip streamer's figures too ([`MipStreamer::stats`](vramkit::mips::MipStreamer::stats)).
+    pub fn mip_streaming(mut self, stats: MipStats) -> Self {
+        self.mips = Some(stats);
+        self
     }
 
     /// Shows the tiers' figures too ([`Tiers::stats`](vramkit::tier::Tiers::stats)).
@@ -116,6 +125,7 @@ impl Widget for MemoryInspector<'_> {
             arena,
             tiers,
             textures,
+            mips,
         } = self;
         let now = Instant::now();
         let stats = arena.stats();
@@ -171,6 +181,9 @@ impl Widget for MemoryInspector<'_> {
             }
             for (name, vt) in &textures {
                 texture_figures(ui, name, vt);
+            }
+            if let Some(m) = &mips {
+                mip_figures(ui, m);
             }
         });
         inner.response.interact(Sense::hover())
@@ -399,6 +412,35 @@ fn ledger(ui: &mut Ui, r: &LedgerReport) {
                         ui.label("untracked");
                         ui.label(RichText::new(fmt_bytes(u)).monospace());
                         ui.label("what the driver counts and no line explains");
+                        ui.end_row();
+                    }
+                });
+        });
+}
+
+fn mip_figures(ui: &mut Ui, m: &MipStats) {
+    egui::CollapsingHeader::new(format!("mip streaming ({} textures)", m.textures))
+        .default_open(true)
+        .show(ui, |ui| {
+            let fill = m.resident_bytes as f32 / m.budget.max(1) as f32;
+            ui.add(egui::ProgressBar::new(fill.min(1.0)).text(format!(
+                "{} of the budget {} resident",
+                fmt_bytes(m.resident_bytes),
+                fmt_bytes(m.budget)
+            )));
+            egui::Grid::new("vramkit-mips")
+                .num_columns(2)
+                .show(ui, |ui| {
+                    let rows = [
+                        ("every full chain", fmt_bytes(m.full_bytes)),
+                        ("uploaded last frame", fmt_bytes(m.uploaded_last)),
+                        ("textures short of their wanted level", m.short.to_string()),
+                        ("swaps", m.swaps.to_string()),
+                        ("out of memory", m.ooms.to_string()),
+                    ];
+                    for (name, value) in rows {
+                        ui.label(name);
+                        ui.label(RichText::new(value).monospace());
                         ui.end_row();
                     }
                 });
