@@ -30,7 +30,8 @@ pub(crate) enum Knob {
     #[cfg_attr(web, allow(dead_code))]
     Devices,
     Backtrace,
-    #[cfg_attr(web, allow(dead_code))]
+    // Host memory import is Vulkan's (`gpu/host_import.rs`).
+    #[cfg_attr(not(vulkan_hal), allow(dead_code))]
     HostImport,
     HostReadBarrier,
     LockBias,
