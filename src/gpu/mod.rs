@@ -49,12 +49,15 @@ driver) or your GPU vendor's driver; check with `vulkaninfo --summary`. \
 VRAMKIT_BACKEND and VRAMKIT_ADAPTER narrow the choice.";
 
 /// Optional features vramkit turns on whenever the adapter offers them. Kernels check
-/// [`Gpu::has`] to choose a variant, so enabling them costs nothing where unused.
+/// [`Gpu::has`] to choose a variant, so enabling them costs nothing where unused. BC
+/// textures are for the app's own and for mip streaming (`mips`), where the device has
+/// them (desktop GPUs; not lavapipe).
 pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::SUBGROUP_BARRIER)
     .union(wgpu::Features::TIMESTAMP_QUERY)
-    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    .union(wgpu::Features::TEXTURE_COMPRESSION_BC);
 
 /// Splits `units` work items, `per_group` per workgroup, into a 2-D grid that respects
 /// `max_compute_workgroups_per_dimension` (so counts beyond 65535 workgroups work). Shaders

@@ -48,7 +48,7 @@ use crate::error::{Limit, OutOfMemory};
 use crate::gpu::accounts::{Account, Charge, MemoryKind, Part};
 use crate::stream::Uploader;
 use crate::{Error, Gpu, Misuse, Result};
-use source::{level_bytes, level_size};
+use source::{copy_extent, level_bytes, level_size};
 
 /// Settings of a [`MipStreamer`].
 #[derive(Clone, Debug)]
@@ -524,7 +524,6 @@ impl MipStreamer {
         let mut bytes = 0;
         for l in levels {
             let texels = source.read_level(l)?;
-            let (w, h) = level_size(source.size(), l);
             self.uploader.upload_texture(
                 wgpu::TexelCopyTextureInfo {
                     texture,
@@ -532,11 +531,7 @@ impl MipStreamer {
                     origin: wgpu::Origin3d::ZERO,
                     aspect: wgpu::TextureAspect::All,
                 },
-                wgpu::Extent3d {
-                    width: w,
-                    height: h,
-                    depth_or_array_layers: 1,
-                },
+                copy_extent(source.format(), source.size(), l),
                 &texels,
             )?;
             bytes += texels.len() as u64;
@@ -565,7 +560,6 @@ impl MipStreamer {
                     label: Some("vramkit mip swap"),
                 });
         for l in keep..levels {
-            let (w, h) = level_size(source.size(), l);
             encoder.copy_texture_to_texture(
                 wgpu::TexelCopyTextureInfo {
                     texture: &slot.current.texture,
@@ -579,11 +573,7 @@ impl MipStreamer {
                     origin: wgpu::Origin3d::ZERO,
                     aspect: wgpu::TextureAspect::All,
                 },
-                wgpu::Extent3d {
-                    width: w,
-                    height: h,
-                    depth_or_array_layers: 1,
-                },
+                copy_extent(source.format(), source.size(), l),
             );
         }
         self.gpu.submit([encoder.finish()]);

@@ -26,6 +26,22 @@ pub(crate) fn level_size((w, h): (u32, u32), level: u32) -> (u32, u32) {
     ((w >> level).max(1), (h >> level).max(1))
 }
 
+/// The extent a copy of a whole level covers: its size rounded up to whole blocks (a 2x2
+/// level of a BC texture is one 4x4 block), as wgpu requires of copies at a level's edge.
+pub(crate) fn copy_extent(
+    format: wgpu::TextureFormat,
+    size: (u32, u32),
+    level: u32,
+) -> wgpu::Extent3d {
+    let (w, h) = level_size(size, level);
+    let (bw, bh) = format.block_dimensions();
+    wgpu::Extent3d {
+        width: w.next_multiple_of(bw),
+        height: h.next_multiple_of(bh),
+        depth_or_array_layers: 1,
+    }
+}
+
 /// Bytes of one level of a `size` texture of `format`.
 pub(crate) fn level_bytes(
     format: wgpu::TextureFormat,
