@@ -12,7 +12,8 @@
 //!
 //! # A frame
 //! The host says, per texture, the finest level its view needs ([`MipStreamer::set_wanted`],
-//! from a screen-size estimate: [`wanted_level`]) and how much it matters; once a frame
+//! from a screen-size estimate: [`wanted_level`], or from what the GPU sampled:
+//! [`MipFeedback`]) and how much it matters; once a frame
 //! [`MipStreamer::update`] plans (`plan.rs`: everybody coarse first, then sharper by
 //! benefit per byte while the budget holds), shrinks what the budget or the view no longer
 //! allows, and grows by importance within the per-frame upload cap.
@@ -35,11 +36,13 @@
 //! Levels are read on the thread that calls `update` (a source that decodes files should
 //! keep the decoded levels it expects to be asked for); loader threads are not used yet.
 
+mod feedback;
 mod ktx2;
 mod plan;
 mod source;
 
 pub use self::ktx2::Ktx2Mips;
+pub use feedback::MipFeedback;
 pub use source::{MemoryMips, MipSource};
 
 use std::sync::Arc;
@@ -75,6 +78,14 @@ impl Default for MipConfig {
 /// A texture's handle in its streamer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MipId(u32);
+
+impl MipId {
+    /// The id's index: what the host's shader passes to `mip_feedback_write`
+    /// ([`MipFeedback`]). Indices of removed textures are reused.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
 
 /// What a streamed texture holds now.
 #[derive(Clone, Debug)]

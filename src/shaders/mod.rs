@@ -154,6 +154,7 @@ const FRAGMENTS: &[(&str, &str)] = fragments![
     "shared/combine1",
     "shared/f16_pairs",
     "shared/matmul_params",
+    "shared/mip_feedback",
     "shared/reduce_subgroup",
     "shared/reduce_whole",
     "shared/reduce_workgroup",

@@ -383,3 +383,142 @@ fn a_block_compressed_texture_streams_down_to_levels_smaller_than_a_block_exactl
         }
     }
 }
+
+#[test]
+fn the_gpus_feedback_sets_each_textures_wanted_level_from_what_it_sampled() {
+    use vramkit::mips::MipFeedback;
+    let gpu = common::gpu();
+    let mut rng = common::rng();
+    let mut streamer = MipStreamer::new(gpu, MipConfig::default()).unwrap();
+    let ids: Vec<MipId> = (0..4)
+        .map(|i| {
+            streamer
+                .add(
+                    Arc::new(random_mips(&mut rng, (256, 256))),
+                    &format!("f{i}"),
+                )
+                .unwrap()
+        })
+        .collect();
+    let mut feedback = MipFeedback::new(gpu, 8).unwrap();
+    // Texture i drawn over a square target of 256 >> k texels: 2^k texels a pixel, level k;
+    // the last one not drawn at all.
+    let ks: Vec<u32> = (0..3).map(|_| rng.gen_range(0..6)).collect();
+    let wgsl = format!(
+        "{}\n{}",
+        feedback.wgsl(0),
+        r#"
+struct VOut { @builtin(position) pos: vec4f, @location(0) uv: vec2f, @location(1) @interpolate(flat) id: u32 };
+@vertex fn vs(@builtin(vertex_index) i: u32, @builtin(instance_index) id: u32) -> VOut {
+    let p = vec2f(f32((i << 1u) & 2u), f32(i & 2u));
+    var o: VOut;
+    o.pos = vec4f(p * 2.0 - 1.0, 0.0, 1.0);
+    o.uv = vec2f(p.x, 1.0 - p.y);
+    o.id = id;
+    return o;
+}
+@fragment fn fs(v: VOut) -> @location(0) vec4f {
+    mip_feedback_write(v.id, v.uv, vec2f(256.0, 256.0));
+    return vec4f(v.uv, 0.0, 1.0);
+}
+"#
+    );
+    let device = gpu.device();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("mip feedback test"),
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+    });
+    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: None,
+        bind_group_layouts: &[Some(feedback.bind_group_layout())],
+        immediate_size: 0,
+    });
+    let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some("mip feedback test"),
+        layout: Some(&layout),
+        vertex: wgpu::VertexState {
+            module: &module,
+            entry_point: Some("vs"),
+            compilation_options: Default::default(),
+            buffers: &[],
+        },
+        fragment: Some(wgpu::FragmentState {
+            module: &module,
+            entry_point: Some("fs"),
+            compilation_options: Default::default(),
+            targets: &[Some(wgpu::TextureFormat::Rgba8Unorm.into())],
+        }),
+        primitive: Default::default(),
+        depth_stencil: None,
+        multisample: Default::default(),
+        multiview_mask: None,
+        cache: None,
+    });
+    feedback.begin_frame();
+    let mut e = device.create_command_encoder(&Default::default());
+    let mut targets = Vec::new();
+    for (i, k) in ks.iter().enumerate() {
+        let side = 256 >> k;
+        let target = device.create_texture(&wgpu::TextureDescriptor {
+            label: None,
+            size: wgpu::Extent3d {
+                width: side,
+                height: side,
+                depth_or_array_layers: 1,
+            },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba8Unorm,
+            usage: wgpu::TextureUsages::RENDER_ATTACHMENT,
+            view_formats: &[],
+        });
+        let view = target.create_view(&Default::default());
+        {
+            let mut pass = e.begin_render_pass(&wgpu::RenderPassDescriptor {
+                label: None,
+                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                    view: &view,
+                    depth_slice: None,
+                    resolve_target: None,
+                    ops: wgpu::Operations {
+                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
+                        store: wgpu::StoreOp::Store,
+                    },
+                })],
+                ..Default::default()
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, feedback.bind_group(), &[]);
+            let id = ids[i].index();
+            pass.draw(0..3, id..id + 1);
+        }
+        targets.push(target);
+    }
+    gpu.submit([e.finish()]);
+    feedback.end_frame();
+    let mut tries = 0;
+    while !feedback.apply(&mut streamer).unwrap() {
+        tries += 1;
+        assert!(tries < 5000, "the feedback never arrived");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let stats = streamer.texture_stats();
+    for (i, k) in ks.iter().enumerate() {
+        assert_eq!(
+            stats[i].1.wanted, *k,
+            "texture {i} drawn at 2^{k} texels a pixel"
+        );
+    }
+    assert_eq!(
+        stats[3].1.wanted,
+        stats[3].1.levels - 1,
+        "not drawn: its coarsest"
+    );
+    while !streamer.settled() {
+        streamer.update().unwrap();
+    }
+    for (i, k) in ks.iter().enumerate() {
+        assert_eq!(streamer.texture(ids[i]).unwrap().resident, *k);
+    }
+}
