@@ -10,7 +10,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::source::level_bytes;
+use super::source::{full_chain, level_bytes, missing_level};
 use super::MipSource;
 use crate::{Error, Misuse, Result};
 
@@ -126,7 +126,7 @@ impl Ktx2Mips {
             let start = level.data.as_ptr() as usize - base;
             levels.push(start..start + level.data.len());
         }
-        let full = 32 - size.0.max(size.1).leading_zeros();
+        let full = full_chain(size);
         if levels.is_empty() || levels.len() as u32 > full {
             return Err(refused(
                 format!(
@@ -159,13 +159,10 @@ impl MipSource for Ktx2Mips {
         self.levels.len() as u32
     }
     fn read_level(&self, level: u32) -> Result<Vec<u8>> {
-        let range = self.levels.get(level as usize).ok_or_else(|| {
-            Error::misuse(
-                Misuse::Length,
-                format!("level {level} of a KTX2 file with {}", self.levels.len()),
-                "ask for a level below level_count()",
-            )
-        })?;
+        let range = self
+            .levels
+            .get(level as usize)
+            .ok_or_else(|| missing_level("a KTX2 file", level, self.levels.len()))?;
         Ok(self.data[range.clone()].to_vec())
     }
 }

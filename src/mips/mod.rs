@@ -51,7 +51,7 @@ use crate::error::{Limit, OutOfMemory};
 use crate::gpu::accounts::{Account, Charge, MemoryKind, Part};
 use crate::stream::Uploader;
 use crate::{Error, Gpu, Misuse, Result};
-use source::{copy_extent, level_bytes, level_size};
+use source::{copy_extent, full_chain, level_bytes, level_size};
 
 /// Settings of a [`MipStreamer`].
 #[derive(Clone, Debug)]
@@ -185,7 +185,7 @@ pub struct MipStreamer {
 /// at most: where one texel covers about one pixel.
 pub fn wanted_level(size: (u32, u32), screen_pixels: f32) -> u32 {
     let texels = size.0.max(size.1) as f32;
-    let levels = 32 - size.0.max(size.1).leading_zeros();
+    let levels = full_chain(size);
     if screen_pixels <= 0.0 {
         return levels - 1;
     }
@@ -225,7 +225,7 @@ impl MipStreamer {
         let format = source.format();
         let size = source.size();
         let levels = source.level_count();
-        let full = 32 - size.0.max(size.1).leading_zeros();
+        let full = full_chain(size);
         if levels == 0 || levels > full || size.0 == 0 || size.1 == 0 {
             return Err(Error::misuse(
                 Misuse::Shape,

@@ -21,6 +21,20 @@ pub trait MipSource: Send + Sync {
     fn read_level(&self, level: u32) -> Result<Vec<u8>>;
 }
 
+/// Levels in the full chain of a `size` texture (down to 1 x 1).
+pub(crate) fn full_chain((w, h): (u32, u32)) -> u32 {
+    32 - w.max(h).leading_zeros()
+}
+
+/// The error for a level a source does not have.
+pub(crate) fn missing_level(what: &str, level: u32, count: usize) -> Error {
+    Error::misuse(
+        Misuse::Length,
+        format!("level {level} of {what} with {count}"),
+        "ask for a level below level_count()",
+    )
+}
+
 /// Width and height of `level` of a `size` texture.
 pub(crate) fn level_size((w, h): (u32, u32), level: u32) -> (u32, u32) {
     ((w >> level).max(1), (h >> level).max(1))
@@ -97,7 +111,7 @@ impl MemoryMips {
                 "give a non-empty size and at least one level",
             ));
         }
-        let full = 32 - size.0.max(size.1).leading_zeros();
+        let full = full_chain(size);
         if levels.len() as u32 > full {
             return Err(Error::misuse(
                 Misuse::Shape,
@@ -147,12 +161,9 @@ impl MipSource for MemoryMips {
         self.levels.len() as u32
     }
     fn read_level(&self, level: u32) -> Result<Vec<u8>> {
-        self.levels.get(level as usize).cloned().ok_or_else(|| {
-            Error::misuse(
-                Misuse::Length,
-                format!("level {level} of a source with {}", self.levels.len()),
-                "ask for a level below level_count()",
-            )
-        })
+        self.levels
+            .get(level as usize)
+            .cloned()
+            .ok_or_else(|| missing_level("a source", level, self.levels.len()))
     }
 }
