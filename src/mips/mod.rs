@@ -369,20 +369,7 @@ impl MipStreamer {
     /// One frame: plans, shrinks and grows (module docs). Returns the bytes uploaded.
     pub fn update(&mut self) -> Result<u64> {
         self.gpu.check_alive()?;
-        let ids: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].is_some())
-            .collect();
-        let entries: Vec<plan::Entry> = ids
-            .iter()
-            .filter_map(|&i| self.slots[i].as_ref())
-            .map(|s| plan::Entry {
-                level_bytes: s.level_bytes.clone(),
-                resident: s.current.resident,
-                wanted: s.wanted,
-                coarsest: s.coarsest,
-                importance: s.importance,
-            })
-            .collect();
+        let (ids, entries) = self.plan_entries();
         let targets = plan::plan(&entries, self.config.budget, self.config.upload_cap);
         let mut uploaded = 0;
         // Shrinks first, so growths never stand on memory still to be given back.
@@ -455,22 +442,30 @@ impl MipStreamer {
     /// Whether every texture holds what it wants, as far as the budget allows: nothing
     /// left to grow or shrink.
     pub fn settled(&self) -> bool {
-        let entries: Vec<plan::Entry> = self
-            .slots
-            .iter()
-            .flatten()
-            .map(|s| plan::Entry {
-                level_bytes: s.level_bytes.clone(),
-                resident: s.current.resident,
-                wanted: s.wanted,
-                coarsest: s.coarsest,
-                importance: s.importance,
-            })
-            .collect();
+        let (_, entries) = self.plan_entries();
         plan::plan(&entries, self.config.budget, u64::MAX)
             .iter()
             .zip(&entries)
             .all(|(t, e)| *t == e.resident)
+    }
+
+    /// The registered slots' indices and the plan's view of each.
+    fn plan_entries(&self) -> (Vec<usize>, Vec<plan::Entry>) {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .map(|(i, s)| {
+                let entry = plan::Entry {
+                    level_bytes: s.level_bytes.clone(),
+                    resident: s.current.resident,
+                    wanted: s.wanted,
+                    coarsest: s.coarsest,
+                    importance: s.importance,
+                };
+                (i, entry)
+            })
+            .unzip()
     }
 
     fn slot(&self, id: MipId) -> Result<&Slot> {
