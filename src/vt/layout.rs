@@ -153,6 +153,46 @@ impl VtLayout {
             .sum()
     }
 
+    /// The mip level the shaders' `vt_level_for` picks for derivatives `ddx`, `ddy` (uv
+    /// per pixel): the floor of log2 of the longer one in texels, within the chain.
+    ///
+    /// ```
+    /// let layout = vramkit::vt::VtLayout::new(4096, 4096)?;
+    /// // a 4096-texel image drawn into 1024 pixels: four texels a pixel, level 2
+    /// assert_eq!(layout.level_for([1.0 / 1024.0, 0.0], [0.0, 1.0 / 1024.0]), 2);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn level_for(&self, ddx: [f32; 2], ddy: [f32; 2]) -> u32 {
+        let (w, h) = (self.width as f32, self.height as f32);
+        let len = |d: [f32; 2]| ((d[0] * w).powi(2) + (d[1] * h).powi(2)).sqrt();
+        let lod = len(ddx).max(len(ddy)).max(1e-12).log2().floor();
+        lod.clamp(0.0, (self.levels - 1) as f32) as u32
+    }
+
+    /// Every page of `level` that a view of the uv rectangle `min..max` touches (clamped
+    /// to the image), row by row: what a view at rest will ask for, to
+    /// [`prefetch`](super::VirtualTexture::prefetch) before the feedback finds it.
+    ///
+    /// ```
+    /// let layout = vramkit::vt::VtLayout::new(4096, 4096)?;
+    /// let all = layout.pages_covering(0, [0.0, 0.0], [1.0, 1.0]);
+    /// let (x, y) = layout.pages(0);
+    /// assert_eq!(all.len() as u32, x * y);
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn pages_covering(&self, level: u32, min: [f32; 2], max: [f32; 2]) -> Vec<TileId> {
+        let level = level.min(self.levels - 1);
+        let a = self.page_at(level, min);
+        let b = self.page_at(level, max);
+        let mut out = Vec::with_capacity(((b.x - a.x + 1) * (b.y - a.y + 1)) as usize);
+        for y in a.y..=b.y {
+            for x in a.x..=b.x {
+                out.push(TileId::new(level, x, y));
+            }
+        }
+        out
+    }
+
     /// The page of `level` that holds virtual coordinate `uv` (0..1 on each side).
     pub fn page_at(&self, level: u32, uv: [f32; 2]) -> TileId {
         let (w, h) = self.level_size(level);

@@ -36,6 +36,62 @@ impl<'a> ReferenceSampler<'a> {
     /// The bilinear sample at `uv` (0..1, clamped) of mip `level` (clamped to the chain),
     /// RGBA in 0..1.
     pub fn sample(&mut self, uv: [f32; 2], level: u32) -> Result<[f32; 4]> {
+        let (corners, fx, fy) = self.footprint(uv, level)?;
+        let mut out = [0.0; 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let top = corners[0][c] * (1.0 - fx) + corners[1][c] * fx;
+            let bottom = corners[2][c] * (1.0 - fx) + corners[3][c] * fx;
+            *o = top * (1.0 - fy) + bottom * fy;
+        }
+        Ok(out)
+    }
+
+    /// How far a GPU may land from [`sample`](Self::sample) at `uv` by precision alone, per
+    /// channel, for a shader that computes `uv` with one multiply-add as the reference's
+    /// callers do. Two limits, both scaled by the span of the four texels read:
+    /// - texture units weigh the texels with a few bits of sub-texel precision (Vulkan's
+    ///   `subTexelPrecisionBits`, 8 on NVIDIA's and Mesa's drivers): each of the two
+    ///   lerps may be off by 1/256 of its span;
+    /// - `f32` coordinates: SPIR-V lets a driver fuse the multiply-add (one rounding, not
+    ///   two), moving the sample by up to an ulp of `uv`, which is 1/16 of a texel at
+    ///   level 0 of a 2^20-texel image.
+    ///
+    /// Add the output's rounding (half a step of the format) to compare. Flat regions get
+    /// no slack and edges a few steps: a wrong level or tile still shows.
+    ///
+    /// ```
+    /// use vramkit::vt::{ProceduralSource, ReferenceSampler};
+    /// let source = ProceduralSource::new(4096, 4096)?;
+    /// let mut reference = ReferenceSampler::new(&source);
+    /// let slack = reference.filter_slack([0.25, 0.5], 0)?;
+    /// assert!(slack.iter().all(|s| (0.0..=0.05).contains(s)));
+    /// # Ok::<(), vramkit::Error>(())
+    /// ```
+    pub fn filter_slack(&mut self, uv: [f32; 2], level: u32) -> Result<[f32; 4]> {
+        let layout = self.source.layout();
+        let (w, h) = layout.level_size(level.min(layout.levels - 1));
+        let ulp = |x: f32| {
+            let x = x.abs();
+            f32::from_bits(x.to_bits() + 1) - x
+        };
+        // Texels the sample may move by: two ulps of uv (the rounding the reference makes
+        // and the one a fused multiply-add skips), in texels of this level.
+        let shift = (2.0 * ulp(uv[0]) * w as f32).max(2.0 * ulp(uv[1]) * h as f32);
+        let weight_error = (1.0 / 128.0 + 2.0 * shift).min(1.0);
+        let (corners, _, _) = self.footprint(uv, level)?;
+        let mut out = [0.0; 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let values = corners.map(|t| t[c]);
+            let hi = values.iter().copied().fold(f32::MIN, f32::max);
+            let lo = values.iter().copied().fold(f32::MAX, f32::min);
+            *o = (hi - lo) * weight_error;
+        }
+        Ok(out)
+    }
+
+    /// The four texels the bilinear filter at `uv` of `level` reads (top-left, top-right,
+    /// bottom-left, bottom-right) and its weights, with the shader's page arithmetic.
+    fn footprint(&mut self, uv: [f32; 2], level: u32) -> Result<([[f32; 4]; 4], f32, f32)> {
         let layout = self.source.layout();
         let level = level.min(layout.levels - 1);
         let (w, h) = layout.level_size(level);
@@ -60,7 +116,6 @@ impl<'a> ReferenceSampler<'a> {
             t[1] - (page[1] * INNER) as f32 + 4.0 - 0.5,
         ];
         let (x0, y0) = (p[0].floor(), p[1].floor());
-        let (fx, fy) = (p[0] - x0, p[1] - y0);
         let format = self.source.format();
         let size = texel_bytes(format).unwrap_or(4);
         let texel = |x: f32, y: f32| {
@@ -75,22 +130,12 @@ impl<'a> ReferenceSampler<'a> {
             texel(x0, y0 + 1.0),
             texel(x0 + 1.0, y0 + 1.0),
         ];
-        let mut out = [0.0; 4];
-        for (c, o) in out.iter_mut().enumerate() {
-            let top = corners[0][c] * (1.0 - fx) + corners[1][c] * fx;
-            let bottom = corners[2][c] * (1.0 - fx) + corners[3][c] * fx;
-            *o = top * (1.0 - fy) + bottom * fy;
-        }
-        Ok(out)
+        Ok((corners, p[0] - x0, p[1] - y0))
     }
 
     /// The mip level `vt_level_for` picks for derivatives `ddx`, `ddy` (in uv per pixel).
     pub fn level_for(&self, ddx: [f32; 2], ddy: [f32; 2]) -> u32 {
-        let layout = self.source.layout();
-        let (w, h) = (layout.width as f32, layout.height as f32);
-        let len = |d: [f32; 2]| ((d[0] * w).powi(2) + (d[1] * h).powi(2)).sqrt();
-        let lod = len(ddx).max(len(ddy)).max(1e-12).log2().floor();
-        lod.clamp(0.0, (layout.levels - 1) as f32) as u32
+        self.source.layout().level_for(ddx, ddy)
     }
 }
 

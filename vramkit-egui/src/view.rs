@@ -103,9 +103,12 @@ pub fn pixel_uv(origin: [f32; 2], scale: [f32; 2], x: u32, y: u32) -> [f32; 2] {
 /// The mip level the shader samples for `scale` (uv per pixel) of an image of `image`
 /// texels: the finer level next to the texels one pixel spans.
 pub fn level_for(scale: [f32; 2], image: (u32, u32), levels: u32) -> u32 {
-    let d = (scale[0] * image.0 as f32).max(scale[1] * image.1 as f32);
-    let lod = d.max(1e-12).log2().floor();
-    lod.clamp(0.0, (levels - 1) as f32) as u32
+    let layout = vramkit::vt::VtLayout {
+        width: image.0,
+        height: image.1,
+        levels: levels.max(1),
+    };
+    layout.level_for([scale[0], 0.0], [0.0, scale[1]])
 }
 
 #[cfg(test)]

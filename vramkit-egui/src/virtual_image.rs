@@ -25,6 +25,9 @@ pub struct VirtualImageState {
     view: Option<View>,
     /// The virtual texture's frame that first drew the current view.
     view_since_frame: u64,
+    /// The view drawn in the last frame, and the last view whose tiles were prefetched.
+    last_drawn: Option<View>,
+    prefetched_for: Option<View>,
     /// The widget's size at the last frame, in pixels (for the buttons' fit).
     size_px: [f32; 2],
     texels: TexelReader,
@@ -88,6 +91,8 @@ impl VirtualImageState {
             texels: TexelReader::new(source),
             view: None,
             view_since_frame: 0,
+            last_drawn: None,
+            prefetched_for: None,
             size_px: [1.0, 1.0],
             hovered: None,
             background: Color32::from_rgb(16, 19, 28),
@@ -182,6 +187,46 @@ impl VirtualImageState {
             msaa_samples,
         );
         Ok(())
+    }
+
+    /// Once a view has been drawn twice in a row (the drag or the zoom has stopped), asks
+    /// the virtual texture for every tile it shows. The feedback samples one pixel per
+    /// cell at a random place each frame, so a sliver of a tile at the widget's edge could
+    /// stay at a coarser level for many frames; the widget knows the rectangle and the
+    /// level it draws, so it asks for them itself. Views in motion are left to the
+    /// feedback (their tiles are stale a frame later), and so is a view showing more
+    /// tiles than half the cache.
+    fn prefetch_at_rest(&mut self, view: View, origin: [f32; 2], scale: [f32; 2]) {
+        let resting = self.last_drawn == Some(view);
+        self.last_drawn = Some(view);
+        if !resting || self.prefetched_for == Some(view) {
+            return;
+        }
+        self.prefetched_for = Some(view);
+        let (w, h) = (self.size_px[0], self.size_px[1]);
+        let (ddx, ddy) = ([scale[0], 0.0], [0.0, scale[1]]);
+        let max = [origin[0] + scale[0] * w, origin[1] + scale[1] * h];
+        let level = self.layout.level_for(ddx, ddy);
+        let mut tiles = self.layout.pages_covering(level, origin, max);
+        // Where the texels per pixel sit on a power of two, the GPU's log2 may land on
+        // the other side of it: ask for both levels.
+        let d = (scale[0] * self.layout.width as f32).max(scale[1] * self.layout.height as f32);
+        let lod = d.max(1e-12).log2();
+        let edge = lod.round();
+        if (lod - edge).abs() < 1e-3 && edge >= 1.0 {
+            let other = if edge as u32 == level {
+                level - 1
+            } else {
+                edge as u32
+            };
+            if other < self.layout.levels && other != level {
+                tiles.extend(self.layout.pages_covering(other, origin, max));
+            }
+        }
+        let mut s = self.shared.lock();
+        if tiles.len() as u32 <= s.vt.stats().cache_slots / 2 {
+            s.vt.prefetch(&tiles);
+        }
     }
 
     fn max_texels_per_pixel(&self) -> f64 {
@@ -333,6 +378,7 @@ impl Widget for VirtualImage<'_> {
 
         // This frame's draw: the mapping for the shader, and the callback.
         let (origin, scale) = view.uv_mapping(image, size_px);
+        state.prefetch_at_rest(view, origin, scale);
         let bg = state.background.to_normalized_gamma_f32();
         // What this frame reads of the texture, under one lock.
         let (vt_group, prepare_ms, stats, error) = {
