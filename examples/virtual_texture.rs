@@ -10,8 +10,15 @@
 //! cargo run --release --example virtual_texture                      # the Mandelbrot image
 //! cargo run --release --example virtual_texture -- --procedural      # the 2^20 test pattern
 //! cargo run --release --example virtual_texture -- --pack big.vtpack # a pack file
-//! options: --frames N  --size WxH  --slots N  --max-uploads N (per frame)  --out contact.svg
+//! options: --frames N  --size WxH  --slots N  --max-uploads N (per frame)  --fps N (0: unpaced)
+//!          --out contact.svg
 //! ```
+//!
+//! Frames are paced at `--fps` (60 by default), as an app waiting for the display is; the
+//! tile source's threads work in the time between. Once the camera rests, the example asks
+//! for every tile of its view (`VirtualTexture::prefetch`) and settles: the check that
+//! follows holds on any speed of GPU, not only where the GPU is slow beside the CPU that
+//! makes the tiles.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,6 +41,7 @@ struct Args {
     size: (u32, u32),
     slots: u32,
     max_uploads: u32,
+    fps: u32,
     out: std::path::PathBuf,
 }
 
@@ -45,6 +53,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         size: (512, 384),
         slots: 256,
         max_uploads: VtConfig::default().max_uploads_per_frame,
+        fps: 60,
         out: "vt_contact.svg".into(),
     };
     let mut it = std::env::args().skip(1);
@@ -56,6 +65,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--frames" => a.frames = v()?.parse()?,
             "--slots" => a.slots = v()?.parse()?,
             "--max-uploads" => a.max_uploads = v()?.parse()?,
+            "--fps" => a.fps = v()?.parse()?,
             "--out" => a.out = v()?.into(),
             "--size" => {
                 let s = v()?;
@@ -110,25 +120,21 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut shots = Vec::new();
     let mut visited = std::collections::HashSet::new();
     let start = Instant::now();
+    // Every page of the view at the level it samples.
+    let view_tiles = |origin: [f32; 2], scale: f32| {
+        let level = layout.level_for([scale, 0.0], [0.0, scale]);
+        let end = [origin[0] + scale * w as f32, origin[1] + scale * h as f32];
+        layout.pages_covering(level, origin, end)
+    };
+    let frame_interval =
+        (a.fps > 0).then(|| std::time::Duration::from_secs_f64(1.0 / f64::from(a.fps)));
     for f in 0..a.frames {
+        let frame_start = Instant::now();
         let (origin, scale) = vt_demo::camera_towards(f, a.frames, a.size, texels, coarse, target);
         demo.frame(&gpu, &mut vt, origin, scale)?;
         let s = vt.stats();
         cpu_ms.push(s.cpu_ms_last);
-        // Tiles the path needs: every page of the view at the level it samples.
-        let level = ReferenceSampler::new(source.as_ref()).level_for([scale, 0.0], [0.0, scale]);
-        let (c0, c1) = (
-            layout.page_at(level, origin),
-            layout.page_at(
-                level,
-                [origin[0] + scale * w as f32, origin[1] + scale * h as f32],
-            ),
-        );
-        for y in c0.y..=c1.y {
-            for x in c0.x..=c1.x {
-                visited.insert((level, x, y));
-            }
-        }
+        visited.extend(view_tiles(origin, scale));
         if [a.frames / 4, a.frames / 2, 3 * a.frames / 4].contains(&f) {
             gpu.wait_idle()?;
             let texels_per_px = scale * texels;
@@ -141,13 +147,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             shots.push((label, demo.read(&gpu)?));
         }
         bar.inc(1);
+        if let Some(rest) = frame_interval.and_then(|i| i.checked_sub(frame_start.elapsed())) {
+            std::thread::sleep(rest);
+        }
     }
     bar.finish_and_clear();
     let seconds = start.elapsed().as_secs_f64();
 
-    // Settled: let every requested tile arrive, render once more, compare every pixel.
+    // Settled: the resting view's tiles asked for, every requested tile arrived, rendered
+    // once more, every pixel compared.
     let (origin, scale) =
         vt_demo::camera_towards(a.frames, a.frames, a.size, texels, coarse, target);
+    vt.prefetch(&view_tiles(origin, scale));
     for _ in 0..4 {
         gpu.wait_idle()?;
         vt.settle(64)?;
