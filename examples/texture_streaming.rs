@@ -9,7 +9,12 @@
 //! no out-of-memory (`ooms` 0), the frames a camera cut takes to settle, and, once settled,
 //! the fraction of textures whose every resident level reads back exactly as its source
 //! (`settled_exact_fraction` 1.0). Halfway through, the budget is halved (a neighbour took
-//! memory): textures shrink, nothing fails. Exits non-zero when a promise is broken.
+//! memory): textures shrink, nothing fails. Last, every texture is streamed to its full
+//! chain under an unlimited budget, its upload bandwidth set against uploading every level
+//! with `Uploader::upload_texture` into textures made once
+//! (`fill_streamer_over_upload_texture`, bytes a second over bytes a second): what growing
+//! by swaps, GPU copies and source reads included, costs over a plain upload.
+//! Exits non-zero when a promise is broken.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -163,6 +168,9 @@ fn main() -> Res<()> {
     let streamed_line = ledger
         .line(vramkit::ledger::Part::Vramkit, "mip-streamed textures")
         .map_or(0, |l| l.bytes);
+    drop(streamer);
+    let (fill_streamer_s, fill_bytes) = fill_by_streaming(&gpu, &sources, full)?;
+    let fill_upload_s = fill_by_upload_texture(&gpu, &sources)?;
     let figures = [
         ("textures", textures.to_string()),
         ("full_chain_bytes", full.to_string()),
@@ -199,6 +207,22 @@ fn main() -> Res<()> {
             "ledger_line_equals_resident",
             (streamed_line == s.resident_bytes).to_string(),
         ),
+        ("fill_bytes", fill_bytes.to_string()),
+        (
+            "fill_streamer_gb_s",
+            format!("{:.2}", fill_bytes as f64 / fill_streamer_s / 1e9),
+        ),
+        (
+            "fill_upload_texture_gb_s",
+            format!("{:.2}", full as f64 / fill_upload_s / 1e9),
+        ),
+        (
+            "fill_streamer_over_upload_texture",
+            format!(
+                "{:.3}",
+                (fill_bytes as f64 / fill_streamer_s) / (full as f64 / fill_upload_s)
+            ),
+        ),
     ];
     for (k, v) in &figures {
         println!("{k}: {v}");
@@ -209,10 +233,92 @@ fn main() -> Res<()> {
         && s.ooms == 0
         && exact == textures as usize
         && settle_frames < 10_000
-        && streamed_line == s.resident_bytes;
+        && streamed_line == s.resident_bytes
+        && fill_bytes > 0;
     if !ok {
         eprintln!("a promise was broken (see the figures above)");
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// Streams every texture from its coarse tail to its full chain with no budget or upload
+/// limit (a loading screen), until settled and the GPU idle; returns the seconds and the
+/// bytes uploaded.
+fn fill_by_streaming(
+    gpu: &Gpu,
+    sources: &[(Arc<MemoryMips>, (u32, u32))],
+    full: u64,
+) -> Res<(f64, u64)> {
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget: full,
+            upload_cap: full,
+            ..Default::default()
+        },
+    )?;
+    for (i, (s, size)) in sources.iter().enumerate() {
+        let id = streamer.add(s.clone(), &format!("fill {i}"))?;
+        streamer.set_wanted(id, 0, (size.0 * size.1) as f32)?;
+    }
+    gpu.wait_idle()?;
+    let start = Instant::now();
+    let mut bytes = 0;
+    let mut rounds = 0;
+    while !streamer.settled() && rounds < 1000 {
+        bytes += streamer.update()?;
+        rounds += 1;
+    }
+    gpu.wait_idle()?;
+    Ok((start.elapsed().as_secs_f64(), bytes))
+}
+
+/// The same levels uploaded with `upload_texture` into full-chain textures made before
+/// the clock starts, the levels read from the same sources; returns the seconds.
+fn fill_by_upload_texture(gpu: &Gpu, sources: &[(Arc<MemoryMips>, (u32, u32))]) -> Res<f64> {
+    let uploader = vramkit::stream::Uploader::new(gpu, Default::default());
+    let textures: Vec<wgpu::Texture> = sources
+        .iter()
+        .map(|(s, size)| {
+            gpu.device().create_texture(&wgpu::TextureDescriptor {
+                label: Some("upload_texture peer"),
+                size: wgpu::Extent3d {
+                    width: size.0,
+                    height: size.1,
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: s.level_count(),
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format: wgpu::TextureFormat::Rgba8Unorm,
+                usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+                view_formats: &[],
+            })
+        })
+        .collect();
+    gpu.wait_idle()?;
+    let start = Instant::now();
+    for ((s, size), texture) in sources.iter().zip(&textures) {
+        for l in 0..s.level_count() {
+            let texels = s.read_level(l)?;
+            let extent = wgpu::Extent3d {
+                width: (size.0 >> l).max(1),
+                height: (size.1 >> l).max(1),
+                depth_or_array_layers: 1,
+            };
+            uploader.upload_texture(
+                wgpu::TexelCopyTextureInfo {
+                    texture,
+                    mip_level: l,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                extent,
+                &texels,
+            )?;
+        }
+    }
+    gpu.wait_idle()?;
+    Ok(start.elapsed().as_secs_f64())
 }
