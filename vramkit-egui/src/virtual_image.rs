@@ -196,16 +196,17 @@ impl VirtualImageState {
     /// level it draws, so it asks for them itself. Views in motion are left to the
     /// feedback (their tiles are stale a frame later), and so is a view showing more
     /// tiles than half the cache.
-    fn prefetch_at_rest(&mut self, view: View, origin: [f32; 2], scale: [f32; 2]) {
+    fn prefetch_at_rest(&mut self, view: View) {
         let resting = self.last_drawn == Some(view);
         self.last_drawn = Some(view);
         if !resting || self.prefetched_for == Some(view) {
             return;
         }
         self.prefetched_for = Some(view);
-        let (w, h) = (self.size_px[0], self.size_px[1]);
+        let image = (self.layout.width, self.layout.height);
+        let (_, scale) = view.uv_mapping(image, self.size_px);
+        let (origin, max) = view.visible_uv(image, self.size_px);
         let (ddx, ddy) = ([scale[0], 0.0], [0.0, scale[1]]);
-        let max = [origin[0] + scale[0] * w, origin[1] + scale[1] * h];
         let level = self.layout.level_for(ddx, ddy);
         let mut tiles = self.layout.pages_covering(level, origin, max);
         // Where the texels per pixel sit on a power of two, the GPU's log2 may land on
@@ -378,7 +379,7 @@ impl Widget for VirtualImage<'_> {
 
         // This frame's draw: the mapping for the shader, and the callback.
         let (origin, scale) = view.uv_mapping(image, size_px);
-        state.prefetch_at_rest(view, origin, scale);
+        state.prefetch_at_rest(view);
         let bg = state.background.to_normalized_gamma_f32();
         // What this frame reads of the texture, under one lock.
         let (vt_group, prepare_ms, stats, error) = {
