@@ -104,7 +104,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let report = pipeline.run(
             Source::Bytes(&map),
             |batch, chunk, n, result| {
-                batch.reduce(Reduce::Sum, n / 4, chunk, result)?;
+                batch.reduce(Reduce::Sum, (chunk, n / 4), (result, 1))?;
                 Ok(())
             },
             |k, result| {

@@ -364,7 +364,7 @@ impl Drop for Allocation {
 }
 
 /// An [`Allocation`] viewed as `len()` elements of `T`. Kernels and transfers of the
-/// typed API ([`crate::kernels::TypedBatch`], [`crate::Runtime`]) take it directly, check
+/// typed API ([`crate::kernels::Batch`], [`crate::Runtime`]) take it directly, check
 /// the element type at compile time and take the element count from it.
 pub struct Typed<T: bytemuck::Pod> {
     inner: Allocation,

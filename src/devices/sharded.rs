@@ -327,7 +327,7 @@ impl DeviceSet {
                 // and destination in one arena block).
                 let bytes = (src.len() * std::mem::size_of::<T>()) as u64;
                 let mut batch = self.device(i).kernels().batch();
-                batch.copy(
+                batch.copy_n(
                     bytes.div_ceil(4),
                     src.allocation(),
                     replicas[i].allocation(),
@@ -406,7 +406,7 @@ impl DeviceSet {
             for a in &per_device[d] {
                 let bytes = a.len() as u64 * 4;
                 let (array, at) = (a.allocation(), a.allocation().offset());
-                let encoder = batch.untyped().encoder();
+                let encoder = batch.encoder();
                 if into_bucket {
                     encoder.copy_buffer_to_buffer(
                         array.buffer(),
@@ -570,7 +570,7 @@ impl DeviceSet {
         };
         let mut batch = rt.batch();
         let r = replica.allocation();
-        batch.untyped().encoder().copy_buffer_to_buffer(
+        batch.encoder().copy_buffer_to_buffer(
             r.buffer(),
             r.offset() + offset,
             sum.allocation().buffer(),
@@ -580,7 +580,7 @@ impl DeviceSet {
         batch
             .axpy(1.0, received, sum_part)
             .map_err(|e| on_device(d, &name(), e))?;
-        batch.untyped().encoder().copy_buffer_to_buffer(
+        batch.encoder().copy_buffer_to_buffer(
             sum.allocation().buffer(),
             sum.allocation().offset(),
             r.buffer(),

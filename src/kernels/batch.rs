@@ -18,7 +18,7 @@ use super::*;
 /// # let kernels = vramkit::kernels::Kernels::new(&arena)?;
 /// let x = arena.alloc(4096, "x")?;
 /// let mut batch = kernels.batch();
-/// batch.fill(1024, 1.0, &x)?;
+/// batch.fill(1.0, (&x, 1024))?;
 /// drop(x); // error: `x` is still borrowed by the batch
 /// batch.submit()?;
 /// # Ok::<(), vramkit::Error>(())
@@ -382,7 +382,7 @@ impl<'a> Batch<'a> {
     /// let x = arena.alloc_typed::<f32>(1 << 20, "x")?;
     /// let y = arena.alloc_typed::<f32>(1 << 20, "y")?;
     /// let mut batch = kernels.batch();
-    /// batch.axpy(1 << 20, 2.0, &x, &y)?;
+    /// batch.axpy(2.0, &x, &y)?;
     /// let t = batch.submit_timed()?;
     /// println!("{:.1} us on the GPU", t.seconds * 1e6);
     /// # Ok::<(), vramkit::Error>(())

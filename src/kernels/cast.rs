@@ -97,13 +97,23 @@ impl<'a> Batch<'a> {
 
     /// `y[i] = f16(x[i])` for `i < n`: f32 `x` into f16 `y` (round to nearest; values
     /// beyond +-65504 give implementation-defined results).
-    pub fn to_f16(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
+    pub(crate) fn cast_f16_n(
+        &mut self,
+        n: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
         self.cast("to_f16", n, x, y)?;
         Ok(self)
     }
 
     /// `y[i] = f32(x[i])` for `i < n`: f16 `x` into f32 `y` (exact).
-    pub fn to_f32(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
+    pub(crate) fn cast_f32_n(
+        &mut self,
+        n: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
         self.cast("to_f32", n, y, x)?;
         Ok(self)
     }

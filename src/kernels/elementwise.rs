@@ -197,7 +197,7 @@ impl<'a> Batch<'a> {
     }
 
     /// `y[i] = alpha * x[i] + y[i]` for `i < n`.
-    pub fn axpy(
+    pub(crate) fn axpy_n(
         &mut self,
         n: u64,
         alpha: f32,
@@ -218,7 +218,7 @@ impl<'a> Batch<'a> {
     }
 
     /// `y[i] = alpha * x[i] + beta * y[i]` for `i < n`.
-    pub fn axpby(
+    pub(crate) fn axpby_n(
         &mut self,
         n: u64,
         alpha: f32,
@@ -241,7 +241,12 @@ impl<'a> Batch<'a> {
 
     /// `y[i] = x[i]` for `i < n`. Unlike `copy_buffer_to_buffer`, it works between two
     /// allocations of the same block.
-    pub fn copy(&mut self, n: u64, x: &'a Allocation, y: &'a Allocation) -> Result<&mut Self> {
+    pub(crate) fn copy_n(
+        &mut self,
+        n: u64,
+        x: &'a Allocation,
+        y: &'a Allocation,
+    ) -> Result<&mut Self> {
         self.elementwise(
             n,
             Call {
@@ -256,7 +261,7 @@ impl<'a> Batch<'a> {
     }
 
     /// `y[i] = value` for `i < n`.
-    pub fn fill(&mut self, n: u64, value: f32, y: &'a Allocation) -> Result<&mut Self> {
+    pub(crate) fn fill_n(&mut self, n: u64, value: f32, y: &'a Allocation) -> Result<&mut Self> {
         self.elementwise(
             n,
             Call {
@@ -271,7 +276,7 @@ impl<'a> Batch<'a> {
     }
 
     /// `y[i] = alpha * x[i] + beta` for `i < n` (`x` and `y` may be the same allocation).
-    pub fn scale(
+    pub(crate) fn scale_n(
         &mut self,
         n: u64,
         alpha: f32,
@@ -293,19 +298,7 @@ impl<'a> Batch<'a> {
     }
 
     /// `y[i] = f(x[i])` for `i < n` (`x` and `y` may be the same allocation).
-    ///
-    /// ```no_run
-    /// # fn main() -> vramkit::Result<()> {
-    /// # use vramkit::{kernels::{Kernels, Unary}, Arena, Gpu};
-    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
-    /// # let kernels = Kernels::new(&arena)?;
-    /// let x = arena.alloc(4096, "activations")?;
-    /// let mut batch = kernels.batch();
-    /// batch.map(Unary::Gelu, 1024, &x, &x)?;
-    /// batch.submit()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn map(
+    pub(crate) fn map_n(
         &mut self,
         f: Unary,
         n: u64,
@@ -326,7 +319,7 @@ impl<'a> Batch<'a> {
     }
 
     /// `z[i] = x[i] op y[i]` for `i < n` (`z` may be `x` or `y`).
-    pub fn binary(
+    pub(crate) fn binary_n(
         &mut self,
         op: Binary,
         n: u64,

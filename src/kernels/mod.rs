@@ -31,21 +31,21 @@ mod bind;
 pub mod cast;
 pub mod elementwise;
 pub mod matmul;
+mod operands;
 mod params;
 pub mod reduce;
 pub mod scan;
 pub mod softmax;
 pub mod transpose;
-mod typed;
 
 pub use batch::Batch;
 use batch::{check_count, check_no_overlap, shape};
 use bind::{Access, BindCache, Bindings, Bound};
 pub use elementwise::{Binary, Unary};
 pub use matmul::{MatmulBatch, MatmulInput, MatmulShape};
+pub use operands::{MatmulElement, Operand, ScanElement};
 pub use reduce::Reduce;
 pub use scan::{ScanKind, ScanType};
-pub use typed::{MatmulElement, ScanElement, TypedBatch};
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -176,7 +176,8 @@ impl KernelOptions {
 /// let x = arena.alloc(4 << 20, "x")?;
 /// let y = arena.alloc(4 << 20, "y")?;
 /// let mut batch = kernels.batch();
-/// batch.fill(1 << 20, 1.0, &x)?.fill(1 << 20, 2.0, &y)?.axpy(1 << 20, 0.5, &x, &y)?;
+/// let (x, y) = ((&x, 1 << 20), (&y, 1 << 20)); // the first 2^20 f32 of each
+/// batch.fill(1.0, x)?.fill(2.0, y)?.axpy(0.5, x, y)?;
 /// batch.submit()?;
 /// # Ok(()) }
 /// ```

@@ -32,7 +32,7 @@ kernel_params! {
 impl<'a> Batch<'a> {
     /// `y[c * rows + r] = x[r * cols + c]`: `y` (cols x rows) is the transpose of `x`
     /// (rows x cols), both row-major f32. `x` and `y` must not overlap.
-    pub fn transpose(
+    pub(crate) fn transpose_n(
         &mut self,
         rows: u64,
         cols: u64,

@@ -9,7 +9,7 @@
 //!   by-size cache, pools, quotas and budget decide every offset and every block; a block
 //!   is a 256-byte placeholder buffer, so a dry run of 60 GiB costs kilobytes.
 //! - **Kernels and transfers are checked, not recorded.** vramkit's kernels
-//!   ([`kernels::Batch`](crate::kernels::Batch), [`TypedBatch`](crate::kernels::TypedBatch))
+//!   ([`kernels::Batch`](crate::kernels::Batch))
 //!   check every argument and take their parameter memory from the arena as in a real
 //!   run, then record nothing (their own state, the reductions' and scans', lives outside
 //!   the arena). Uploads check their range and move no byte;

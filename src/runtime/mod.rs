@@ -1,6 +1,6 @@
 //! `Runtime`: the one entry point. It owns a [`Gpu`], an [`Arena`], the [`Kernels`] and
 //! the upload and download rings, with defaults that suit most programs, and offers the
-//! typed API on top of them: typed allocations, typed transfers and [`TypedBatch`]es.
+//! typed API on top of them: typed allocations, typed transfers and kernel [`Batch`](crate::kernels::Batch)es.
 //!
 //! The five parts stay available ([`Runtime::arena`], [`Runtime::kernels`], ...) for the
 //! byte-level calls, and each can be configured through [`RuntimeConfig`]. A host
@@ -27,7 +27,7 @@ mod recover;
 pub use recover::Recovery;
 
 use crate::arena::{ArenaConfig, Budget, Elements, Typed};
-use crate::kernels::{KernelOptions, Kernels, TypedBatch};
+use crate::kernels::{Batch, KernelOptions, Kernels};
 use crate::plan::{search_max_batch, DryRun, MaxBatch};
 use crate::stream::{Downloader, DownloaderConfig, Uploader, UploaderConfig};
 use crate::{Arena, Error, Gpu, Result};
@@ -217,8 +217,8 @@ impl Runtime {
     }
 
     /// A batch of kernels on typed allocations, submitted together.
-    pub fn batch(&self) -> TypedBatch<'_> {
-        self.kernels.typed_batch()
+    pub fn batch(&self) -> Batch<'_> {
+        self.kernels.batch()
     }
 
     /// Waits for all submitted work and returns every pending free to the arena.

@@ -102,7 +102,7 @@ struct Slot {
 /// pipeline.run(
 ///     Source::Bytes(&data),
 ///     |batch, chunk, bytes, result| {
-///         batch.reduce(Reduce::Sum, bytes / 4, chunk, result)?;
+///         batch.reduce(Reduce::Sum, (chunk, bytes / 4), (result, 1))?;
 ///         Ok(())
 ///     },
 ///     |_chunk, result| total += f32::from_le_bytes(result[..4].try_into().unwrap()) as f64,

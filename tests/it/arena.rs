@@ -399,7 +399,7 @@ fn steady_loops_create_no_buffers_after_warm_up() {
             let x = a.alloc_typed::<f32>(n, "x").unwrap();
             let y = a.alloc_typed::<f32>(n, "y").unwrap();
             let mut b = kernels.batch();
-            b.axpy(n as u64, 1.0, &x, &y).unwrap();
+            b.axpy(1.0, (&x, n as u64), (&y, n as u64)).unwrap();
             b.submit().unwrap();
             if i % 10 == 9 {
                 a.synchronize().unwrap();
@@ -601,8 +601,8 @@ fn freed_ranges_are_not_reused_while_the_gpu_may_read_them() {
                     gpu.queue()
                         .write_buffer(ya.buffer(), ya.offset(), bytemuck::cast_slice(&y));
                     let mut b = kernels.batch();
-                    b.axpy(n as u64, alpha, &xa, &ya).unwrap();
-                    b.copy(n as u64, &ya, &out).unwrap();
+                    b.axpy(alpha, (&xa, n as u64), (&ya, n as u64)).unwrap();
+                    b.copy((&ya, n as u64), (&out, n as u64)).unwrap();
                     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
                     {
                         let _s = serial();
@@ -814,7 +814,7 @@ fn summary_counts_empty_blocks_as_unfragmented_and_folds_big_pools() {
     let x = a.alloc(4096, "x").unwrap();
     let mut batch = kernels.batch();
     for _ in 0..20_000 {
-        batch.fill(1024, 1.0, &x).unwrap();
+        batch.fill(1.0, (&x, 1024)).unwrap();
     }
     batch.submit().unwrap();
     a.synchronize().unwrap();
@@ -910,7 +910,7 @@ fn a_block_given_back_to_make_room_makes_room() {
         let big = a.alloc(16 << 20, "big").unwrap();
         // GPU work on `big`, so that its free waits for the GPU.
         let mut batch = kernels.batch();
-        batch.fill((16 << 20) / 4, 1.0, &big).unwrap();
+        batch.fill(1.0, &big).unwrap();
         batch.submit().unwrap();
         drop(big);
         // 18 + 16 + 8 > 40 MiB: fits only once big's block is gone, and cannot reuse it
@@ -919,7 +919,7 @@ fn a_block_given_back_to_make_room_makes_room() {
             .alloc(8 << 20, "next")
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
         let mut batch = kernels.batch();
-        batch.fill((8 << 20) / 4, 2.0, &next).unwrap();
+        batch.fill(2.0, &next).unwrap();
         batch.submit().unwrap();
         assert_eq!(
             readback::read_as::<f32>(a.gpu(), next.buffer(), next.offset(), 4).unwrap(),
@@ -955,7 +955,7 @@ fn synchronize_returns_every_free_while_other_threads_poll() {
             .collect();
         let mut b = kernels.batch();
         for x in &xs {
-            b.fill(4096, round as f32, x).unwrap();
+            b.fill(round as f32, (x, 4096)).unwrap();
         }
         b.submit().unwrap();
         drop(xs);

@@ -118,7 +118,7 @@ fn synchronize_returns_when_a_work_done_callback_drops_and_allocates() {
             for round in 0..3u64 {
                 let victim = Arc::new(Mutex::new(Some(arena.alloc(2048, "victim").unwrap())));
                 let mut batch = kernels.batch();
-                batch.fill(n, round as f32, &x).unwrap();
+                batch.fill(round as f32, (&x, n)).unwrap();
                 batch.submit().unwrap();
                 pending.pop(); // a free waiting for the kernel
                 let (arena2, uploader2, made2) = (arena.clone(), uploader.clone(), made.clone());

@@ -116,7 +116,7 @@ fn a_dry_run_takes_no_device_memory() {
                 assert!(a.is_virtual());
                 if i == 0 {
                     let mut b = rt.kernels().batch();
-                    b.fill(max / 4, 1.0, &a)?;
+                    b.fill(1.0, (&a, max / 4))?;
                     b.submit()?;
                 }
                 held.push(a);

@@ -82,7 +82,7 @@ fn embeds_a_device_the_host_owns() {
         .queue()
         .write_buffer(ya.buffer(), ya.offset(), bytemuck::cast_slice(&y));
     let mut batch = kernels.batch();
-    batch.axpy(n as u64, 0.5, &xa, &ya).unwrap();
+    batch.axpy(0.5, (&xa, n as u64), (&ya, n as u64)).unwrap();
     batch.submit().unwrap();
     let got = readback::read_as::<f32>(&embedded, ya.buffer(), ya.offset(), n).unwrap();
     let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| 0.5 * a + b).collect();
@@ -155,8 +155,7 @@ fn a_host_device_with_its_adapter_lends_the_matrix_units() {
     host.write_buffer(ba.buffer(), ba.offset(), bytemuck::cast_slice(&b));
     let mut batch = kernels.batch();
     batch
-        .matmul(
-            vramkit::kernels::MatmulInput::F16,
+        .matmul::<half::f16>(
             MatmulShape {
                 m: m as u64,
                 k: k as u64,
@@ -244,7 +243,7 @@ fn selection_by_name_fails_clearly_when_nothing_matches() {
 #[test]
 fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
     use rand::Rng;
-    use vramkit::kernels::{KernelOptions, ScanKind, ScanType};
+    use vramkit::kernels::{KernelOptions, ScanKind};
     let name = gpu().info().name.clone();
     let lock = Gpu::lifecycle_lock();
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
@@ -274,7 +273,9 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
         host.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(&x));
         for kind in [ScanKind::Inclusive, ScanKind::Exclusive] {
             let mut batch = kernels.batch();
-            batch.scan(ScanType::U32, kind, n as u64, &a, &y).unwrap();
+            batch
+                .scan::<u32>(kind, (&a, n as u64), (&y, n as u64))
+                .unwrap();
             batch.submit().unwrap();
             let got = vramkit::readback::read_as::<u32>(&host, y.buffer(), y.offset(), n).unwrap();
             let want = common::reference::cpu_scan_u32(&x, kind);
@@ -283,7 +284,7 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
     }
     // The other families fit too: a sum of ones, a softmax of zeros, a product of ones,
     // a transpose of 0, 1, 2, ... (exact in f32 at these sizes).
-    use vramkit::kernels::{MatmulInput, Reduce};
+    use vramkit::kernels::Reduce;
     let f32s = |v: &[f32], label: &str| {
         let a = arena.alloc(4 * v.len() as u64, label).unwrap();
         host.write_buffer(a.buffer(), a.offset(), bytemuck::cast_slice(v));
@@ -305,14 +306,17 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
     );
     let mut batch = kernels.batch();
     batch
-        .reduce(Reduce::Sum, (rows * cols) as u64, &ones, &sum)
+        .reduce(Reduce::Sum, (&ones, (rows * cols) as u64), (&sum, 1))
         .unwrap();
     batch
-        .softmax_rows(rows as u64, cols as u64, &zeros, &soft)
+        .softmax_rows(
+            rows as u64,
+            (&zeros, rows as u64 * cols as u64),
+            (&soft, rows as u64 * cols as u64),
+        )
         .unwrap();
     batch
-        .matmul(
-            MatmulInput::F32,
+        .matmul::<f32>(
             MatmulShape {
                 m: rows as u64,
                 k: cols as u64,
@@ -324,7 +328,11 @@ fn a_device_with_webgpus_default_workgroup_memory_runs_every_kernel_family() {
         )
         .unwrap();
     batch
-        .transpose(rows as u64, cols as u64, &iota, &tr)
+        .transpose(
+            rows as u64,
+            (&iota, rows as u64 * cols as u64),
+            (&tr, rows as u64 * cols as u64),
+        )
         .unwrap();
     batch.submit().unwrap();
     assert_eq!(read(&sum, 1), vec![(rows * cols) as f32]);

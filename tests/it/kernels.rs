@@ -31,8 +31,10 @@ fn axpy_and_axpby_match_the_cpu_at_awkward_sizes() {
             upload(&arena, &y, "z"),
         );
         let mut batch = kernels.batch();
-        batch.axpy(n as u64, alpha, &xa, &ya).unwrap();
-        batch.axpby(n as u64, alpha, &xa, beta, &za).unwrap();
+        batch.axpy(alpha, (&xa, n as u64), (&ya, n as u64)).unwrap();
+        batch
+            .axpby(alpha, (&xa, n as u64), beta, (&za, n as u64))
+            .unwrap();
         assert_eq!(batch.len(), 2);
         batch.submit().unwrap();
         let got_y = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
@@ -63,7 +65,7 @@ fn a_timed_batch_computes_and_reports_its_gpu_time() {
     let reps = 4;
     let mut batch = kernels.batch();
     for _ in 0..reps {
-        batch.axpy(n as u64, alpha, &xa, &ya).unwrap();
+        batch.axpy(alpha, (&xa, n as u64), (&ya, n as u64)).unwrap();
     }
     let t = batch.submit_timed().unwrap();
     let got = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
@@ -97,7 +99,9 @@ fn a_kernel_touches_only_its_range() {
     let after_data = random_f32(&mut r, n);
     let after = upload(&arena, &after_data, "after");
     let mut batch = kernels.batch();
-    batch.axpy(n as u64 - 1, 2.0, &xa, &ya).unwrap();
+    batch
+        .axpy(2.0, (&xa, n as u64 - 1), (&ya, n as u64 - 1))
+        .unwrap();
     batch.submit().unwrap();
     let got = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
     let mut want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| 2.0 * a + b).collect();
@@ -115,8 +119,12 @@ fn rejects_a_range_too_small_for_n() {
     let x = arena.alloc_typed::<f32>(10, "x").unwrap();
     let y = arena.alloc_typed::<f32>(5, "short y").unwrap();
     let mut batch = kernels.batch();
-    let err = batch.axpy(10, 1.0, &x, &y).err().unwrap().to_string();
-    assert!(err.contains("short y") && err.contains("needs 10"), "{err}");
+    let err = batch
+        .axpy(1.0, (&x, 10), (&y, 10))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("short y") && err.contains("10 whole"), "{err}");
 }
 
 #[test]
@@ -137,9 +145,9 @@ fn copy_and_fill_write_every_element_including_within_one_block() {
         let value = random_f32(&mut r, 1)[0];
         let mut batch = kernels.batch();
         batch
-            .copy(n as u64, &xa, &copy)
+            .copy((&xa, n as u64), (&copy, n as u64))
             .unwrap()
-            .fill(n as u64, value, &filled)
+            .fill(value, (&filled, n as u64))
             .unwrap();
         batch.submit().unwrap();
         assert_eq!(
@@ -164,9 +172,9 @@ fn dependent_kernels_in_one_batch_run_in_order() {
         let out = upload(&arena, &vec![f32::NAN; n], "out");
         let mut batch = kernels.batch();
         batch
-            .axpy(n as u64, 3.0, &xa, &ya)
+            .axpy(3.0, (&xa, n as u64), (&ya, n as u64))
             .unwrap()
-            .copy(n as u64, &ya, &out)
+            .copy((&ya, n as u64), (&out, n as u64))
             .unwrap();
         batch.submit().unwrap();
         let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), n).unwrap();
@@ -188,7 +196,7 @@ fn long_batches_span_several_parameter_chunks() {
     let (xa, ya) = (upload(&arena, &x, "x"), upload(&arena, &y, "y"));
     let mut batch = kernels.batch();
     for _ in 0..150 {
-        batch.axpy(n as u64, 1.0, &xa, &ya).unwrap();
+        batch.axpy(1.0, (&xa, n as u64), (&ya, n as u64)).unwrap();
     }
     batch.submit().unwrap();
     let got = readback::read_as::<f32>(gpu(), ya.buffer(), ya.offset(), n).unwrap();
@@ -257,7 +265,7 @@ fn whole_array_reductions_match_the_cpu() {
             let ops = [Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean];
             let mut batch = kernels.batch();
             for (op, out) in ops.iter().zip(&outs) {
-                batch.reduce(*op, n as u64, &xa, out).unwrap();
+                batch.reduce(*op, (&xa, n as u64), (out, 1)).unwrap();
             }
             batch.submit().unwrap();
             for (op, out) in ops.iter().zip(&outs) {
@@ -322,7 +330,7 @@ fn whole_array_reductions_leave_no_state_for_the_next() {
             let outs = new_outs();
             let mut batch = kernels.batch();
             for ((n, op), out) in calls.iter().zip(&outs) {
-                batch.reduce(*op, *n as u64, &xa, out).unwrap();
+                batch.reduce(*op, (&xa, *n as u64), (out, 1)).unwrap();
             }
             batch.submit().unwrap();
             check(&outs, &format!("one batch, round {round}"), &kernels);
@@ -330,7 +338,7 @@ fn whole_array_reductions_leave_no_state_for_the_next() {
             let outs = new_outs();
             for ((n, op), out) in calls.iter().zip(&outs) {
                 let mut batch = kernels.batch();
-                batch.reduce(*op, *n as u64, &xa, out).unwrap();
+                batch.reduce(*op, (&xa, *n as u64), (out, 1)).unwrap();
                 batch.submit().unwrap();
             }
             check(&outs, &format!("a batch each, round {round}"), &kernels);
@@ -344,7 +352,7 @@ fn whole_array_reductions_leave_no_state_for_the_next() {
                     for _ in 0..3 {
                         for ((n, op), out) in calls.iter().zip(outs) {
                             let mut batch = k.batch();
-                            batch.reduce(*op, *n as u64, xa, out).unwrap();
+                            batch.reduce(*op, (xa, *n as u64), (out, 1)).unwrap();
                             batch.submit().unwrap();
                         }
                     }
@@ -376,10 +384,10 @@ fn reductions_propagate_nan_and_keep_infinities() {
             let rows_out = upload(&arena, &[0.0], "row out");
             let mut batch = kernels.batch();
             for (op, out) in ops.iter().zip(&outs) {
-                batch.reduce(*op, n as u64, &xa, out).unwrap();
+                batch.reduce(*op, (&xa, n as u64), (out, 1)).unwrap();
             }
             batch
-                .reduce_rows(Reduce::Max, 1, n as u64, &xa, &rows_out)
+                .reduce_rows(Reduce::Max, (&xa, n as u64), (&rows_out, 1))
                 .unwrap();
             batch.submit().unwrap();
             for (op, out) in ops.iter().zip(outs.iter().chain([&rows_out])) {
@@ -399,7 +407,7 @@ fn reductions_propagate_nan_and_keep_infinities() {
             let xa = upload(&arena, &[value; 1000], "infinities");
             let out = upload(&arena, &[0.0], "out");
             let mut batch = kernels.batch();
-            batch.reduce(op, 1000, &xa, &out).unwrap();
+            batch.reduce(op, (&xa, 1000), (&out, 1)).unwrap();
             batch.submit().unwrap();
             let got = readback::read_as::<f32>(gpu(), out.buffer(), out.offset(), 1).unwrap()[0];
             assert_eq!(got, want, "{op:?} of {value}");
@@ -421,7 +429,7 @@ fn row_reductions_match_the_cpu() {
                 let y = upload(&arena, &vec![f32::NAN; rows], "y");
                 let mut batch = kernels.batch();
                 batch
-                    .reduce_rows(op, rows as u64, cols as u64, &xa, &y)
+                    .reduce_rows(op, (&xa, rows as u64 * cols as u64), (&y, rows as u64))
                     .unwrap();
                 batch.submit().unwrap();
                 let got = readback::read_as::<f32>(gpu(), y.buffer(), y.offset(), rows).unwrap();
@@ -446,12 +454,14 @@ fn reductions_reject_empty_and_short_inputs() {
     let x = arena.alloc_typed::<f32>(10, "x").unwrap();
     let y = arena.alloc_typed::<f32>(2, "y").unwrap();
     let mut batch = kernels.batch();
-    assert!(batch.reduce(Reduce::Sum, 0, &x, &y).is_err());
-    assert!(batch.reduce(Reduce::Sum, 11, &x, &y).is_err());
+    assert!(batch.reduce(Reduce::Sum, (&x, 0), (&y, 1)).is_err());
+    assert!(batch.reduce(Reduce::Sum, (&x, 11), (&y, 1)).is_err());
     assert!(
-        batch.reduce_rows(Reduce::Max, 3, 3, &x, &y).is_err(),
+        batch
+            .reduce_rows(Reduce::Max, (&x, 3 * 3), (&y, 3))
+            .is_err(),
         "y holds 2 rows, not 3"
     );
-    assert!(batch.reduce_rows(Reduce::Max, 0, 3, &x, &y).is_err());
+    assert!(batch.reduce_rows(Reduce::Max, (&x, 0), (&y, 0)).is_err());
     assert!(batch.is_empty());
 }

@@ -10,9 +10,25 @@ use common::reference::{
 };
 use common::{assert_close, gpu, random_f32, rng};
 use rand::Rng;
-use vramkit::kernels::MatmulShape;
-use vramkit::kernels::{Binary, KernelOptions, Kernels, MatmulInput, ScanKind, ScanType, Unary};
+use vramkit::kernels::{Binary, KernelOptions, Kernels, MatmulInput, ScanKind, Unary};
+use vramkit::kernels::{MatmulBatch, MatmulShape};
 use vramkit::{readback, Arena};
+
+/// The product with inputs of the element type `input` names, chosen at run time.
+fn bmm_as<'a, 'b>(
+    batch: &'b mut vramkit::kernels::Batch<'a>,
+    input: vramkit::kernels::MatmulInput,
+    shape: vramkit::kernels::MatmulShape,
+    layout: vramkit::kernels::MatmulBatch,
+    a: &'a vramkit::Allocation,
+    b: &'a vramkit::Allocation,
+    c: &'a vramkit::Allocation,
+) -> vramkit::Result<&'b mut vramkit::kernels::Batch<'a>> {
+    match input {
+        vramkit::kernels::MatmulInput::F32 => batch.bmm::<f32>(shape, layout, a, b, c),
+        vramkit::kernels::MatmulInput::F16 => batch.bmm::<half::f16>(shape, layout, a, b, c),
+    }
+}
 
 fn upload<T: bytemuck::Pod>(arena: &Arena, data: &[T], label: &str) -> vramkit::arena::Allocation {
     let bytes: &[u8] = bytemuck::cast_slice(data);
@@ -65,9 +81,11 @@ fn unary_maps_and_scale_match_the_cpu() {
             } else {
                 &xa
             };
-            batch.map(*f, n as u64, input, out).unwrap();
+            batch.map(*f, (input, n as u64), (out, n as u64)).unwrap();
         }
-        batch.scale(n as u64, -2.5, 0.75, &xa, &scaled).unwrap();
+        batch
+            .scale(-2.5, 0.75, (&xa, n as u64), (&scaled, n as u64))
+            .unwrap();
         batch.submit().unwrap();
         for (f, out) in Unary::ALL.iter().zip(&outs) {
             let input = if matches!(f, Unary::Log | Unary::Sqrt) {
@@ -105,9 +123,16 @@ fn binary_ops_match_the_cpu_in_and_out_of_place() {
             let z = poisoned(&arena, n, "z");
             let in_place = upload(&arena, &x, "x copy");
             let mut batch = kernels.batch();
-            batch.binary(op, n as u64, &xa, &ya, &z).unwrap();
             batch
-                .binary(op, n as u64, &in_place, &ya, &in_place)
+                .binary(op, (&xa, n as u64), (&ya, n as u64), (&z, n as u64))
+                .unwrap();
+            batch
+                .binary(
+                    op,
+                    (&in_place, n as u64),
+                    (&ya, n as u64),
+                    (&in_place, n as u64),
+                )
                 .unwrap();
             batch.submit().unwrap();
             let want: Vec<f32> = x
@@ -167,10 +192,16 @@ fn scans_match_the_cpu_at_awkward_sizes() {
                 poisoned(&arena, n, "scan f32"),
             );
             let mut batch = kernels.batch();
-            batch.scan(ScanType::U32, kind, n as u64, &ua, &uo).unwrap();
-            batch.scan(ScanType::F32, kind, n as u64, &fa, &fo).unwrap();
+            batch
+                .scan::<u32>(kind, (&ua, n as u64), (&uo, n as u64))
+                .unwrap();
+            batch
+                .scan::<f32>(kind, (&fa, n as u64), (&fo, n as u64))
+                .unwrap();
             assert!(
-                batch.scan(ScanType::U32, kind, n as u64, &ua, &ua).is_err(),
+                batch
+                    .scan::<u32>(kind, (&ua, n as u64), (&ua, n as u64))
+                    .is_err(),
                 "an in-place scan is refused"
             );
             batch.submit().unwrap();
@@ -225,12 +256,12 @@ fn scans_keep_no_state_from_call_to_call_across_every_epoch() {
             let mut batch = kernels.batch();
             for _ in 0..999 {
                 batch
-                    .scan(ScanType::U32, ScanKind::Inclusive, 5, &small_in, &small_out)
+                    .scan::<u32>(ScanKind::Inclusive, (&small_in, 5), (&small_out, 5))
                     .unwrap();
             }
             for (_, xa, ya) in &checks {
                 batch
-                    .scan(ScanType::U32, ScanKind::Exclusive, n as u64, xa, ya)
+                    .scan::<u32>(ScanKind::Exclusive, (xa, n as u64), (ya, n as u64))
                     .unwrap();
             }
             batch.submit().unwrap();
@@ -269,7 +300,13 @@ fn transpose_matches_the_cpu_on_odd_shapes() {
         let xa = upload(&arena, &x, "x");
         let ya = poisoned(&arena, rows * cols, "y");
         let mut batch = kernels.batch();
-        batch.transpose(rows as u64, cols as u64, &xa, &ya).unwrap();
+        batch
+            .transpose(
+                rows as u64,
+                (&xa, rows as u64 * cols as u64),
+                (&ya, rows as u64 * cols as u64),
+            )
+            .unwrap();
         batch.submit().unwrap();
         let got = read::<f32>(&ya, rows * cols);
         let want = cpu_transpose(&x, rows, cols);
@@ -286,11 +323,11 @@ fn transpose_matches_the_cpu_on_odd_shapes() {
     let mut batch = kernels.batch();
     let xa = upload(&arena, &[0f32; 4], "x");
     assert!(
-        batch.transpose(2, 2, &xa, &xa).is_err(),
+        batch.transpose(2, (&xa, 2 * 2), (&xa, 2 * 2)).is_err(),
         "in place is refused"
     );
     assert!(batch
-        .transpose(3, 2, &xa, &upload(&arena, &[0f32; 6], "y"))
+        .transpose(3, (&xa, 3 * 2), (&upload(&arena, &[0f32; 6], "y"), 3 * 2))
         .is_err());
 }
 
@@ -349,7 +386,11 @@ fn softmax_rows_match_the_cpu() {
             let ya = poisoned(out, rows * cols, "y");
             let mut batch = kernels.batch();
             batch
-                .softmax_rows(rows as u64, cols as u64, &xa, &ya)
+                .softmax_rows(
+                    rows as u64,
+                    (&xa, rows as u64 * cols as u64),
+                    (&ya, rows as u64 * cols as u64),
+                )
                 .unwrap();
             batch.submit().unwrap();
             let got = read::<f32>(&ya, rows * cols);
@@ -373,7 +414,9 @@ fn softmax_rows_propagate_nan_per_row() {
             let xa = upload(&arena, &x, "x");
             let ya = poisoned(&arena, 3 * cols, "y");
             let mut batch = kernels.batch();
-            batch.softmax_rows(3, cols as u64, &xa, &ya).unwrap();
+            batch
+                .softmax_rows(3, (&xa, 3 * cols as u64), (&ya, 3 * cols as u64))
+                .unwrap();
             batch.submit().unwrap();
             let got = read::<f32>(&ya, 3 * cols);
             let what = format!("softmax 3x{cols} ({kernels:?})");
@@ -484,8 +527,7 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
             );
             let mut batch = kernels.batch();
             batch
-                .matmul(
-                    MatmulInput::F32,
+                .matmul::<f32>(
                     MatmulShape {
                         m: m as u64,
                         k: k as u64,
@@ -497,8 +539,7 @@ fn matmul_matches_the_cpu_on_odd_shapes_f32_and_f16() {
                 )
                 .unwrap();
             batch
-                .matmul(
-                    MatmulInput::F16,
+                .matmul::<half::f16>(
                     MatmulShape {
                         m: m as u64,
                         k: k as u64,
@@ -595,7 +636,16 @@ fn split_products_match_the_cpu_and_the_unsplit_product() {
             let outputs = [&split, &unsplit].map(|kernels| {
                 let c = poisoned(&arena, m * n, "c");
                 let mut batch = kernels.batch();
-                batch.matmul(*input, shape, ga, gb, &c).unwrap();
+                bmm_as(
+                    &mut batch,
+                    *input,
+                    shape,
+                    MatmulBatch::packed(1, shape),
+                    ga,
+                    gb,
+                    &c,
+                )
+                .unwrap();
                 batch.submit().unwrap();
                 read::<f32>(&c, m * n)
             });
@@ -683,11 +733,9 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
                 poisoned(&arena, lc, "c from f16"),
             );
             let mut recorded = kernels.batch();
+            recorded.bmm::<f32>(shape, batch, &aa, &ba, &c32).unwrap();
             recorded
-                .bmm(MatmulInput::F32, shape, batch, &aa, &ba, &c32)
-                .unwrap();
-            recorded
-                .bmm(MatmulInput::F16, shape, batch, &aha, &bha, &c16)
+                .bmm::<half::f16>(shape, batch, &aha, &bha, &c16)
                 .unwrap();
             recorded.submit().unwrap();
             let (a16, b16) = (cpu_from_f16_bits(&ah), cpu_from_f16_bits(&bh));
@@ -735,17 +783,11 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
         stride_c: 8,
         ..vramkit::kernels::MatmulBatch::packed(4, shape)
     };
-    assert!(recorded
-        .bmm(MatmulInput::F32, shape, overlapping, &a, &b, &c)
-        .is_err());
+    assert!(recorded.bmm::<f32>(shape, overlapping, &a, &b, &c).is_err());
     let too_many = vramkit::kernels::MatmulBatch::packed(5, shape);
-    assert!(recorded
-        .bmm(MatmulInput::F32, shape, too_many, &a, &b, &c)
-        .is_err());
+    assert!(recorded.bmm::<f32>(shape, too_many, &a, &b, &c).is_err());
     let none = vramkit::kernels::MatmulBatch::packed(0, shape);
-    assert!(recorded
-        .bmm(MatmulInput::F32, shape, none, &a, &b, &c)
-        .is_err());
+    assert!(recorded.bmm::<f32>(shape, none, &a, &b, &c).is_err());
     assert!(arena.check_guards().unwrap().is_empty());
 }
 
@@ -758,47 +800,23 @@ fn matmul_rejects_bad_shapes_and_overlap() {
     let c = arena.alloc(4 * 4, "c").unwrap();
     let mut batch = kernels.batch();
     let err = batch
-        .matmul(
-            MatmulInput::F32,
-            MatmulShape { m: 2, k: 4, n: 2 },
-            &a,
-            &b,
-            &c,
-        )
+        .matmul::<f32>(MatmulShape { m: 2, k: 4, n: 2 }, &a, &b, &c)
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("'a'"), "{err}");
     assert!(batch
-        .matmul(
-            MatmulInput::F32,
-            MatmulShape { m: 0, k: 3, n: 2 },
-            &a,
-            &b,
-            &c
-        )
+        .matmul::<f32>(MatmulShape { m: 0, k: 3, n: 2 }, &a, &b, &c,)
         .is_err());
     assert!(
         batch
-            .matmul(
-                MatmulInput::F32,
-                MatmulShape { m: 2, k: 3, n: 2 },
-                &a,
-                &b,
-                &a
-            )
+            .matmul::<f32>(MatmulShape { m: 2, k: 3, n: 2 }, &a, &b, &a,)
             .is_err(),
         "c overlaps a"
     );
     assert!(batch.is_empty());
     batch
-        .matmul(
-            MatmulInput::F32,
-            MatmulShape { m: 2, k: 3, n: 2 },
-            &a,
-            &b,
-            &c,
-        )
+        .matmul::<f32>(MatmulShape { m: 2, k: 3, n: 2 }, &a, &b, &c)
         .unwrap();
 }
 
@@ -832,9 +850,9 @@ fn f16_casts_round_trip_and_match_the_half_crate() {
             let back = poisoned(&arena, n, "back");
             let mut batch = kernels.batch();
             batch
-                .to_f16(n as u64, &xa, &h)
+                .to_f16((&xa, n as u64), (&h, n as u64))
                 .unwrap()
-                .to_f32(n as u64, &h, &back)
+                .to_f32((&h, n as u64), (&back, n as u64))
                 .unwrap();
             batch.submit().unwrap();
             let got = read::<u16>(&h, n.next_multiple_of(2));
@@ -888,7 +906,7 @@ fn the_f16_product_stays_within_its_stated_error_bound_at_each_k() {
             k: k as u64,
             n: n as u64,
         };
-        batch.matmul(MatmulInput::F16, shape, &aa, &ba, &c).unwrap();
+        batch.matmul::<half::f16>(shape, &aa, &ba, &c).unwrap();
         batch.submit().unwrap();
         let got = read::<f32>(&c, m * n);
         let u32_ = 2f64.powi(-24);
@@ -947,8 +965,8 @@ proptest::proptest! {
         let (aa, ba, aha, bha) = (upload(&arena, &a, "a"), upload(&arena, &b, "b"), upload(&arena, &ah, "a16"), upload(&arena, &bh, "b16"));
         let (c32, c16) = (poisoned(&arena, lc, "c"), poisoned(&arena, lc, "c16"));
         let mut batch = kernels.batch();
-        batch.bmm(MatmulInput::F32, shape, layout, &aa, &ba, &c32).unwrap();
-        batch.bmm(MatmulInput::F16, shape, layout, &aha, &bha, &c16).unwrap();
+        batch.bmm::<f32>(shape, layout, &aa, &ba, &c32).unwrap();
+        batch.bmm::<half::f16>(shape, layout, &aha, &bha, &c16).unwrap();
         batch.submit().unwrap();
         let (a16, b16) = (cpu_from_f16_bits(&ah), cpu_from_f16_bits(&bh));
         let (g32, g16) = (read::<f32>(&c32, lc), read::<f32>(&c16, lc));

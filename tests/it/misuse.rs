@@ -9,7 +9,7 @@ use crate::common;
 use common::{assert_close, gpu, random_f32, rng};
 use vramkit::arena::PoolConfig;
 use vramkit::kernels::MatmulShape;
-use vramkit::kernels::{Kernels, Reduce, ScanKind, ScanType, Unary};
+use vramkit::kernels::{Kernels, Reduce, ScanKind, Unary};
 use vramkit::stream::{Downloader, Uploader};
 use vramkit::{readback, Allocation, Arena, Error, Gpu, Misuse};
 
@@ -53,10 +53,10 @@ fn allocations_and_pools_of_another_device_or_arena_are_refused() {
 
     let mut batch = kernels1.batch();
     invalid(
-        batch.axpy(1024, 3.0, &x2, &y1).map(|_| ()),
+        batch.axpy(3.0, (&x2, 1024), (&y1, 1024)).map(|_| ()),
         "another device",
     );
-    invalid(batch.fill(1024, 1.0, &x2).map(|_| ()), "another device");
+    invalid(batch.fill(1.0, (&x2, 1024)).map(|_| ()), "another device");
     assert!(batch.is_empty(), "nothing was recorded");
     batch.submit().unwrap();
 
@@ -102,29 +102,41 @@ fn overlapping_outputs_are_refused_and_in_place_maps_are_correct() {
     let a = upload(&arena, &data[..n], "a");
     let b = upload(&arena, &data[n..], "b");
     let mut batch = kernels.batch();
-    invalid(batch.to_f16(n as u64, &a, &a).map(|_| ()), "overlaps");
-    invalid(batch.to_f32(n as u64, &a, &a).map(|_| ()), "overlaps");
     invalid(
-        batch.reduce(Reduce::Sum, n as u64, &a, &a).map(|_| ()),
+        batch.to_f16((&a, n as u64), (&a, n as u64)).map(|_| ()),
+        "overlaps",
+    );
+    invalid(
+        batch.to_f32((&a, n as u64), (&a, n as u64)).map(|_| ()),
         "overlaps",
     );
     invalid(
         batch
-            .reduce_rows(Reduce::Max, 4, (n / 4) as u64, &a, &a)
+            .reduce(Reduce::Sum, (&a, n as u64), (&a, 1))
             .map(|_| ()),
         "overlaps",
     );
     invalid(
         batch
-            .scan(ScanType::F32, ScanKind::Inclusive, n as u64, &a, &a)
+            .reduce_rows(Reduce::Max, (&a, 4 * ((n / 4) as u64)), (&a, 4))
             .map(|_| ()),
         "overlaps",
     );
-    invalid(batch.transpose(64, 64, &a, &a).map(|_| ()), "overlaps");
     invalid(
         batch
-            .matmul(
-                vramkit::kernels::MatmulInput::F32,
+            .scan::<f32>(ScanKind::Inclusive, (&a, n as u64), (&a, n as u64))
+            .map(|_| ()),
+        "overlaps",
+    );
+    invalid(
+        batch
+            .transpose(64, (&a, 64 * 64), (&a, 64 * 64))
+            .map(|_| ()),
+        "overlaps",
+    );
+    invalid(
+        batch
+            .matmul::<f32>(
                 MatmulShape {
                     m: 64,
                     k: 64,
@@ -139,9 +151,17 @@ fn overlapping_outputs_are_refused_and_in_place_maps_are_correct() {
     );
     assert!(batch.is_empty());
     // In place and correct: y = relu(y); y = 2y + y; softmax rows of y in place.
-    batch.map(Unary::Relu, n as u64, &a, &a).unwrap();
-    batch.axpy(n as u64, 2.0, &a, &a).unwrap();
-    batch.softmax_rows(16, (n / 16) as u64, &b, &b).unwrap();
+    batch
+        .map(Unary::Relu, (&a, n as u64), (&a, n as u64))
+        .unwrap();
+    batch.axpy(2.0, (&a, n as u64), (&a, n as u64)).unwrap();
+    batch
+        .softmax_rows(
+            16,
+            (&b, 16 * ((n / 16) as u64)),
+            (&b, 16 * ((n / 16) as u64)),
+        )
+        .unwrap();
     batch.submit().unwrap();
     let want_a: Vec<f32> = data[..n].iter().map(|&v| 3.0 * v.max(0.0)).collect();
     assert_close(&read(&a, n), &want_a, 1e-6, "relu then axpy in place");
@@ -169,7 +189,7 @@ fn operands_kernels_cannot_bind_are_typed_errors() {
     let mut batch = kernels.batch();
     if let Some(huge) = &huge {
         invalid(
-            batch.fill(1024, 1.0, huge).map(|_| ()),
+            batch.fill(1.0, (huge, 1024)).map(|_| ()),
             "storage-binding limit",
         );
     }
@@ -185,7 +205,7 @@ fn operands_kernels_cannot_bind_are_typed_errors() {
         .unwrap();
     let no_storage = arena.alloc_in(copy_only, 4096, "no storage").unwrap();
     invalid(
-        batch.fill(1024, 1.0, &no_storage).map(|_| ()),
+        batch.fill(1.0, (&no_storage, 1024)).map(|_| ()),
         "without STORAGE",
     );
     assert!(batch.is_empty());

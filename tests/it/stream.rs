@@ -312,7 +312,7 @@ fn direct_uploads_keep_queue_order() {
             .write_buffer(dst.buffer(), dst.offset(), bytemuck::cast_slice(&queued));
         up.upload(&dst, 0, bytemuck::cast_slice(&uploaded)).unwrap();
         let mut b = kernels.batch();
-        b.copy(n as u64, &dst, &out).unwrap();
+        b.copy((&dst, n as u64), (&out, n as u64)).unwrap();
         b.submit().unwrap();
         up.upload(&dst, 0, bytemuck::cast_slice(&later)).unwrap();
         let seen = readback::read_as::<f32>(&gpu, out.buffer(), out.offset(), n).unwrap();
@@ -554,7 +554,7 @@ fn a_pipeline_reduces_a_source_larger_than_its_window() {
             .run(
                 source,
                 |batch, chunk, n, result| {
-                    batch.reduce(Reduce::Sum, n / 4, chunk, result)?;
+                    batch.reduce(Reduce::Sum, (chunk, n / 4), (result, 1))?;
                     Ok(())
                 },
                 |k, result| partials.push((k, f32::from_le_bytes(result[..4].try_into().unwrap()))),
@@ -1174,7 +1174,7 @@ fn small_uploads_skip_staging_and_staging_scales_with_what_is_moved() {
         let values: Vec<f32> = (0..64).map(|_| r.gen_range(-1.0..1.0)).collect();
         up.upload(&x, 0, bytemuck::cast_slice(&values)).unwrap();
         let mut batch = kernels.batch();
-        batch.scale(64, 2.0, 0.0, &x, &x).unwrap();
+        batch.scale(2.0, 0.0, (&x, 64), (&x, 64)).unwrap();
         batch.submit().unwrap();
         let got = readback::read_as::<f32>(gpu(), x.buffer(), x.offset(), 64).unwrap();
         assert_eq!(got, values.iter().map(|v| v * 2.0).collect::<Vec<_>>());

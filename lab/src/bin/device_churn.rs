@@ -130,7 +130,7 @@ fn busy(rt: &vramkit::Runtime) -> vramkit::Result<Option<vramkit::Allocation>> {
     let y = rt.arena().alloc(64 << 20, "busy")?;
     let mut batch = rt.kernels().batch();
     for i in 0..10 {
-        batch.fill(16 << 20, i as f32, &y)?;
+        batch.fill(i as f32, (&y, 16 << 20))?;
     }
     batch.submit()?;
     Ok(Some(y))

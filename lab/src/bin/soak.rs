@@ -38,7 +38,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vramkit::arena::{Budget, PoolConfig, PoolId, Typed};
 use vramkit::kernels::MatmulShape;
-use vramkit::kernels::{scan::ScanType, ScanKind};
+use vramkit::kernels::ScanKind;
 use vramkit::plan::{LoopConfig, PlannedLoop};
 use vramkit::tier::{DefragLimits, DefragOptions, Movable, TierConfig, Tiers};
 use vramkit::{Error, Runtime, RuntimeConfig};
@@ -467,9 +467,7 @@ fn worker(shared: &RwLock<Runtime>, aux: PoolId, counts: &Counts, until: Instant
                 let run = || -> vramkit::Result<Vec<u32>> {
                     let out = rt.alloc::<u32>(l.gpu.len(), "soak scan")?;
                     let mut batch = rt.batch();
-                    batch
-                        .untyped()
-                        .scan(ScanType::U32, kind, l.gpu.len() as u64, &l.gpu, &out)?;
+                    batch.scan::<u32>(kind, l.gpu.allocation(), &out)?;
                     batch.submit()?;
                     rt.download(&out)
                 };

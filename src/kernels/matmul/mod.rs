@@ -127,7 +127,7 @@ pub enum MatmulInput {
 
 /// The dimensions of a product `c = a * b`: `a` is m x k, `b` k x n, `c` m x n. Named, so
 /// that no call can swap k and n unseen (both APIs take it: [`Batch::matmul`] and
-/// [`TypedBatch::matmul`](super::TypedBatch::matmul)).
+/// [`Batch::matmul`](super::Batch::matmul)).
 ///
 /// ```
 /// let shape = vramkit::kernels::MatmulShape { m: 512, k: 1024, n: 256 };
@@ -209,66 +209,9 @@ impl MatmulShape {
 }
 
 impl<'a> Batch<'a> {
-    /// `c = a * b` with `a` (m x k), `b` (k x n) and `c` (m x n) row-major; inputs of type
-    /// `input`, `c` in f32. Any m, n, k; `c` must not overlap the inputs.
-    ///
-    /// ```no_run
-    /// # fn main() -> vramkit::Result<()> {
-    /// # use vramkit::{kernels::{Kernels, matmul::MatmulInput}, Arena, Gpu};
-    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
-    /// # let kernels = Kernels::new(&arena)?;
-    /// # use vramkit::kernels::MatmulShape;
-    /// let (m, k, n) = (512, 1024, 256);
-    /// let a = arena.alloc(4 * m * k, "a")?;
-    /// let b = arena.alloc(4 * k * n, "b")?;
-    /// let c = arena.alloc(4 * m * n, "c")?;
-    /// let mut batch = kernels.batch();
-    /// batch.matmul(MatmulInput::F32, MatmulShape { m, k, n }, &a, &b, &c)?;
-    /// batch.submit()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn matmul(
-        &mut self,
-        input: MatmulInput,
-        dims: MatmulShape,
-        a: &'a Allocation,
-        b: &'a Allocation,
-        c: &'a Allocation,
-    ) -> Result<&mut Self> {
-        self.bmm(input, dims, MatmulBatch::packed(1, dims), a, b, c)
-    }
-
-    /// A batch of independent products `c[z] = a[z] * b[z]` for `z` in `0..batch.count`,
-    /// each `a[z]` (m x k), `b[z]` (k x n) and `c[z]` (m x n) row-major and starting
-    /// `z * stride` elements into its allocation ([`MatmulBatch`]): `torch.bmm`, and with
-    /// strides the shapes of attention (heads side by side, or one operand shared with
-    /// stride 0). One dispatch for the whole batch (`workgroup_id.z` picks the product),
-    /// with the kernel [`matmul`](Self::matmul) picks for one product of this shape, as
-    /// long as the strides keep each product's rows as aligned as the kernel loads them
-    /// (multiples of 8 elements for the matrix units, of 4 for the four-element kernel);
-    /// otherwise the portable kernel.
-    ///
-    /// Errors: a shape or count of 0, outputs that overlap each other (`stride_c < m x n`
-    /// with more than one product) or an input, an allocation too short for the last
-    /// product, more products than a grid dimension allows.
-    ///
-    /// ```no_run
-    /// # fn main() -> vramkit::Result<()> {
-    /// # use vramkit::{kernels::{Kernels, matmul::{MatmulBatch, MatmulInput}, MatmulShape}, Arena, Gpu};
-    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
-    /// # let kernels = Kernels::new(&arena)?;
-    /// // 32 heads: (2048 x 128) x (128 x 2048) each.
-    /// let shape = MatmulShape { m: 2048, k: 128, n: 2048 };
-    /// let heads = MatmulBatch::packed(32, shape);
-    /// let q = arena.alloc(4 * 32 * 2048 * 128, "q")?;
-    /// let kt = arena.alloc(4 * 32 * 128 * 2048, "k^T")?;
-    /// let scores = arena.alloc(4 * 32 * 2048 * 2048, "scores")?;
-    /// let mut batch = kernels.batch();
-    /// batch.bmm(MatmulInput::F32, shape, heads, &q, &kt, &scores)?;
-    /// batch.submit()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn bmm(
+    /// The byte-level product under [`bmm`](Self::bmm) (whose docs say what it checks); `a`,
+    /// `b` and `c` must hold at least up to the end of their last product.
+    pub(crate) fn bmm_n(
         &mut self,
         input: MatmulInput,
         dims: MatmulShape,

@@ -132,7 +132,7 @@ impl<'a> Batch<'a> {
 
     /// `y[r] = op(x[r * cols .. r * cols + cols])` for every row `r < rows` of `x` viewed
     /// as a row-major `rows x cols` matrix; one workgroup per row.
-    pub fn reduce_rows(
+    pub(crate) fn reduce_rows_n(
         &mut self,
         op: Reduce,
         rows: u64,
@@ -189,7 +189,7 @@ impl<'a> Batch<'a> {
     /// read as vec4s fold into partials, and the workgroup that finishes last folds the
     /// partials; the 1..3 trailing floats past the last vec4 are a small dispatch before
     /// it. No scratch memory: the partials live in the kernels' own 4 KiB of state.
-    pub fn reduce(
+    pub(crate) fn reduce_n(
         &mut self,
         op: Reduce,
         n: u64,

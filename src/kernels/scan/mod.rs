@@ -132,22 +132,8 @@ pub enum ScanType {
 }
 
 impl<'a> Batch<'a> {
-    /// Prefix sum of `n` elements of `x` into `y`; `y` must not overlap `x` (a workgroup
-    /// may read another tile's input while that tile writes its output).
-    ///
-    /// ```no_run
-    /// # fn main() -> vramkit::Result<()> {
-    /// # use vramkit::{kernels::{Kernels, ScanKind, scan::ScanType}, Arena, Gpu};
-    /// # let arena = Arena::new(&Gpu::headless()?, Default::default())?;
-    /// # let kernels = Kernels::new(&arena)?;
-    /// let counts = arena.alloc(4 * 1000, "counts")?;
-    /// let offsets = arena.alloc(4 * 1000, "offsets")?;
-    /// let mut batch = kernels.batch();
-    /// batch.scan(ScanType::U32, ScanKind::Exclusive, 1000, &counts, &offsets)?;
-    /// batch.submit()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn scan(
+    /// Prefix sum of `n` elements of `x` into `y` (see [`scan`](Self::scan)).
+    pub(crate) fn scan_n(
         &mut self,
         ty: ScanType,
         kind: ScanKind,

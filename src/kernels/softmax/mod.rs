@@ -44,7 +44,7 @@ impl<'a> Batch<'a> {
     /// `y[r, c] = exp(x[r, c]) / sum_c' exp(x[r, c'])` for each row of `x` viewed as a
     /// row-major `rows x cols` f32 matrix (computed with the row maximum subtracted, so
     /// large inputs do not overflow). `y` may be `x`.
-    pub fn softmax_rows(
+    pub(crate) fn softmax_rows_n(
         &mut self,
         rows: u64,
         cols: u64,

@@ -6,6 +6,22 @@
 
 use vramkit::kernels::{KernelOptions, Kernels, MatmulInput, MatmulShape};
 
+/// The product with inputs of the element type `input` names, chosen at run time.
+fn bmm_as<'a, 'b>(
+    batch: &'b mut vramkit::kernels::Batch<'a>,
+    input: vramkit::kernels::MatmulInput,
+    shape: vramkit::kernels::MatmulShape,
+    layout: vramkit::kernels::MatmulBatch,
+    a: &'a vramkit::Allocation,
+    b: &'a vramkit::Allocation,
+    c: &'a vramkit::Allocation,
+) -> vramkit::Result<&'b mut vramkit::kernels::Batch<'a>> {
+    match input {
+        vramkit::kernels::MatmulInput::F32 => batch.bmm::<f32>(shape, layout, a, b, c),
+        vramkit::kernels::MatmulInput::F16 => batch.bmm::<half::f16>(shape, layout, a, b, c),
+    }
+}
+
 /// Runs the comparison; panics on a wrong product.
 pub fn run(gpu: &vramkit::Gpu, shapes: &[[u32; 4]]) {
     let arena = vramkit::Arena::new(gpu, Default::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -80,9 +96,16 @@ pub fn run(gpu: &vramkit::Gpu, shapes: &[[u32; 4]]) {
             let time = |reps: usize| -> f64 {
                 let mut batch = kernels.batch();
                 for _ in 0..reps {
-                    batch
-                        .matmul(input, shape, ga, gb, &c)
-                        .unwrap_or_else(|e| panic!("{e}"));
+                    bmm_as(
+                        &mut batch,
+                        input,
+                        shape,
+                        vramkit::kernels::MatmulBatch::packed(1, shape),
+                        ga,
+                        gb,
+                        &c,
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
                 }
                 batch
                     .submit_timed()

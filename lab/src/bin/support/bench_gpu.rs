@@ -5,6 +5,22 @@ use super::Figures;
 use vramkit::kernels::MatmulShape;
 use vramkit::{Arena, ArenaConfig, Gpu};
 
+/// The product with inputs of the element type `input` names, chosen at run time.
+fn bmm_as<'a, 'b>(
+    batch: &'b mut vramkit::kernels::Batch<'a>,
+    input: vramkit::kernels::MatmulInput,
+    shape: vramkit::kernels::MatmulShape,
+    layout: vramkit::kernels::MatmulBatch,
+    a: &'a vramkit::Allocation,
+    b: &'a vramkit::Allocation,
+    c: &'a vramkit::Allocation,
+) -> vramkit::Result<&'b mut vramkit::kernels::Batch<'a>> {
+    match input {
+        vramkit::kernels::MatmulInput::F32 => batch.bmm::<f32>(shape, layout, a, b, c),
+        vramkit::kernels::MatmulInput::F16 => batch.bmm::<half::f16>(shape, layout, a, b, c),
+    }
+}
+
 fn per_op(iters: usize, mut f: impl FnMut(usize)) -> f64 {
     let start = Instant::now();
     for i in 0..iters {
@@ -264,7 +280,7 @@ fn warm_up(
     let n = x.len() as u64;
     warm_until_steady("kernel", figures, || {
         time_batch(kernels, 10, |b| {
-            b.axpy(n, 1e-6, x, y).expect("axpy");
+            b.axpy(1e-6, (x, n), (y, n)).expect("axpy");
         })
     });
 }
@@ -338,9 +354,7 @@ fn spot_check(
 }
 
 pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
-    use vramkit::kernels::{
-        Binary, KernelOptions, Kernels, MatmulInput, Reduce, ScanKind, ScanType, Unary,
-    };
+    use vramkit::kernels::{Binary, KernelOptions, Kernels, MatmulInput, Reduce, ScanKind, Unary};
     let arena = Arena::new(gpu, Default::default()).expect("arena");
     let kernels = Kernels::new(&arena).expect("kernels");
     let portable = Kernels::with_options(&arena, KernelOptions::portable()).expect("kernels");
@@ -403,29 +417,59 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         };
         let secs = time_batch(k, reps, |b| {
             match name {
-                "axpy" => b.axpy(nn, 1e-6, &x, &y).map(|_| ()),
-                "copy" => b.copy(nn, &x, &y).map(|_| ()),
-                "fill" => b.fill(nn, 1.0, &y).map(|_| ()),
-                "add" => b.binary(Binary::Add, nn, &x, &y, &z).map(|_| ()),
-                "gelu" => b.map(Unary::Gelu, nn, &x, &y).map(|_| ()),
-                "sum" | "sum_portable" => b.reduce(Reduce::Sum, nn, &x, &out).map(|_| ()),
+                "axpy" => b.axpy(1e-6, (&x, nn), (&y, nn)).map(|_| ()),
+                "copy" => b.copy((&x, nn), (&y, nn)).map(|_| ()),
+                "fill" => b.fill(1.0, (&y, nn)).map(|_| ()),
+                "add" => b
+                    .binary(Binary::Add, (&x, nn), (&y, nn), (&z, nn))
+                    .map(|_| ()),
+                "gelu" => b.map(Unary::Gelu, (&x, nn), (&y, nn)).map(|_| ()),
+                "sum" | "sum_portable" => b.reduce(Reduce::Sum, (&x, nn), (&out, 1)).map(|_| ()),
                 "scan_u32" | "scan_u32_portable" => b
-                    .scan(ScanType::U32, ScanKind::Inclusive, nn, &x, &y)
+                    .scan::<u32>(
+                        ScanKind::Inclusive,
+                        (x.allocation(), nn),
+                        (y.allocation(), nn),
+                    )
                     .map(|_| ()),
                 "scan_f32" => b
-                    .scan(ScanType::F32, ScanKind::Inclusive, nn, &x, &y)
+                    .scan::<f32>(ScanKind::Inclusive, (&x, nn), (&y, nn))
                     .map(|_| ()),
-                "transpose" => b.transpose(side, side, &x, &y).map(|_| ()),
-                "softmax" => b.softmax_rows(rows, cols, &x, &y).map(|_| ()),
-                "softmax_32000" => b.softmax_rows(vocab_rows, vocab_cols, &x, &y).map(|_| ()),
-                "softmax_50257" => b.softmax_rows(odd_rows, odd_cols, &x, &y).map(|_| ()),
-                "softmax_197" | "softmax_197_portable" => {
-                    b.softmax_rows(vit_rows, vit_cols, &x, &y).map(|_| ())
-                }
-                "softmax_128" | "softmax_128_portable" => {
-                    b.softmax_rows(short_rows, short_cols, &x, &y).map(|_| ())
-                }
-                _ => b.to_f16(nn, &x, &y).map(|_| ()),
+                "transpose" => b
+                    .transpose(side, (&x, side * side), (&y, side * side))
+                    .map(|_| ()),
+                "softmax" => b
+                    .softmax_rows(rows, (&x, rows * cols), (&y, rows * cols))
+                    .map(|_| ()),
+                "softmax_32000" => b
+                    .softmax_rows(
+                        vocab_rows,
+                        (&x, vocab_rows * vocab_cols),
+                        (&y, vocab_rows * vocab_cols),
+                    )
+                    .map(|_| ()),
+                "softmax_50257" => b
+                    .softmax_rows(
+                        odd_rows,
+                        (&x, odd_rows * odd_cols),
+                        (&y, odd_rows * odd_cols),
+                    )
+                    .map(|_| ()),
+                "softmax_197" | "softmax_197_portable" => b
+                    .softmax_rows(
+                        vit_rows,
+                        (&x, vit_rows * vit_cols),
+                        (&y, vit_rows * vit_cols),
+                    )
+                    .map(|_| ()),
+                "softmax_128" | "softmax_128_portable" => b
+                    .softmax_rows(
+                        short_rows,
+                        (&x, short_rows * short_cols),
+                        (&y, short_rows * short_cols),
+                    )
+                    .map(|_| ()),
+                _ => b.to_f16((&x, nn), (y.allocation(), nn)).map(|_| ()),
             }
             .expect("record");
         });
@@ -501,8 +545,7 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         warm_until_steady("matmul", figures, || {
             time_batch(&kernels, mm_reps, |batch| {
                 batch
-                    .matmul(
-                        MatmulInput::F32,
+                    .matmul::<f32>(
                         MatmulShape {
                             m: dim,
                             k: dim,
@@ -517,19 +560,13 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         });
         for (name, input, (ai, bi), kernels) in cases {
             let secs = time_batch(kernels, mm_reps, |batch| {
-                batch
-                    .matmul(
-                        input,
-                        MatmulShape {
-                            m: dim,
-                            k: dim,
-                            n: dim,
-                        },
-                        ai,
-                        bi,
-                        &c,
-                    )
-                    .expect("record");
+                let shape = MatmulShape {
+                    m: dim,
+                    k: dim,
+                    n: dim,
+                };
+                let one = vramkit::kernels::MatmulBatch::packed(1, shape);
+                bmm_as(batch, input, shape, one, ai, bi, &c).expect("record");
             });
             let got = vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), d * d)
                 .expect("read");
@@ -579,7 +616,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             ("f32", MatmulInput::F32, (&a, &b), mm_reps * 2, 1e-4),
         ] {
             let secs = time_batch(&kernels, reps, |batch| {
-                batch.matmul(input, shape, ai, bi, &c).expect("record");
+                let one = vramkit::kernels::MatmulBatch::packed(1, shape);
+                bmm_as(batch, input, shape, one, ai, bi, &c).expect("record");
             });
             let got = vramkit::readback::read_as::<f32>(gpu, c.buffer(), c.offset(), mu * mu)
                 .expect("read");
@@ -659,25 +697,28 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         macro_rules! both {
             () => {
                 |batch: &mut vramkit::kernels::Batch<'_>| {
-                    batch
-                        .bmm(
-                            input,
-                            scores,
-                            vramkit::kernels::MatmulBatch::packed(heads, scores),
-                            &ops[0],
-                            &ops[1],
-                            &out_scores,
-                        )
-                        .expect("record")
-                        .bmm(
-                            input,
-                            values,
-                            vramkit::kernels::MatmulBatch::packed(heads, values),
-                            &ops[2],
-                            &ops[3],
-                            &out_values,
-                        )
-                        .expect("record");
+                    let packed = vramkit::kernels::MatmulBatch::packed;
+                    let (q, kt, p, v) = (&ops[0], &ops[1], &ops[2], &ops[3]);
+                    bmm_as(
+                        batch,
+                        input,
+                        scores,
+                        packed(heads, scores),
+                        q,
+                        kt,
+                        &out_scores,
+                    )
+                    .expect("record");
+                    bmm_as(
+                        batch,
+                        input,
+                        values,
+                        packed(heads, values),
+                        p,
+                        v,
+                        &out_values,
+                    )
+                    .expect("record");
                 }
             };
         }
@@ -691,16 +732,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
             ("values", values, (&ops[2], &ops[3]), &out_values),
         ] {
             let secs = time_batch(&kernels, mm_reps, |batch| {
-                batch
-                    .bmm(
-                        input,
-                        shape,
-                        vramkit::kernels::MatmulBatch::packed(heads, shape),
-                        x,
-                        y,
-                        out,
-                    )
-                    .expect("record");
+                let layout = vramkit::kernels::MatmulBatch::packed(heads, shape);
+                bmm_as(batch, input, shape, layout, x, y, out).expect("record");
             });
             let tflops = vramkit::kernels::MatmulBatch::packed(heads, shape).flops(shape) as f64
                 / secs
@@ -784,7 +817,8 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
         let mut b = kernels.batch();
         let t = Instant::now();
         for _ in 0..count {
-            b.axpy(1024, 1.0, &small, &small_y).expect("record");
+            b.axpy(1.0, (&small, 1024), (&small_y, 1024))
+                .expect("record");
         }
         best = best.min(t.elapsed().as_secs_f64() / count as f64);
         let idx = b.submit().expect("submit");
