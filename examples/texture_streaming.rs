@@ -2,8 +2,10 @@
 //! budget, a camera flying over them, each texture holding only the levels its view needs.
 //!
 //! ```text
-//! cargo run --release --example texture_streaming [-- --textures 200 --side 512 --frames 240]
+//! cargo run --release --example texture_streaming [-- --textures 200 --side 512 --frames 240 --fps 60]
 //! ```
+//! Frames are paced at `--fps` (0: as fast as `update` returns), as an app's are: the
+//! streamer's loader threads read the levels of growing textures between frames.
 //! Prints `name: value` lines: the budget held every frame
 //! (`resident_bytes_max_over_budget` <= 1), uploads within the cap (`uploads_over_cap` 0),
 //! no out-of-memory (`ooms` 0), the frames a camera cut takes to settle, and, once settled,
@@ -71,6 +73,14 @@ fn main() -> Res<()> {
     let textures = arg("--textures", 200);
     let side = arg("--side", 256).max(8);
     let frames = arg("--frames", 180).max(4);
+    let fps = arg("--fps", 60);
+    let frame_time = std::time::Duration::from_secs_f64(1.0 / f64::from(fps.max(1)));
+    // Sleeps out the rest of a frame begun at `start` (nothing when unpaced).
+    let pace = |start: Instant| {
+        if fps > 0 {
+            std::thread::sleep(frame_time.saturating_sub(start.elapsed()));
+        }
+    };
     let gpu = Gpu::headless()?;
     println!("texture streaming on {}", gpu.describe());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
@@ -136,6 +146,7 @@ fn main() -> Res<()> {
         let start = Instant::now();
         let uploaded = streamer.update()?;
         cpu_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        pace(start);
         let s = streamer.stats();
         let limit = if f >= frames / 2 { budget / 2 } else { budget };
         resident_max = resident_max.max(s.resident_bytes * budget / limit);
@@ -149,8 +160,10 @@ fn main() -> Res<()> {
     view(&mut streamer, (columns as f32 - 1.0, rows - 1.0))?;
     let mut settle_frames = 0;
     while !streamer.settled() && settle_frames < 10_000 {
+        let start = Instant::now();
         streamer.update()?;
         settle_frames += 1;
+        pace(start);
     }
     // Every resident level of every texture against its source.
     let mut exact = 0;
@@ -255,6 +268,8 @@ fn fill_by_streaming(
         MipConfig {
             budget: full,
             upload_cap: full,
+            // Not two caps of host staging (twice every chain): loads beyond it wait.
+            staging_bytes: 256 << 20,
             ..Default::default()
         },
     )?;
@@ -267,6 +282,8 @@ fn fill_by_streaming(
     let mut bytes = 0;
     let mut rounds = 0;
     while !streamer.settled() && rounds < 1000 {
+        // A loading screen: each round lands what the loaders have read.
+        streamer.wait_for_loads(std::time::Duration::from_secs(10))?;
         bytes += streamer.update()?;
         rounds += 1;
     }

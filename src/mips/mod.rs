@@ -33,13 +33,22 @@
 //! Sources: [`MemoryMips`] (levels in memory), [`Ktx2Mips`] (KTX2 files),
 //! or the app's own [`MipSource`].
 //!
-//! Levels are read on the thread that calls `update` (a source that decodes files should
-//! keep the decoded levels it expects to be asked for); loader threads are not used yet.
+//! # Off the frame thread
+//! A texture that grows is loaded by loader threads (`loader.rs`,
+//! [`MipConfig::loader_threads`]): they read its new levels from the source and write
+//! them into host staging the GPU copies from (`staging.rs`), so `update` only plans,
+//! creates textures and records copies. A growth planned in one `update` lands in a later
+//! one (the first after its levels are read); the plan counts it as held meanwhile, and a
+//! plan that changes its mind (the camera moved on, the budget shrank) drops it. Where
+//! there is no host staging (not Vulkan) the loaded levels go through the uploader on the
+//! frame thread; in the browser, which has one thread, the frame's thread reads them.
 
 mod feedback;
 mod ktx2;
+mod loader;
 mod plan;
 mod source;
+mod staging;
 
 pub use self::ktx2::Ktx2Mips;
 pub use feedback::MipFeedback;
@@ -63,6 +72,12 @@ pub struct MipConfig {
     /// Usages the host needs besides `TEXTURE_BINDING`, `COPY_DST` and `COPY_SRC` (which
     /// the streamer always sets).
     pub extra_usage: wgpu::TextureUsages,
+    /// Threads that read growing textures' levels (0: the thread that calls `update`, as
+    /// in the browser, where this is ignored).
+    pub loader_threads: usize,
+    /// Host staging the loaders write levels into (0: two upload caps). A load larger than
+    /// all of it comes back in ordinary memory.
+    pub staging_bytes: u64,
 }
 
 impl Default for MipConfig {
@@ -71,6 +86,8 @@ impl Default for MipConfig {
             budget: 256 << 20,
             upload_cap: 16 << 20,
             extra_usage: wgpu::TextureUsages::empty(),
+            loader_threads: 2,
+            staging_bytes: 0,
         }
     }
 }
@@ -142,6 +159,10 @@ pub struct MipStats {
     pub frames: u64,
     /// Textures holding fewer levels than they want (the budget or the cap held them).
     pub short: usize,
+    /// Growths whose levels are being read (planned, not landed).
+    pub loading: usize,
+    /// Growths dropped before they landed (the plan changed its mind).
+    pub loads_dropped: u64,
 }
 
 struct Slot {
@@ -153,6 +174,17 @@ struct Slot {
     importance: f32,
     current: StreamedTexture,
     charge: Charge,
+    /// A growth being loaded: its target level, its serial, and its levels once read.
+    pending: Option<Pending>,
+}
+
+/// A growth planned and not landed (module docs, "Off the frame thread").
+struct Pending {
+    target: u32,
+    /// The resident level it grows from.
+    from: u32,
+    serial: u64,
+    loaded: Option<(loader::Job, loader::Levels)>,
 }
 
 /// Streams the mip levels of many textures under one budget (module docs).
@@ -179,6 +211,8 @@ pub struct MipStreamer {
     slots: Vec<Option<Slot>>,
     stats: MipStats,
     next_generation: u64,
+    loader: loader::Loader,
+    next_serial: u64,
 }
 
 /// The finest level worth holding for a texture of `size` drawn `screen_pixels` across
@@ -202,7 +236,20 @@ impl MipStreamer {
                 "give a cap of at least the largest level you will stream",
             ));
         }
+        let threads = if cfg!(web) { 0 } else { config.loader_threads };
+        let staging = match threads {
+            0 => None,
+            _ => staging::LevelStaging::new(
+                gpu,
+                match config.staging_bytes {
+                    0 => config.upload_cap.saturating_mul(2),
+                    b => b,
+                },
+            ),
+        };
         Ok(MipStreamer {
+            loader: loader::Loader::new(threads, staging)?,
+            next_serial: 1,
             gpu: gpu.clone(),
             uploader: Uploader::new(gpu, Default::default()),
             account: gpu.accounts().account(
@@ -303,6 +350,7 @@ impl MipStreamer {
             },
             level_bytes,
             source,
+            pending: None,
         };
         self.stats.resident_bytes += coarse;
         self.stats.full_bytes += slot.level_bytes.iter().sum::<u64>();
@@ -325,6 +373,7 @@ impl MipStreamer {
         let slot = self.slot(id)?;
         let (resident, full) = (slot.charge.bytes(), slot.level_bytes.iter().sum::<u64>());
         self.slots[id.0 as usize] = None;
+        self.loader.cancel(id.0 as usize);
         self.stats.resident_bytes -= resident;
         self.stats.full_bytes -= full;
         self.stats.textures -= 1;
@@ -366,12 +415,23 @@ impl MipStreamer {
         Ok(())
     }
 
-    /// One frame: plans, shrinks and grows (module docs). Returns the bytes uploaded.
+    /// One frame: lands the growths whose levels are read, plans, shrinks, and starts the
+    /// loads of new growths (module docs). Returns the bytes uploaded.
     pub fn update(&mut self) -> Result<u64> {
         self.gpu.check_alive()?;
-        let (ids, entries) = self.plan_entries();
+        // Staging ranges come back in work-done callbacks, which a poll runs.
+        self.gpu.poll();
+        let done = self.loader.finished();
+        self.collect(done);
+        let (ids, entries) = self.plan_entries(true);
         let targets = plan::plan(&entries, self.config.budget, self.config.upload_cap);
-        let mut uploaded = 0;
+        let mut encoder =
+            self.gpu
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("vramkit mip swaps"),
+                });
+        let mut frame = Frame::default();
         // Shrinks first, so growths never stand on memory still to be given back.
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&k| targets[k] < entries[k].resident);
@@ -380,23 +440,177 @@ impl MipStreamer {
             if target == entries[k].resident {
                 continue;
             }
-            match self.swap(i, target) {
-                Ok(bytes) => uploaded += bytes,
+            let Some(slot) = self.slots[i].as_mut() else {
+                continue;
+            };
+            let held = slot.current.resident;
+            if let Some(p) = &slot.pending {
+                if target < p.target {
+                    // Sharper still: after this growth lands (one load spans at most one
+                    // frame's cap, as the plan counted it).
+                    continue;
+                }
+                slot.pending = None;
+                self.loader.cancel(i);
+                self.stats.loads_dropped += 1;
+            }
+            if target >= held {
+                // Fewer levels (or back to those held): GPU copies only, now.
+                if target > held {
+                    match self.swap(&mut encoder, &mut frame, i, target, None) {
+                        Ok(()) => {}
+                        Err(Error::OutOfMemory(_)) => self.stats.ooms += 1,
+                        Err(e) => return Err(e),
+                    }
+                }
+                continue;
+            }
+            let serial = self.next_serial;
+            self.next_serial += 1;
+            slot.pending = Some(Pending {
+                target,
+                from: held,
+                serial,
+                loaded: None,
+            });
+            self.loader.push(loader::Job {
+                slot: i,
+                serial,
+                source: slot.source.clone(),
+                levels: target..held,
+            });
+        }
+        // Without threads the loads just queued are read now, on this thread.
+        if !self.loader.stages() {
+            let done = self.loader.finished();
+            self.collect(done);
+        }
+        self.land(&mut encoder, &mut frame)?;
+        self.finish(encoder, frame)?;
+        Ok(self.stats.uploaded_last)
+    }
+
+    /// Waits until every load started by earlier updates has been read, the staging is
+    /// full (the next update frees some), or `timeout` has passed, so that the next
+    /// [`update`](Self::update) lands what can land: for a loading screen, or a test that
+    /// counts frames apart from the loaders' speed.
+    pub fn wait_for_loads(&mut self, timeout: std::time::Duration) -> Result<()> {
+        let deadline = web_time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(web_time::Instant::now());
+            let done = self.loader.wait_all(left);
+            self.collect(done);
+            if !self.loader.starved() || left.is_zero() {
+                return Ok(());
+            }
+            // A loader waits for room: what the GPU has copied out comes back once it is
+            // idle; room held by loads waiting to land comes back only as they land.
+            self.gpu.wait_idle()?;
+            if self.loader.starved() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Files finished loads with their slots; a load its slot no longer waits for (the
+    /// plan dropped it, the texture was removed) is dropped, giving its staging back.
+    fn collect(&mut self, done: Vec<loader::Loaded>) {
+        for (job, levels) in done {
+            let Some(Some(slot)) = self.slots.get_mut(job.slot) else {
+                continue;
+            };
+            let Some(p) = slot.pending.as_mut().filter(|p| p.serial == job.serial) else {
+                continue;
+            };
+            match levels {
+                Ok(levels) => p.loaded = Some((job, levels)),
+                Err(e) => {
+                    // The source failed: the texture stays as it is; the next plan asks
+                    // again. Logged, not returned: the frame goes on for the rest.
+                    log::warn!("mip streamer: loading '{}' failed: {e}", slot.label);
+                    slot.pending = None;
+                    self.stats.loads_dropped += 1;
+                }
+            }
+        }
+    }
+
+    /// Lands loaded growths, most important first, within the frame's upload cap and
+    /// the budget; the rest wait for a later frame.
+    fn land(&mut self, encoder: &mut wgpu::CommandEncoder, frame: &mut Frame) -> Result<()> {
+        let mut ready: Vec<(f32, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .filter(|(_, s)| s.pending.as_ref().is_some_and(|p| p.loaded.is_some()))
+            .map(|(i, s)| (s.importance, i))
+            .collect();
+        ready.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for (_, i) in ready {
+            let Some(slot) = self.slots[i].as_mut() else {
+                continue;
+            };
+            let Some(p) = slot.pending.take() else {
+                continue;
+            };
+            let Some((job, levels)) = p.loaded else {
+                continue;
+            };
+            let bytes = levels.bytes(&job);
+            let new_bytes: u64 = slot.level_bytes[p.target as usize..].iter().sum();
+            let after = self.stats.resident_bytes - slot.charge.bytes() + new_bytes;
+            if p.from != slot.current.resident || after > self.config.budget {
+                // Planned against a budget or a texture that has changed: dropped.
+                self.stats.loads_dropped += 1;
+                continue;
+            }
+            if bytes > self.config.upload_cap {
+                // Cannot land in any frame (the plan spans at most a cap): dropped.
+                self.stats.loads_dropped += 1;
+                continue;
+            }
+            if frame.uploaded + bytes > self.config.upload_cap {
+                // Over this frame's cap: it lands in a later frame.
+                slot.pending = Some(Pending {
+                    loaded: Some((job, levels)),
+                    ..p
+                });
+                continue;
+            }
+            match self.swap(encoder, frame, i, p.target, Some((job, levels))) {
+                Ok(()) => frame.uploaded += bytes,
                 Err(Error::OutOfMemory(_)) => self.stats.ooms += 1,
                 Err(e) => return Err(e),
             }
         }
+        Ok(())
+    }
+
+    /// Submits the frame's copies, then its uploads through the uploader; counts the frame.
+    fn finish(&mut self, encoder: wgpu::CommandEncoder, frame: Frame) -> Result<()> {
+        if frame.copies > 0 {
+            self.gpu.scoped("submitting mip-streaming copies", || {
+                self.gpu.submit([encoder.finish()])
+            })?;
+            // Staging ranges go back to the loaders once the GPU has copied them.
+            let held = frame.staged;
+            self.gpu.work_epoch_then(move || drop(held));
+        }
+        for (texture, base, job, levels) in frame.heap {
+            self.upload_heap(&texture, base, &job, levels)?;
+        }
         self.stats.frames += 1;
-        self.stats.uploaded_last = uploaded;
-        self.stats.uploaded_total += uploaded;
-        if uploaded > self.config.upload_cap {
+        self.stats.uploaded_last = frame.uploaded;
+        self.stats.uploaded_total += frame.uploaded;
+        if frame.uploaded > self.config.upload_cap {
             self.stats.uploads_over_cap += 1;
         }
         self.stats.peak_resident_bytes = self
             .stats
             .peak_resident_bytes
             .max(self.stats.resident_bytes);
-        Ok(uploaded)
+        Ok(())
     }
 
     /// What `id` holds now.
@@ -413,6 +627,12 @@ impl MipStreamer {
             .iter()
             .flatten()
             .filter(|t| t.current.resident > t.wanted)
+            .count();
+        s.loading = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|t| t.pending.is_some())
             .count();
         s
     }
@@ -442,15 +662,19 @@ impl MipStreamer {
     /// Whether every texture holds what it wants, as far as the budget allows: nothing
     /// left to grow or shrink.
     pub fn settled(&self) -> bool {
-        let (_, entries) = self.plan_entries();
+        if self.slots.iter().flatten().any(|s| s.pending.is_some()) {
+            return false;
+        }
+        let (_, entries) = self.plan_entries(false);
         plan::plan(&entries, self.config.budget, u64::MAX)
             .iter()
             .zip(&entries)
             .all(|(t, e)| *t == e.resident)
     }
 
-    /// The registered slots' indices and the plan's view of each.
-    fn plan_entries(&self) -> (Vec<usize>, Vec<plan::Entry>) {
+    /// The registered slots' indices and the plan's view of each; with `pending_as_held`,
+    /// a growth being loaded counts as held (its bytes are spoken for).
+    fn plan_entries(&self, pending_as_held: bool) -> (Vec<usize>, Vec<plan::Entry>) {
         self.slots
             .iter()
             .enumerate()
@@ -458,7 +682,10 @@ impl MipStreamer {
             .map(|(i, s)| {
                 let entry = plan::Entry {
                     level_bytes: s.level_bytes.clone(),
-                    resident: s.current.resident,
+                    resident: match &s.pending {
+                        Some(p) if pending_as_held => p.target,
+                        _ => s.current.resident,
+                    },
                     wanted: s.wanted,
                     coarsest: s.coarsest,
                     importance: s.importance,
@@ -545,52 +772,85 @@ impl MipStreamer {
         Ok(bytes)
     }
 
-    /// Replaces slot `i`'s texture with one holding `[target, levels)`; returns the bytes
-    /// uploaded. On an error the old texture stays.
-    fn swap(&mut self, i: usize, target: u32) -> Result<u64> {
+    /// Uploads a heap load's levels into `texture` (whose level 0 is chain level `base`)
+    /// through the uploader.
+    fn upload_heap(
+        &self,
+        texture: &wgpu::Texture,
+        base: u32,
+        job: &loader::Job,
+        levels: Vec<Vec<u8>>,
+    ) -> Result<()> {
+        let (format, size) = (job.source.format(), job.source.size());
+        for (l, texels) in job.levels.clone().zip(levels) {
+            self.uploader.upload_texture(
+                wgpu::TexelCopyTextureInfo {
+                    texture,
+                    mip_level: l - base,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                copy_extent(format, size, l),
+                &texels,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Replaces slot `i`'s texture with one holding `[target, levels)`: the levels both
+    /// hold copied on the GPU, the new ones (a growth) from `loaded`. On an error the old
+    /// texture stays.
+    fn swap(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        frame: &mut Frame,
+        i: usize,
+        target: u32,
+        loaded: Option<(loader::Job, loader::Levels)>,
+    ) -> Result<()> {
         let Some(slot) = self.slots[i].as_ref() else {
-            return Ok(0);
+            return Ok(());
         };
         let levels = slot.level_bytes.len() as u32;
         let old = slot.current.resident;
-        let source = slot.source.clone();
-        let label = slot.label.clone();
+        let (format, size) = (slot.source.format(), slot.source.size());
         let new_bytes: u64 = slot.level_bytes[target as usize..].iter().sum();
-        let texture = self.create(&label, source.format(), source.size(), target, levels)?;
-        // The levels both hold, copied on the GPU; then the new ones uploaded.
-        let keep = target.max(old);
-        let mut encoder =
-            self.gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit mip swap"),
-                });
-        for l in keep..levels {
+        let texture = self.create(&slot.label, format, size, target, levels)?;
+        for l in target.max(old)..levels {
             encoder.copy_texture_to_texture(
-                wgpu::TexelCopyTextureInfo {
-                    texture: &slot.current.texture,
-                    mip_level: l - old,
-                    origin: wgpu::Origin3d::ZERO,
-                    aspect: wgpu::TextureAspect::All,
-                },
-                wgpu::TexelCopyTextureInfo {
-                    texture: &texture,
-                    mip_level: l - target,
-                    origin: wgpu::Origin3d::ZERO,
-                    aspect: wgpu::TextureAspect::All,
-                },
-                copy_extent(source.format(), source.size(), l),
+                level_copy(&slot.current.texture, l, old),
+                level_copy(&texture, l, target),
+                copy_extent(format, size, l),
             );
+            frame.copies += 1;
         }
-        self.gpu.submit([encoder.finish()]);
-        let uploaded = if target < old {
-            self.upload_levels(source.as_ref(), &texture, target, target..old)?
-        } else {
-            0
-        };
+        match loaded {
+            Some((job, loader::Levels::Staged(range, placed))) => {
+                for (l, p) in job.levels.clone().zip(&placed) {
+                    encoder.copy_buffer_to_texture(
+                        wgpu::TexelCopyBufferInfo {
+                            buffer: range.buffer(),
+                            layout: wgpu::TexelCopyBufferLayout {
+                                offset: range.offset() + p.offset,
+                                bytes_per_row: Some(p.pitch),
+                                rows_per_image: Some(p.rows),
+                            },
+                        },
+                        level_copy(&texture, l, target),
+                        copy_extent(format, size, l),
+                    );
+                    frame.copies += 1;
+                }
+                frame.staged.push(range);
+            }
+            Some((job, loader::Levels::Heap(levels))) => {
+                frame.heap.push((texture.clone(), target, job, levels));
+            }
+            None => {}
+        }
         let generation = self.bump();
         let Some(slot) = self.slots[i].as_mut() else {
-            return Ok(uploaded);
+            return Ok(());
         };
         let held = slot.charge.bytes();
         slot.charge.set(new_bytes);
@@ -601,8 +861,28 @@ impl MipStreamer {
         };
         self.stats.resident_bytes = self.stats.resident_bytes - held + new_bytes;
         self.stats.swaps += 1;
-        Ok(uploaded)
+        Ok(())
     }
+}
+
+/// Level `level` of the chain in `texture`, whose level 0 is the chain's level `base`.
+fn level_copy(texture: &wgpu::Texture, level: u32, base: u32) -> wgpu::TexelCopyTextureInfo<'_> {
+    wgpu::TexelCopyTextureInfo {
+        texture,
+        mip_level: level - base,
+        origin: wgpu::Origin3d::ZERO,
+        aspect: wgpu::TextureAspect::All,
+    }
+}
+
+/// What one `update` records: its copies (one submission), the staging ranges they read,
+/// loads that go through the uploader after it, and the bytes it brings.
+#[derive(Default)]
+struct Frame {
+    copies: usize,
+    staged: Vec<staging::StagedRange>,
+    heap: Vec<(wgpu::Texture, u32, loader::Job, Vec<Vec<u8>>)>,
+    uploaded: u64,
 }
 
 fn unknown(id: MipId) -> Error {

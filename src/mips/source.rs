@@ -7,9 +7,10 @@ use crate::{Error, Misuse, Result};
 /// The levels of one 2D texture, read on demand (a file, a decoder, a generator).
 ///
 /// `read_level` returns level `level`'s texels in tight rows of blocks (no padding): for
-/// an RGBA8 level of `w x h`, `w * h * 4` bytes. It is called on the thread that runs
-/// [`MipStreamer::update`](super::MipStreamer::update), once per level each time the level
-/// becomes resident.
+/// an RGBA8 level of `w x h`, `w * h * 4` bytes. It is called on one of the streamer's
+/// loader threads ([`MipConfig::loader_threads`](super::MipConfig::loader_threads); on the
+/// thread that runs [`MipStreamer::update`](super::MipStreamer::update) where there are
+/// none), once per level each time the level is loaded.
 pub trait MipSource: Send + Sync {
     /// The texel format (uncompressed, or block-compressed where the device has it).
     fn format(&self) -> wgpu::TextureFormat;

@@ -1,0 +1,300 @@
+//! Worker threads that read the levels a texture grows into, off the thread that calls
+//! [`MipStreamer::update`](super::MipStreamer::update): straight into level staging
+//! (`staging.rs`, waiting for room when it is full), or into ordinary memory where the
+//! device has none or a load is larger than all of it.
+//!
+//! Without threads (in the browser, where a page has one, or with `loader_threads: 0`) the
+//! frame's own thread reads the queued loads when it collects results, into ordinary
+//! memory: same order, same results, the reading counted in the frame's time.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+use web_time::Instant;
+
+use parking_lot::Condvar;
+
+use super::source::{copy_extent, level_bytes, MipSource};
+use super::staging::{LevelStaging, StagedRange};
+use crate::sync::rank::{self as lock_rank, Mutex};
+use crate::{Error, Result};
+
+/// Levels `levels` of one texture's chain, to be read for slot `slot`; `serial` tells a
+/// result from the one of a load the streamer has since given up.
+pub(crate) struct Job {
+    pub slot: usize,
+    pub serial: u64,
+    pub source: Arc<dyn MipSource>,
+    pub levels: Range<u32>,
+}
+
+/// Where one level lies in a load's staging range: its offset and row pitch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placed {
+    pub offset: u64,
+    pub pitch: u32,
+    pub rows: u32,
+}
+
+/// A load's bytes.
+pub(crate) enum Levels {
+    /// In level staging, ready for the GPU to copy: one [`Placed`] per level.
+    Staged(StagedRange, Vec<Placed>),
+    /// In ordinary memory, tight rows, one `Vec` per level.
+    Heap(Vec<Vec<u8>>),
+}
+
+impl Levels {
+    /// Texel bytes of the load (tight, as the budget and the cap count them).
+    pub fn bytes(&self, job: &Job) -> u64 {
+        let (format, size) = (job.source.format(), job.source.size());
+        job.levels
+            .clone()
+            .map(|l| level_bytes(format, size, l).unwrap_or(0))
+            .sum()
+    }
+}
+
+/// A finished load: its job and its levels, or why not.
+pub(crate) type Loaded = (Job, Result<Levels>);
+
+struct Shared {
+    queue: Mutex<VecDeque<Job>>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+/// The worker pool; see the module docs.
+pub(crate) struct Loader {
+    shared: Arc<Shared>,
+    results: mpsc::Receiver<Loaded>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// Loads queued or being read.
+    outstanding: usize,
+    staging: Option<Arc<LevelStaging>>,
+}
+
+impl Loader {
+    /// `threads` workers (0: the frame's thread reads), writing into `staging` where given.
+    pub fn new(threads: usize, staging: Option<Arc<LevelStaging>>) -> Result<Loader> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(lock_rank::VT_LOAD_QUEUE, VecDeque::new()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let (tx, results) = mpsc::channel();
+        let mut handles = Vec::new();
+        for i in 0..threads {
+            let (shared, tx, staging) = (shared.clone(), tx.clone(), staging.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("vramkit-mip-load-{i}"))
+                .spawn(move || loop {
+                    let job = {
+                        let mut q = shared.queue.lock();
+                        loop {
+                            if shared.stop.load(Ordering::Acquire) {
+                                return;
+                            }
+                            if let Some(j) = q.pop_front() {
+                                break j;
+                            }
+                            shared.wake.wait(&mut q.guard);
+                        }
+                    };
+                    let levels = match read(&job, staging.as_ref(), &shared.stop) {
+                        Some(levels) => levels,
+                        None => return, // stopping
+                    };
+                    if tx.send((job, levels)).is_err() {
+                        return;
+                    }
+                })
+                .map_err(|e| Error::Io {
+                    during: "starting a mip loader thread".into(),
+                    source: e,
+                })?;
+            handles.push(handle);
+        }
+        Ok(Loader {
+            shared,
+            results,
+            threads: handles,
+            outstanding: 0,
+            staging,
+        })
+    }
+
+    /// Queues a load behind the others.
+    pub fn push(&mut self, job: Job) {
+        self.shared.queue.lock().push_back(job);
+        self.outstanding += 1;
+        self.shared.wake.notify_one();
+    }
+
+    /// Takes back the queued loads of `slot` no worker has started (a worker's load comes
+    /// back and is told apart by its serial).
+    pub fn cancel(&mut self, slot: usize) {
+        let mut q = self.shared.queue.lock();
+        let before = q.len();
+        q.retain(|j| j.slot != slot);
+        self.outstanding -= before - q.len();
+    }
+
+    /// Loads finished since the last call, without waiting; without threads, every queued
+    /// load, read now.
+    pub fn finished(&mut self) -> Vec<Loaded> {
+        let done: Vec<Loaded> = if self.threads.is_empty() {
+            std::iter::from_fn(|| self.read_next_inline()).collect()
+        } else {
+            self.results.try_iter().collect()
+        };
+        self.outstanding -= done.len();
+        done
+    }
+
+    /// Waits until every queued load has finished, a worker waits for staging room (which
+    /// only the frame thread's landing frees), or `timeout` has passed; returns them.
+    pub fn wait_all(&mut self, timeout: Duration) -> Vec<Loaded> {
+        let mut done = self.finished();
+        if self.threads.is_empty() {
+            return done; // read inline: nothing is left to wait for
+        }
+        let deadline = Instant::now() + timeout;
+        while self.outstanding > 0 && !self.staging.as_ref().is_some_and(|s| s.starved()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Ok(l) = self
+                .results
+                .recv_timeout(left.min(Duration::from_millis(5)))
+            {
+                self.outstanding -= 1;
+                done.push(l);
+            }
+        }
+        done
+    }
+
+    /// Whether a worker waits for staging room now.
+    pub fn starved(&self) -> bool {
+        self.staging.as_ref().is_some_and(|s| s.starved())
+    }
+
+    /// Whether loads land through level staging (else through the uploader).
+    pub fn stages(&self) -> bool {
+        self.staging.is_some() && !self.threads.is_empty()
+    }
+
+    /// Reads the first queued load on this thread (no threads: module docs).
+    fn read_next_inline(&self) -> Option<Loaded> {
+        let job = self.shared.queue.lock().pop_front()?;
+        let levels = heap(&job);
+        Some((job, levels))
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        // Set under the queue's lock: a worker checks `stop` and sleeps under that lock,
+        // so it either sees the flag or is asleep when the notification comes.
+        {
+            let _q = self.shared.queue.lock();
+            self.shared.stop.store(true, Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where each level of `job` goes in a staging range, and the range's length: each level
+/// at a 256-byte boundary, rows padded to the 256-byte copy pitch.
+fn layout(job: &Job) -> (Vec<Placed>, u64) {
+    let format = job.source.format();
+    let size = job.source.size();
+    let (bw, bh) = format.block_dimensions();
+    let block = u64::from(format.block_copy_size(None).unwrap_or(4));
+    let mut at = 0u64;
+    let placed = job
+        .levels
+        .clone()
+        .map(|l| {
+            let e = copy_extent(format, size, l);
+            let row = u64::from(e.width / bw) * block;
+            let pitch = row.next_multiple_of(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT));
+            let rows = e.height / bh;
+            let p = Placed {
+                offset: at,
+                pitch: pitch as u32,
+                rows,
+            };
+            at = (at + pitch * u64::from(rows)).next_multiple_of(256);
+            p
+        })
+        .collect();
+    (placed, at)
+}
+
+/// Reads `job` into staging where there is room for it, else into ordinary memory; `None`
+/// when stopping while waiting for room.
+fn read(
+    job: &Job,
+    staging: Option<&Arc<LevelStaging>>,
+    stop: &AtomicBool,
+) -> Option<Result<Levels>> {
+    let (placed, len) = layout(job);
+    let Some(pool) = staging.filter(|s| len <= s.capacity()) else {
+        return Some(heap(job));
+    };
+    let mut range = pool.take_waiting(len, stop)?;
+    let filled = (|| {
+        let bytes = range.bytes_mut();
+        for (l, p) in job.levels.clone().zip(&placed) {
+            let texels = read_level(job.source.as_ref(), l)?;
+            let rows = p.rows as usize;
+            let row = texels.len() / rows.max(1);
+            let (start, pitch) = (p.offset as usize, p.pitch as usize);
+            if row == pitch {
+                bytes[start..start + texels.len()].copy_from_slice(&texels);
+            } else {
+                for (r, src) in texels.chunks_exact(row).enumerate() {
+                    let at = start + r * pitch;
+                    bytes[at..at + row].copy_from_slice(src);
+                }
+            }
+        }
+        Ok(())
+    })();
+    Some(filled.map(|()| Levels::Staged(range, placed)))
+}
+
+/// Reads `job`'s levels into ordinary memory.
+fn heap(job: &Job) -> Result<Levels> {
+    job.levels
+        .clone()
+        .map(|l| read_level(job.source.as_ref(), l))
+        .collect::<Result<Vec<_>>>()
+        .map(Levels::Heap)
+}
+
+/// Level `level` of `source`, checked to be as long as its size and format make it.
+fn read_level(source: &dyn MipSource, level: u32) -> Result<Vec<u8>> {
+    let texels = source.read_level(level)?;
+    let want = level_bytes(source.format(), source.size(), level)?;
+    if texels.len() as u64 != want {
+        return Err(Error::misuse(
+            crate::Misuse::Length,
+            format!(
+                "a mip source gave {} bytes for level {level}, not {want}",
+                texels.len()
+            ),
+            "return tight rows of the level's texels (MipSource::read_level)",
+        ));
+    }
+    Ok(texels)
+}
