@@ -1,11 +1,14 @@
-//! Worker threads that read the levels a texture grows into, off the thread that calls
-//! [`MipStreamer::update`](super::MipStreamer::update): straight into level staging
-//! (`staging.rs`, waiting for room when it is full), or into ordinary memory where the
-//! device has none or a load is larger than all of it.
+//! Worker threads that prepare a growth off the thread that calls
+//! [`MipStreamer::update`](super::MipStreamer::update): they read the levels it brings,
+//! straight into level staging (`staging.rs`, waiting for room when it is full) or into
+//! ordinary memory where the device has none or a load is larger than all of it, and make
+//! its new texture (allocating device memory takes a driver hundreds of microseconds for
+//! a large texture). A reaper thread drops the textures growths and shrinks replaced, once
+//! the GPU is done with them, for the same reason.
 //!
 //! Without threads (in the browser, where a page has one, or with `loader_threads: 0`) the
-//! frame's own thread reads the queued loads when it collects results, into ordinary
-//! memory: same order, same results, the reading counted in the frame's time.
+//! frame's own thread does both when it collects results: same order, same results, the
+//! time counted in the frame's.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -19,8 +22,9 @@ use parking_lot::Condvar;
 
 use super::source::{copy_extent, level_bytes, MipSource};
 use super::staging::{LevelStaging, StagedRange};
+use super::TextureSpec;
 use crate::sync::rank::{self as lock_rank, Mutex};
-use crate::{Error, Result};
+use crate::{Error, Gpu, Result};
 
 /// Levels `levels` of one texture's chain, to be read for slot `slot`; `serial` tells a
 /// result from the one of a load the streamer has since given up.
@@ -29,6 +33,14 @@ pub(crate) struct Job {
     pub serial: u64,
     pub source: Arc<dyn MipSource>,
     pub levels: Range<u32>,
+    /// The texture it lands in, which holds `[levels.start, texture.levels)`.
+    pub texture: TextureSpec,
+}
+
+/// A prepared growth: its texture and the levels to copy into it.
+pub(crate) struct Landing {
+    pub texture: wgpu::Texture,
+    pub levels: Levels,
 }
 
 /// Where one level lies in a load's staging range: its offset and row pitch.
@@ -58,8 +70,8 @@ impl Levels {
     }
 }
 
-/// A finished load: its job and its levels, or why not.
-pub(crate) type Loaded = (Job, Result<Levels>);
+/// A finished load: its job and its landing, or why not.
+pub(crate) type Loaded = (Job, Result<Landing>);
 
 struct Shared {
     queue: Mutex<VecDeque<Job>>,
@@ -75,11 +87,29 @@ pub(crate) struct Loader {
     /// Loads queued or being read.
     outstanding: usize,
     staging: Option<Arc<LevelStaging>>,
+    gpu: Gpu,
+    reaper: Reaper,
+}
+
+/// Where replaced textures go to be dropped: a thread of their own, or (no threads) at
+/// once on the calling thread.
+#[derive(Clone)]
+pub(crate) struct Reaper(Option<mpsc::Sender<Vec<wgpu::Texture>>>);
+
+impl Reaper {
+    /// Drops `textures` on the reaper's thread (or here, where there is none).
+    pub fn retire(&self, textures: Vec<wgpu::Texture>) {
+        if let Some(tx) = &self.0 {
+            // A closed channel means the streamer is gone: dropped here instead.
+            let _ = tx.send(textures);
+        }
+    }
 }
 
 impl Loader {
-    /// `threads` workers (0: the frame's thread reads), writing into `staging` where given.
-    pub fn new(threads: usize, staging: Option<Arc<LevelStaging>>) -> Result<Loader> {
+    /// `threads` workers (0: the frame's thread reads), writing into `staging` where given,
+    /// making textures on `gpu`.
+    pub fn new(gpu: &Gpu, threads: usize, staging: Option<Arc<LevelStaging>>) -> Result<Loader> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(lock_rank::VT_LOAD_QUEUE, VecDeque::new()),
             wake: Condvar::new(),
@@ -89,6 +119,7 @@ impl Loader {
         let mut handles = Vec::new();
         for i in 0..threads {
             let (shared, tx, staging) = (shared.clone(), tx.clone(), staging.clone());
+            let gpu = gpu.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("vramkit-mip-load-{i}"))
                 .spawn(move || loop {
@@ -105,7 +136,7 @@ impl Loader {
                         }
                     };
                     let levels = match read(&job, staging.as_ref(), &shared.stop) {
-                        Some(levels) => levels,
+                        Some(levels) => levels.and_then(|l| land(&gpu, &job, l)),
                         None => return, // stopping
                     };
                     if tx.send((job, levels)).is_err() {
@@ -118,13 +149,35 @@ impl Loader {
                 })?;
             handles.push(handle);
         }
+        let reaper = if threads == 0 {
+            Reaper(None)
+        } else {
+            let (tx, rx) = mpsc::channel::<Vec<wgpu::Texture>>();
+            // Not joined: it ends when the last sender goes, which may be a callback of a
+            // submission still in flight when the streamer is dropped.
+            std::thread::Builder::new()
+                .name("vramkit-mip-reaper".into())
+                .spawn(move || rx.iter().for_each(drop))
+                .map_err(|e| Error::Io {
+                    during: "starting the mip reaper thread".into(),
+                    source: e,
+                })?;
+            Reaper(Some(tx))
+        };
         Ok(Loader {
             shared,
             results,
             threads: handles,
             outstanding: 0,
             staging,
+            gpu: gpu.clone(),
+            reaper,
         })
+    }
+
+    /// Where replaced textures go.
+    pub fn reaper(&self) -> Reaper {
+        self.reaper.clone()
     }
 
     /// Queues a load behind the others.
@@ -155,15 +208,16 @@ impl Loader {
         done
     }
 
-    /// Waits until every queued load has finished, a worker waits for staging room (which
-    /// only the frame thread's landing frees), or `timeout` has passed; returns them.
-    pub fn wait_all(&mut self, timeout: Duration) -> Vec<Loaded> {
+    /// Waits until every queued load has finished, `timeout` has passed, or (with
+    /// `until_starved`) a worker waits for staging room, which only the frame thread
+    /// frees; returns the loads finished.
+    pub fn wait_all(&mut self, timeout: Duration, until_starved: bool) -> Vec<Loaded> {
         let mut done = self.finished();
         if self.threads.is_empty() {
             return done; // read inline: nothing is left to wait for
         }
         let deadline = Instant::now() + timeout;
-        while self.outstanding > 0 && !self.staging.as_ref().is_some_and(|s| s.starved()) {
+        while self.outstanding > 0 && !(until_starved && self.starved()) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -192,8 +246,8 @@ impl Loader {
     /// Reads the first queued load on this thread (no threads: module docs).
     fn read_next_inline(&self) -> Option<Loaded> {
         let job = self.shared.queue.lock().pop_front()?;
-        let levels = heap(&job);
-        Some((job, levels))
+        let landing = heap(&job).and_then(|l| land(&self.gpu, &job, l));
+        Some((job, landing))
     }
 }
 
@@ -271,6 +325,12 @@ fn read(
         Ok(())
     })();
     Some(filled.map(|()| Levels::Staged(range, placed)))
+}
+
+/// Makes `job`'s texture for `levels`.
+fn land(gpu: &Gpu, job: &Job, levels: Levels) -> Result<Landing> {
+    let texture = job.texture.create(gpu, job.levels.start)?;
+    Ok(Landing { texture, levels })
 }
 
 /// Reads `job`'s levels into ordinary memory.

@@ -184,7 +184,7 @@ struct Pending {
     /// The resident level it grows from.
     from: u32,
     serial: u64,
-    loaded: Option<(loader::Job, loader::Levels)>,
+    loaded: Option<(loader::Job, loader::Landing)>,
 }
 
 /// Streams the mip levels of many textures under one budget (module docs).
@@ -248,7 +248,7 @@ impl MipStreamer {
             ),
         };
         Ok(MipStreamer {
-            loader: loader::Loader::new(threads, staging)?,
+            loader: loader::Loader::new(gpu, threads, staging)?,
             next_serial: 1,
             gpu: gpu.clone(),
             uploader: Uploader::new(gpu, Default::default()),
@@ -478,6 +478,13 @@ impl MipStreamer {
                 serial,
                 source: slot.source.clone(),
                 levels: target..held,
+                texture: TextureSpec {
+                    label: slot.label.clone(),
+                    format: slot.source.format(),
+                    size: slot.source.size(),
+                    levels: slot.level_bytes.len() as u32,
+                    usage: self.config.extra_usage,
+                },
             });
         }
         // Without threads the loads just queued are read now, on this thread.
@@ -496,17 +503,23 @@ impl MipStreamer {
     /// counts frames apart from the loaders' speed.
     pub fn wait_for_loads(&mut self, timeout: std::time::Duration) -> Result<()> {
         let deadline = web_time::Instant::now() + timeout;
+        let left = || deadline.saturating_duration_since(web_time::Instant::now());
         loop {
-            let left = deadline.saturating_duration_since(web_time::Instant::now());
-            let done = self.loader.wait_all(left);
+            let done = self.loader.wait_all(left(), true);
             self.collect(done);
-            if !self.loader.starved() || left.is_zero() {
+            if !self.loader.starved() || left().is_zero() {
                 return Ok(());
             }
             // A loader waits for room: what the GPU has copied out comes back once it is
-            // idle; room held by loads waiting to land comes back only as they land.
+            // idle (and a moment for the loaders to take it); room held by loads waiting
+            // to land comes back only as they land.
             self.gpu.wait_idle()?;
-            if self.loader.starved() {
+            let done = self
+                .loader
+                .wait_all(left().min(std::time::Duration::from_millis(50)), false);
+            let progressed = !done.is_empty();
+            self.collect(done);
+            if !progressed && self.loader.starved() {
                 return Ok(());
             }
         }
@@ -524,6 +537,11 @@ impl MipStreamer {
             };
             match levels {
                 Ok(levels) => p.loaded = Some((job, levels)),
+                Err(Error::OutOfMemory(_)) => {
+                    // The device refused the growth's texture: kept as it is.
+                    slot.pending = None;
+                    self.stats.ooms += 1;
+                }
                 Err(e) => {
                     // The source failed: the texture stays as it is; the next plan asks
                     // again. Logged, not returned: the frame goes on for the rest.
@@ -557,7 +575,7 @@ impl MipStreamer {
             let Some((job, levels)) = p.loaded else {
                 continue;
             };
-            let bytes = levels.bytes(&job);
+            let bytes = levels.levels.bytes(&job);
             let new_bytes: u64 = slot.level_bytes[p.target as usize..].iter().sum();
             let after = self.stats.resident_bytes - slot.charge.bytes() + new_bytes;
             if p.from != slot.current.resident || after > self.config.budget {
@@ -593,9 +611,14 @@ impl MipStreamer {
             self.gpu.scoped("submitting mip-streaming copies", || {
                 self.gpu.submit([encoder.finish()])
             })?;
-            // Staging ranges go back to the loaders once the GPU has copied them.
-            let held = frame.staged;
-            self.gpu.work_epoch_then(move || drop(held));
+            // Staging ranges go back to the loaders once the GPU has copied them; the
+            // textures replaced go to the loader's reaper, which releases their memory
+            // off this thread (freeing device memory takes a driver a while).
+            let (held, retired, reaper) = (frame.staged, frame.retired, self.loader.reaper());
+            self.gpu.work_epoch_then(move || {
+                drop(held);
+                reaper.retire(retired);
+            });
         }
         for (texture, base, job, levels) in frame.heap {
             self.upload_heap(&texture, base, &job, levels)?;
@@ -723,26 +746,14 @@ impl MipStreamer {
         from: u32,
         levels: u32,
     ) -> Result<wgpu::Texture> {
-        let (w, h) = level_size(size, from);
-        self.gpu.scoped("creating a mip-streamed texture", || {
-            self.gpu.device().create_texture(&wgpu::TextureDescriptor {
-                label: Some(label),
-                size: wgpu::Extent3d {
-                    width: w,
-                    height: h,
-                    depth_or_array_layers: 1,
-                },
-                mip_level_count: levels - from,
-                sample_count: 1,
-                dimension: wgpu::TextureDimension::D2,
-                format,
-                usage: wgpu::TextureUsages::TEXTURE_BINDING
-                    | wgpu::TextureUsages::COPY_DST
-                    | wgpu::TextureUsages::COPY_SRC
-                    | self.config.extra_usage,
-                view_formats: &[],
-            })
-        })
+        let spec = TextureSpec {
+            label: label.to_string(),
+            format,
+            size,
+            levels,
+            usage: self.config.extra_usage,
+        };
+        spec.create(&self.gpu, from)
     }
 
     /// Uploads the chain's levels `levels` into `texture`, which starts at chain level
@@ -806,7 +817,7 @@ impl MipStreamer {
         frame: &mut Frame,
         i: usize,
         target: u32,
-        loaded: Option<(loader::Job, loader::Levels)>,
+        loaded: Option<(loader::Job, loader::Landing)>,
     ) -> Result<()> {
         let Some(slot) = self.slots[i].as_ref() else {
             return Ok(());
@@ -815,7 +826,13 @@ impl MipStreamer {
         let old = slot.current.resident;
         let (format, size) = (slot.source.format(), slot.source.size());
         let new_bytes: u64 = slot.level_bytes[target as usize..].iter().sum();
-        let texture = self.create(&slot.label, format, size, target, levels)?;
+        let (texture, loaded) = match loaded {
+            Some((job, landing)) => (landing.texture, Some((job, landing.levels))),
+            None => (
+                self.create(&slot.label, format, size, target, levels)?,
+                None,
+            ),
+        };
         for l in target.max(old)..levels {
             encoder.copy_texture_to_texture(
                 level_copy(&slot.current.texture, l, old),
@@ -854,14 +871,58 @@ impl MipStreamer {
         };
         let held = slot.charge.bytes();
         slot.charge.set(new_bytes);
-        slot.current = StreamedTexture {
-            texture,
-            generation,
-            resident: target,
-        };
+        let old = std::mem::replace(
+            &mut slot.current,
+            StreamedTexture {
+                texture,
+                generation,
+                resident: target,
+            },
+        );
+        frame.retired.push(old.texture);
         self.stats.resident_bytes = self.stats.resident_bytes - held + new_bytes;
         self.stats.swaps += 1;
         Ok(())
+    }
+}
+
+/// What a streamed texture is made of, but for the levels it holds.
+#[derive(Clone, Debug)]
+pub(crate) struct TextureSpec {
+    pub label: String,
+    pub format: wgpu::TextureFormat,
+    pub size: (u32, u32),
+    /// Levels of the full chain.
+    pub levels: u32,
+    /// Usages besides those the streamer always sets.
+    pub usage: wgpu::TextureUsages,
+}
+
+impl TextureSpec {
+    /// A texture holding the chain's levels `[from, levels)`, made on any thread (loaders
+    /// make the textures of growths, so that their memory is not allocated on the frame
+    /// thread).
+    pub fn create(&self, gpu: &Gpu, from: u32) -> Result<wgpu::Texture> {
+        let (w, h) = level_size(self.size, from);
+        gpu.scoped("creating a mip-streamed texture", || {
+            gpu.device().create_texture(&wgpu::TextureDescriptor {
+                label: Some(&self.label),
+                size: wgpu::Extent3d {
+                    width: w,
+                    height: h,
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: self.levels - from,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format: self.format,
+                usage: wgpu::TextureUsages::TEXTURE_BINDING
+                    | wgpu::TextureUsages::COPY_DST
+                    | wgpu::TextureUsages::COPY_SRC
+                    | self.usage,
+                view_formats: &[],
+            })
+        })
     }
 }
 
@@ -882,6 +943,8 @@ struct Frame {
     copies: usize,
     staged: Vec<staging::StagedRange>,
     heap: Vec<(wgpu::Texture, u32, loader::Job, Vec<Vec<u8>>)>,
+    /// Textures replaced this frame: released off this thread once the GPU is done.
+    retired: Vec<wgpu::Texture>,
     uploaded: u64,
 }
 
