@@ -5,6 +5,15 @@ use super::Figures;
 use vramkit::kernels::MatmulShape;
 use vramkit::{Arena, ArenaConfig, Gpu};
 
+/// The wrapping sum of `bytes` as little-endian u64 words (the tail ignored): one read
+/// of every byte, at the speed one thread reads memory.
+fn word_sum(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+        .fold(0u64, u64::wrapping_add)
+}
+
 /// The product with inputs of the element type `input` names, chosen at run time.
 fn bmm_as<'a, 'b>(
     batch: &'b mut vramkit::kernels::Batch<'a>,
@@ -1143,9 +1152,24 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         let view = downloader.download_view(&dst, 0, size).expect("view");
         assert_eq!(view.len() as u64, size);
     });
+    assert!(
+        downloader.download_view(&dst, 0, size).expect("view")[..] == data[..],
+        "viewed bytes differ"
+    );
+    // Reading every byte once (a sum of words, one thread) from the view, after its
+    // download and alone, against the same read of ordinary memory: a host read's speed.
     let view_read = best(&mut || {
         let view = downloader.download_view(&dst, 0, size).expect("view");
-        assert!(view[..] == data[..], "viewed bytes differ");
+        std::hint::black_box(word_sum(&view));
+    });
+    let view_alone = {
+        let view = downloader.download_view(&dst, 0, size).expect("view");
+        best(&mut || {
+            std::hint::black_box(word_sum(&view));
+        })
+    };
+    let host_read = best(&mut || {
+        std::hint::black_box(word_sum(&data));
     });
     // Pinned buffers: the data already in host memory the GPU copies directly, as a
     // PyTorch pinned tensor is (the bytes are checked once, outside the timing).
@@ -1292,6 +1316,20 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     );
     figures.add("download_vec_gbps", format!("{:.2}", gbps(download_vec)));
     figures.add("download_view_read_gbps", format!("{:.2}", gbps(view_read)));
+    figures.add("view_read_alone_gbps", format!("{:.2}", gbps(view_alone)));
+    figures.add("host_read_gbps", format!("{:.2}", gbps(host_read)));
+    figures.add(
+        "download_view_read_vs_host_read",
+        format!("{:.2}", host_read / view_read),
+    );
+    figures.add(
+        "view_read_alone_vs_host_read",
+        format!("{:.2}", host_read / view_alone),
+    );
+    figures.add(
+        "download_into_vs_pinned",
+        format!("{:.2}", pinned_down / download),
+    );
     figures.add(
         "download_vs_plain_map",
         format!("{:.2}", plain_download / download),
