@@ -511,6 +511,12 @@ fn run(out: &Path) -> Res<u32> {
 
     chapter(
         7,
+        "Mip streaming: ordinary textures holding only the levels the view needs",
+    );
+    mip_chapter(&gpu, &mut wrong)?;
+
+    chapter(
+        8,
         "Planning: a dry run's peaks, and the largest batch that fits a budget",
     );
     {
@@ -528,7 +534,7 @@ fn run(out: &Path) -> Res<u32> {
             Ok(())
         };
         // On a runtime of its own (the same device), so that its peaks are this step's
-        // alone and the tour's arena keeps its own for chapter 8.
+        // alone and the tour's arena keeps its own for chapter 9.
         let own = Runtime::new(&gpu, RuntimeConfig::default())?;
         let plan = own.dry_run(|rt| step(rt, 64))?;
         println!(
@@ -553,7 +559,7 @@ fn run(out: &Path) -> Res<u32> {
     }
 
     chapter(
-        8,
+        9,
         "What the arena saw: summary, timeline, trace, memory_viz; the device ledger",
     );
     rt.synchronize()?;
@@ -583,6 +589,82 @@ fn run(out: &Path) -> Res<u32> {
         wrong
     );
     Ok(wrong)
+}
+
+/// Chapter 7: 64 textures whose full chains are three times the budget, the camera at one
+/// corner of their grid; the plain-wgpu way loads every full chain.
+fn mip_chapter(gpu: &vramkit::Gpu, wrong: &mut u32) -> Res<()> {
+    use vramkit::mips::{wanted_level, MemoryMips, MipConfig, MipSource, MipStreamer};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let mut sources = Vec::new();
+    for _ in 0..64 {
+        let size: (u32, u32) = (rng.gen_range(64..=256), rng.gen_range(64..=256));
+        let seed: u8 = rng.gen();
+        let levels = (0..32 - size.0.max(size.1).leading_zeros())
+            .map(|l| {
+                let (w, h) = ((size.0 >> l).max(1), (size.1 >> l).max(1));
+                (0..w * h)
+                    .flat_map(|i| [(i as u8).wrapping_add(seed), (i >> 8) as u8, l as u8, 255])
+                    .collect()
+            })
+            .collect();
+        let mips = MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, size, levels)?;
+        sources.push((Arc::new(mips), size));
+    }
+    let full: u64 = sources
+        .iter()
+        .flat_map(|(m, _)| (0..m.level_count()).map(|l| m.read_level(l)))
+        .map(|l| l.map_or(0, |v| v.len() as u64))
+        .sum();
+    let budget = full / 3;
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget,
+            upload_cap: budget / 4,
+            ..Default::default()
+        },
+    )?;
+    for (i, (m, size)) in sources.iter().enumerate() {
+        let id = streamer.add(m.clone(), &format!("tour texture {i}"))?;
+        // An 8 x 8 grid seen from its corner: near textures large on screen, far ones small.
+        let d = ((i % 8) as f32).hypot((i / 8) as f32);
+        let pixels = 256.0 / (1.0 + d);
+        streamer.set_wanted(id, wanted_level(*size, pixels), pixels * pixels)?;
+    }
+    let mut frames = 0;
+    while !streamer.settled() && frames < 1000 {
+        streamer.wait_for_loads(std::time::Duration::from_secs(10))?;
+        streamer.update()?;
+        frames += 1;
+    }
+    let s = streamer.stats();
+    let mut exact = 0;
+    for (i, (id, _)) in streamer.texture_stats().into_iter().enumerate() {
+        let shown = streamer.texture(id)?;
+        let mut same = true;
+        for l in 0..shown.texture.mip_level_count() {
+            let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l)?;
+            same &= got == sources[i].0.read_level(shown.resident + l)?;
+        }
+        exact += usize::from(same);
+    }
+    println!(
+        "   64 textures, every full chain {}: streamed under a budget of {} in {frames} frames",
+        fmt_bytes(full),
+        fmt_bytes(budget)
+    );
+    check(
+        wrong,
+        s.peak_resident_bytes <= budget && exact == sources.len(),
+        format!(
+            "holds {} against the plain way's {} ({:.1}x less), {exact} of 64 textures' levels exact",
+            fmt_bytes(s.resident_bytes),
+            fmt_bytes(full),
+            full as f64 / s.resident_bytes.max(1) as f64
+        ),
+    );
+    Ok(())
 }
 
 /// `theirs` against `ours` (times, lower is better), worded the right way round.
