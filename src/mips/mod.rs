@@ -383,7 +383,9 @@ impl MipStreamer {
     /// The finest level `id`'s view needs (0: full resolution; see [`wanted_level`]) and
     /// how much it matters against the rest: the screen area it covers, in pixels, is
     /// what the plan's benefit per byte assumes (a level's worth is the area it sharpens).
-    /// Levels past the chain's end mean its coarsest.
+    /// Levels past the chain's end mean its coarsest. A texture wanted coarser than it is
+    /// keeps the finer levels it holds while the budget has room for them (they are given
+    /// back as others need the bytes; lower the budget to give them back now).
     pub fn set_wanted(&mut self, id: MipId, level: u32, importance: f32) -> Result<()> {
         let slot = self.slot_mut(id)?;
         slot.wanted = level.min(slot.level_bytes.len() as u32 - 1);

@@ -17,9 +17,15 @@
 //!    allow (whole levels; the cap is checked against the largest level at registration,
 //!    so every level fits a frame of its own).
 //!
+//! 4. **Shrinks only as far as the budget needs**: a texture the targets would shrink keeps
+//!    as many of its levels as the budget has room for, most important first.
+//!    Replacing a texture to give back memory nobody asked for costs a copy and the frame
+//!    thread's time (a camera that turns away would shrink dozens at once), and the levels
+//!    are there if the view comes back.
+//!
 //! What the plan promises: the total at the frame's end is within the budget (shrinks
-//! come first and growths never go past the targets), and the bytes uploaded are within
-//! the cap.
+//! come first, growths never go past the targets, and a shrink is skipped only within the
+//! budget), and the bytes uploaded are within the cap.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -95,6 +101,19 @@ pub(crate) fn plan(entries: &[Entry], budget: u64, upload_cap: u64) -> Vec<u32> 
         }
         if r < e.resident {
             out[i] = r;
+        }
+    }
+    // 4. Shrinks the budget does not need are skipped, most important first.
+    let mut total: u64 = entries
+        .iter()
+        .zip(&out)
+        .map(|(e, &l)| e.bytes_from(l))
+        .sum();
+    for &i in &order {
+        let e = &entries[i];
+        while out[i] > e.resident && total + e.level_bytes[(out[i] - 1) as usize] <= budget {
+            total += e.level_bytes[(out[i] - 1) as usize];
+            out[i] -= 1;
         }
     }
     out
@@ -196,6 +215,21 @@ mod tests {
         let levels = plan(&entries, budget, u64::MAX);
         assert!(total(&entries, &levels) <= budget);
         assert!(levels.windows(2).all(|w| w[1] <= w[0]), "{levels:?}");
+    }
+
+    #[test]
+    fn a_texture_the_view_left_keeps_its_levels_until_the_budget_needs_them() {
+        // Two textures held sharp; the view leaves the first (it wants its coarsest now).
+        let mut entries: Vec<Entry> = (0..2).map(|_| entry(512, 0, 0, 1.0)).collect();
+        entries[0].wanted = 9;
+        entries[0].importance = 0.0;
+        let room = 2 * entries[0].bytes_from(0);
+        assert_eq!(plan(&entries, room, u64::MAX), vec![0, 0], "room for both");
+        // Less room: the first gives back what the second needs, no more.
+        let tight = entries[0].bytes_from(0) + entries[0].bytes_from(1);
+        let levels = plan(&entries, tight, u64::MAX);
+        assert!(total(&entries, &levels) <= tight);
+        assert_eq!(levels, vec![1, 0]);
     }
 
     #[test]

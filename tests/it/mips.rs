@@ -368,9 +368,12 @@ fn a_block_compressed_texture_streams_down_to_levels_smaller_than_a_block_exactl
     let mut streamer = MipStreamer::new(gpu, MipConfig::default()).unwrap();
     let id = streamer.add(source, "bc1").unwrap();
     // Coarsest first (the last level whose size is whole blocks: 4x4), then all of it,
-    // then back to a middle level.
+    // then back to a middle level: a budget of exactly its levels from there (with room to
+    // spare, a texture keeps the levels it holds).
     assert_eq!(streamer.texture(id).unwrap().resident, levels - 3);
     for wanted in [0, rng.gen_range(1..levels - 3)] {
+        let bytes: usize = data[wanted as usize..].iter().map(Vec::len).sum();
+        streamer.set_budget(bytes as u64).unwrap();
         streamer.set_wanted(id, wanted, 1.0).unwrap();
         while !streamer.settled() {
             streamer.wait_for_loads(LOADS).unwrap();
