@@ -1157,20 +1157,27 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
         "viewed bytes differ"
     );
     // Reading every byte once (a sum of words, one thread) from the view, after its
-    // download and alone, against the same read of ordinary memory: a host read's speed.
+    // download and alone, against the same read of ordinary memory; and a memcpy (one
+    // thread) out of the view against one out of ordinary memory, into the same warm Vec.
     let view_read = best(&mut || {
         let view = downloader.download_view(&dst, 0, size).expect("view");
         std::hint::black_box(word_sum(&view));
     });
-    let view_alone = {
+    let mut copy = vec![1u8; size as usize];
+    let (view_alone, view_memcpy) = {
         let view = downloader.download_view(&dst, 0, size).expect("view");
-        best(&mut || {
+        let alone = best(&mut || {
             std::hint::black_box(word_sum(&view));
-        })
+        });
+        let memcpy = best(&mut || copy.copy_from_slice(&view));
+        (alone, memcpy)
     };
     let host_read = best(&mut || {
         std::hint::black_box(word_sum(&data));
     });
+    let host_memcpy = best(&mut || copy.copy_from_slice(&data));
+    std::hint::black_box(&copy);
+    drop(copy);
     // Pinned buffers: the data already in host memory the GPU copies directly, as a
     // PyTorch pinned tensor is (the bytes are checked once, outside the timing).
     let mut pinned = vramkit::stream::PinnedBuffer::new(gpu, size, "bench pinned").expect("pinned");
@@ -1325,6 +1332,12 @@ pub fn suite_stream(gpu: &Gpu, figures: &mut Figures) {
     figures.add(
         "view_read_alone_vs_host_read",
         format!("{:.2}", host_read / view_alone),
+    );
+    figures.add("view_memcpy_gbps", format!("{:.2}", gbps(view_memcpy)));
+    figures.add("host_memcpy_gbps", format!("{:.2}", gbps(host_memcpy)));
+    figures.add(
+        "download_view_read_vs_memcpy",
+        format!("{:.2}", host_memcpy / view_memcpy),
     );
     figures.add(
         "download_into_vs_pinned",
