@@ -140,7 +140,16 @@ fn lengths_come_from_the_allocations_and_mismatches_are_errors() {
     assert!(x.first(0).is_none() && x.first(101).is_none());
     // A product's operands must hold its shapes (more is allowed: the shape is explicit).
     let e = batch
-        .matmul::<f32>(MatmulShape { m: 11, k: 11, n: 11 }, &x, &x, &y)
+        .matmul::<f32>(
+            MatmulShape {
+                m: 11,
+                k: 11,
+                n: 11,
+            },
+            &x,
+            &x,
+            &y,
+        )
         .map(|_| ())
         .unwrap_err();
     assert!(e.to_string().contains("holds 100 elements"), "{e}");
