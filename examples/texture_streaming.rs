@@ -270,6 +270,8 @@ fn fill_by_streaming(
             upload_cap: full,
             // Not two caps of host staging (twice every chain): loads beyond it wait.
             staging_bytes: 256 << 20,
+            // A loading screen: no frame time to keep.
+            growths_per_frame: usize::MAX,
             ..Default::default()
         },
     )?;

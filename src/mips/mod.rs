@@ -39,7 +39,9 @@
 //! them into host staging the GPU copies from (`staging.rs`), so `update` only plans,
 //! creates textures and records copies. A growth planned in one `update` lands in a later
 //! one (the first after its levels are read); the plan counts it as held meanwhile, and a
-//! plan that changes its mind (the camera moved on, the budget shrank) drops it. Where
+//! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
+//! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a new texture
+//! and copies the frame's submit pays for); the rest land in the next frames. Where
 //! there is no host staging (not Vulkan) the loaded levels go through the uploader on the
 //! frame thread; in the browser, which has one thread, the frame's thread reads them.
 
@@ -78,6 +80,10 @@ pub struct MipConfig {
     /// Host staging the loaders write levels into (0: two upload caps). A load larger than
     /// all of it comes back in ordinary memory.
     pub staging_bytes: u64,
+    /// Growths landed per `update` at most (the rest land in later frames): each is a new
+    /// texture and a copy of every level it keeps, which the frame's submit pays for.
+    /// Shrinks the budget needs are never held back.
+    pub growths_per_frame: usize,
 }
 
 impl Default for MipConfig {
@@ -88,6 +94,7 @@ impl Default for MipConfig {
             extra_usage: wgpu::TextureUsages::empty(),
             loader_threads: 2,
             staging_bytes: 0,
+            growths_per_frame: 12,
         }
     }
 }
@@ -427,6 +434,7 @@ impl MipStreamer {
         self.collect(done);
         let (ids, entries) = self.plan_entries(true);
         let targets = plan::plan(&entries, self.config.budget, self.config.upload_cap);
+        let residents: Vec<u32> = entries.iter().map(|e| e.resident).collect();
         let mut encoder =
             self.gpu
                 .device()
@@ -436,10 +444,10 @@ impl MipStreamer {
         let mut frame = Frame::default();
         // Shrinks first, so growths never stand on memory still to be given back.
         let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|&k| targets[k] < entries[k].resident);
+        order.sort_by_key(|&k| targets[k] < residents[k]);
         for k in order {
             let (i, target) = (ids[k], targets[k]);
-            if target == entries[k].resident {
+            if target == residents[k] {
                 continue;
             }
             let Some(slot) = self.slots[i].as_mut() else {
@@ -590,7 +598,9 @@ impl MipStreamer {
                 self.stats.loads_dropped += 1;
                 continue;
             }
-            if frame.uploaded + bytes > self.config.upload_cap {
+            if frame.uploaded + bytes > self.config.upload_cap
+                || frame.growths >= self.config.growths_per_frame.max(1)
+            {
                 // Over this frame's cap: it lands in a later frame.
                 slot.pending = Some(Pending {
                     loaded: Some((job, levels)),
@@ -599,7 +609,10 @@ impl MipStreamer {
                 continue;
             }
             match self.swap(encoder, frame, i, p.target, Some((job, levels))) {
-                Ok(()) => frame.uploaded += bytes,
+                Ok(()) => {
+                    frame.uploaded += bytes;
+                    frame.growths += 1;
+                }
                 Err(Error::OutOfMemory(_)) => self.stats.ooms += 1,
                 Err(e) => return Err(e),
             }
@@ -699,14 +712,14 @@ impl MipStreamer {
 
     /// The registered slots' indices and the plan's view of each; with `pending_as_held`,
     /// a growth being loaded counts as held (its bytes are spoken for).
-    fn plan_entries(&self, pending_as_held: bool) -> (Vec<usize>, Vec<plan::Entry>) {
+    fn plan_entries(&self, pending_as_held: bool) -> (Vec<usize>, Vec<plan::Entry<'_>>) {
         self.slots
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
             .map(|(i, s)| {
                 let entry = plan::Entry {
-                    level_bytes: s.level_bytes.clone(),
+                    level_bytes: &s.level_bytes,
                     resident: match &s.pending {
                         Some(p) if pending_as_held => p.target,
                         _ => s.current.resident,
@@ -948,6 +961,7 @@ struct Frame {
     /// Textures replaced this frame: released off this thread once the GPU is done.
     retired: Vec<wgpu::Texture>,
     uploaded: u64,
+    growths: usize,
 }
 
 fn unknown(id: MipId) -> Error {

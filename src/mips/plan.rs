@@ -32,9 +32,9 @@ use std::collections::BinaryHeap;
 
 /// One texture as the plan sees it.
 #[derive(Clone, Debug)]
-pub(crate) struct Entry {
+pub(crate) struct Entry<'a> {
     /// Bytes of each level of the full chain, finest first.
-    pub level_bytes: Vec<u64>,
+    pub level_bytes: &'a [u64],
     /// The finest level held now.
     pub resident: u32,
     /// The finest level the view wants.
@@ -45,7 +45,7 @@ pub(crate) struct Entry {
     pub importance: f32,
 }
 
-impl Entry {
+impl Entry<'_> {
     /// Bytes of the levels `[from, levels)`.
     pub fn bytes_from(&self, from: u32) -> u64 {
         self.level_bytes[from as usize..].iter().sum()
@@ -163,11 +163,13 @@ fn step(entries: &[Entry], i: usize, t: u32) -> Option<Step> {
 mod tests {
     use super::*;
 
-    fn entry(side: u32, resident: u32, wanted: u32, importance: f32) -> Entry {
+    fn entry(side: u32, resident: u32, wanted: u32, importance: f32) -> Entry<'static> {
         let levels = 32 - side.leading_zeros();
-        let level_bytes = (0..levels)
+        let level_bytes: Vec<u64> = (0..levels)
             .map(|l| u64::from((side >> l).max(1)).pow(2) * 4)
             .collect();
+        // Leaked: a test's few entries live as long as it does.
+        let level_bytes = Box::leak(level_bytes.into_boxed_slice());
         Entry {
             level_bytes,
             resident,
