@@ -238,9 +238,9 @@ impl Loader {
         self.staging.as_ref().is_some_and(|s| s.starved())
     }
 
-    /// Whether loads land through level staging (else through the uploader).
-    pub fn stages(&self) -> bool {
-        self.staging.is_some() && !self.threads.is_empty()
+    /// Whether loads are read on the frame's thread (no workers).
+    pub fn inline(&self) -> bool {
+        self.threads.is_empty()
     }
 
     /// Reads the first queued load on this thread (no threads: module docs).

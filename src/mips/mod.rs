@@ -498,7 +498,7 @@ impl MipStreamer {
             });
         }
         // Without threads the loads just queued are read now, on this thread.
-        if !self.loader.stages() {
+        if self.loader.inline() {
             let done = self.loader.finished();
             self.collect(done);
         }
@@ -783,16 +783,7 @@ impl MipStreamer {
         let mut bytes = 0;
         for l in levels {
             let texels = source.read_level(l)?;
-            self.uploader.upload_texture(
-                wgpu::TexelCopyTextureInfo {
-                    texture,
-                    mip_level: l - base,
-                    origin: wgpu::Origin3d::ZERO,
-                    aspect: wgpu::TextureAspect::All,
-                },
-                copy_extent(source.format(), source.size(), l),
-                &texels,
-            )?;
+            self.upload_level(texture, base, source, l, &texels)?;
             bytes += texels.len() as u64;
         }
         Ok(bytes)
@@ -807,20 +798,27 @@ impl MipStreamer {
         job: &loader::Job,
         levels: Vec<Vec<u8>>,
     ) -> Result<()> {
-        let (format, size) = (job.source.format(), job.source.size());
         for (l, texels) in job.levels.clone().zip(levels) {
-            self.uploader.upload_texture(
-                wgpu::TexelCopyTextureInfo {
-                    texture,
-                    mip_level: l - base,
-                    origin: wgpu::Origin3d::ZERO,
-                    aspect: wgpu::TextureAspect::All,
-                },
-                copy_extent(format, size, l),
-                &texels,
-            )?;
+            self.upload_level(texture, base, job.source.as_ref(), l, &texels)?;
         }
         Ok(())
+    }
+
+    /// Uploads chain level `level` of `source` (`texels`, tight rows) into `texture`,
+    /// whose level 0 is chain level `base`, through the uploader.
+    fn upload_level(
+        &self,
+        texture: &wgpu::Texture,
+        base: u32,
+        source: &dyn MipSource,
+        level: u32,
+        texels: &[u8],
+    ) -> Result<()> {
+        self.uploader.upload_texture(
+            level_copy(texture, level, base),
+            copy_extent(source.format(), source.size(), level),
+            texels,
+        )
     }
 
     /// Replaces slot `i`'s texture with one holding `[target, levels)`: the levels both
