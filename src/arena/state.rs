@@ -689,9 +689,8 @@ pub(crate) fn return_to_block(live: &mut LiveSlab, pools: &mut [Pool], slot: u32
     size
 }
 
-/// Appends `kind` for `record` to the memory history; out of line, so that the paths
-/// that run while nothing is recorded stay short.
-#[inline(never)]
+/// Appends `kind` for `record` to the memory history.
+#[inline(always)]
 pub(crate) fn record_event(h: &mut HistoryRing, kind: EventKind, r: &LiveRecord) {
     let block = r.block().0;
     h.push(

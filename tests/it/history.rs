@@ -68,6 +68,32 @@ fn the_ring_is_bounded_and_its_timeline_ends_where_the_arena_is() {
 }
 
 #[test]
+fn backtraces_follow_their_allocations_through_a_ring_that_wraps() {
+    let arena = Arena::new(common::gpu(), Default::default()).unwrap();
+    let mut rng = common::rng();
+    let capacity = 16;
+    arena.record_history(Some(HistoryConfig {
+        capacity,
+        backtraces: true,
+    }));
+    // More events than slots, so slots are reused by events of other kinds.
+    for _ in 0..(3 * capacity + rng.gen_range(0..capacity)) {
+        drop(arena.alloc(rng.gen_range(1..4096), "traced").unwrap());
+    }
+    let history = arena.history().unwrap();
+    assert_eq!(history.events.len(), capacity);
+    for e in &history.events {
+        match e.kind {
+            vramkit::arena::EventKind::Alloc | vramkit::arena::EventKind::Reuse => {
+                let bt = e.backtrace.as_ref().expect("an allocation's backtrace");
+                assert_eq!(bt.status(), std::backtrace::BacktraceStatus::Captured);
+            }
+            _ => assert!(e.backtrace.is_none(), "{:?} with a backtrace", e.kind),
+        }
+    }
+}
+
+#[test]
 fn the_chrome_trace_parses_balances_and_shows_profiled_kernels() {
     // A device of its own: profiling is per device, and on the shared one the spans of
     // tests running beside this one (an `axpby`, seen on the H200) landed in its trace.

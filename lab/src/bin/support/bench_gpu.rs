@@ -194,6 +194,20 @@ fn observability_cost(gpu: &Gpu, figures: &mut Figures) {
         format!("{:.4}", on * 1e6),
     );
     figures.add("arena_history_cost_ratio", format!("{:.3}", on / off));
+    // The floor of any history of this shape: two events a pair, each a clock read (one
+    // atomic load, as vramkit's published clock) and a 48-byte record written into a
+    // ring of the default 100 000 slots, with nothing else.
+    let floor = history_event_floor(2 * iters);
+    println!(
+        "  floor: a bare 48-byte ring write {:.1} ns an event: (off + 2 events) / off = {:.2}x",
+        floor * 1e9,
+        (off + 2.0 * floor) / off
+    );
+    figures.add("history_event_floor_ns", format!("{:.2}", floor * 1e9));
+    figures.add(
+        "arena_history_floor_ratio",
+        format!("{:.3}", (off + 2.0 * floor) / off),
+    );
     figures.add("metrics_feature", u8::from(cfg!(feature = "metrics")));
     // What a direct clock read costs here: what stamping each event would cost, and why
     // the history reads a clock thread's last tick instead (`arena/history/clock.rs`).
@@ -218,6 +232,31 @@ fn observability_cost(gpu: &Gpu, figures: &mut Figures) {
         sink % 2
     );
     figures.add("clock_instant_pair_ns", format!("{:.1}", instant * 1e9));
+}
+
+/// Seconds per event of the barest history: `events` 48-byte records written into a
+/// ring of 100 000, each stamped with an atomic load; the best of 5 runs, each on a
+/// fresh ring as `Arena::record_history` makes one.
+fn history_event_floor(events: usize) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CLOCK: AtomicU64 = AtomicU64::new(1);
+    let mut best = f64::MAX;
+    for run in 0..5u64 {
+        let mut ring = vec![[run; 6]; 100_000];
+        let (mut at, cap) = (0usize, ring.len());
+        let start = std::time::Instant::now();
+        for i in 0..events as u64 {
+            let t = CLOCK.load(Ordering::Acquire);
+            ring[at] = [t, i, 256, i << 8, (i & 7) | (3 << 32), 1];
+            at += 1;
+            if at == cap {
+                at = 0;
+            }
+        }
+        best = best.min(start.elapsed().as_secs_f64() / events as f64);
+        std::hint::black_box(&ring);
+    }
+    best
 }
 
 /// Kernel bandwidth and CPU cost per dispatch inside a batch.

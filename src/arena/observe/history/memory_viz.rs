@@ -52,7 +52,7 @@ impl Arena {
         let events = st
             .history
             .as_ref()
-            .map(|h| h.events().cloned().collect::<Vec<_>>())
+            .map(|h| h.events().collect::<Vec<_>>())
             .unwrap_or_default();
         let budget = st.budget;
         let reserved = st.reserved();
