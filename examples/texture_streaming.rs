@@ -272,6 +272,7 @@ fn fill_by_streaming(
             staging_bytes: 256 << 20,
             // A loading screen: no frame time to keep.
             growths_per_frame: usize::MAX,
+            update_time_target: None,
             ..Default::default()
         },
     )?;

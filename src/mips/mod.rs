@@ -41,13 +41,18 @@
 //! one (the first after its levels are read); the plan counts it as held meanwhile, and a
 //! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
 //! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a new texture
-//! and copies the frame's submit pays for); the rest land in the next frames. Where
+//! and copies the frame's submit pays for), and fewer where the update would otherwise
+//! pass [`MipConfig::update_time_target`]: the streamer learns what a copy costs the
+//! submit on this device and stops landing when the time spent plus the predicted
+//! submit would cross the target (one growth lands per update whatever it costs, so
+//! every growth lands eventually). The rest land in the next frames. Where
 //! there is no host staging (not Vulkan) the loaded levels go through the uploader on the
 //! frame thread; in the browser, which has one thread, the frame's thread reads them.
 
 mod feedback;
 mod ktx2;
 mod loader;
+mod pacing;
 mod plan;
 mod source;
 mod staging;
@@ -84,6 +89,12 @@ pub struct MipConfig {
     /// texture and a copy of every level it keeps, which the frame's submit pays for.
     /// Shrinks the budget needs are never held back.
     pub growths_per_frame: usize,
+    /// CPU time an `update` aims to stay within (`None`: only `growths_per_frame`
+    /// limits it, as for a loading screen or a test that counts frames). Growths stop
+    /// landing once the time spent plus the submit's predicted cost of their copies
+    /// would pass it; at least one lands per update. Shrinks the budget needs are never
+    /// held back, so a budget cut's frame may take longer.
+    pub update_time_target: Option<std::time::Duration>,
 }
 
 impl Default for MipConfig {
@@ -95,6 +106,7 @@ impl Default for MipConfig {
             loader_threads: 2,
             staging_bytes: 0,
             growths_per_frame: 12,
+            update_time_target: Some(std::time::Duration::from_micros(600)),
         }
     }
 }
@@ -220,6 +232,8 @@ pub struct MipStreamer {
     next_generation: u64,
     loader: loader::Loader,
     next_serial: u64,
+    /// What a frame's submit costs for its copies, learned from the frames before.
+    submit_cost: pacing::SubmitCost,
 }
 
 /// The finest level worth holding for a texture of `size` drawn `screen_pixels` across
@@ -257,6 +271,7 @@ impl MipStreamer {
         Ok(MipStreamer {
             loader: loader::Loader::new(gpu, threads, staging)?,
             next_serial: 1,
+            submit_cost: pacing::SubmitCost::new(),
             gpu: gpu.clone(),
             uploader: Uploader::new(gpu, Default::default()),
             account: gpu.accounts().account(
@@ -427,6 +442,7 @@ impl MipStreamer {
     /// One frame: lands the growths whose levels are read, plans, shrinks, and starts the
     /// loads of new growths (module docs). Returns the bytes uploaded.
     pub fn update(&mut self) -> Result<u64> {
+        let started = web_time::Instant::now();
         self.gpu.check_alive()?;
         // Staging ranges come back in work-done callbacks, which a poll runs.
         self.gpu.poll();
@@ -502,7 +518,7 @@ impl MipStreamer {
             let done = self.loader.finished();
             self.collect(done);
         }
-        self.land(&mut encoder, &mut frame)?;
+        self.land(&mut encoder, &mut frame, started)?;
         self.finish(encoder, frame)?;
         Ok(self.stats.uploaded_last)
     }
@@ -563,9 +579,15 @@ impl MipStreamer {
         }
     }
 
-    /// Lands loaded growths, most important first, within the frame's upload cap and
-    /// the budget; the rest wait for a later frame.
-    fn land(&mut self, encoder: &mut wgpu::CommandEncoder, frame: &mut Frame) -> Result<()> {
+    /// Lands loaded growths, most important first, within the frame's upload cap, the
+    /// budget and the update's time target (counted from `started`); the rest wait for
+    /// a later frame.
+    fn land(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        frame: &mut Frame,
+        started: web_time::Instant,
+    ) -> Result<()> {
         let mut ready: Vec<(f32, usize)> = self
             .slots
             .iter()
@@ -600,6 +622,15 @@ impl MipStreamer {
             }
             if frame.uploaded + bytes > self.config.upload_cap
                 || frame.growths >= self.config.growths_per_frame.max(1)
+                || (frame.growths > 0
+                    && past_time_target(
+                        self.config.update_time_target,
+                        &self.submit_cost,
+                        frame,
+                        &job,
+                        p.target,
+                        started,
+                    ))
             {
                 // Over this frame's cap: it lands in a later frame.
                 slot.pending = Some(Pending {
@@ -623,9 +654,12 @@ impl MipStreamer {
     /// Submits the frame's copies, then its uploads through the uploader; counts the frame.
     fn finish(&mut self, encoder: wgpu::CommandEncoder, frame: Frame) -> Result<()> {
         if frame.copies > 0 {
+            let submitting = web_time::Instant::now();
             self.gpu.scoped("submitting mip-streaming copies", || {
                 self.gpu.submit([encoder.finish()])
             })?;
+            self.submit_cost
+                .observe(frame.copies, submitting.elapsed().as_secs_f64());
             // Staging ranges go back to the loaders once the GPU has copied them; the
             // textures replaced go to the loader's reaper, which releases their memory
             // off this thread (freeing device memory takes a driver a while).
@@ -960,6 +994,26 @@ struct Frame {
     retired: Vec<wgpu::Texture>,
     uploaded: u64,
     growths: usize,
+}
+
+/// Whether landing one more growth (`job`, to level `target`) would take an update begun
+/// at `started` past `target_time`: the time spent so far plus what the frame's copies,
+/// this growth's included, are predicted to cost the submit.
+fn past_time_target(
+    target_time: Option<std::time::Duration>,
+    submit_cost: &pacing::SubmitCost,
+    frame: &Frame,
+    job: &loader::Job,
+    target: u32,
+    started: web_time::Instant,
+) -> bool {
+    let Some(limit) = target_time else {
+        return false;
+    };
+    // The levels it keeps and the levels it loads: one copy each.
+    let copies = frame.copies + job.texture.levels.saturating_sub(target) as usize;
+    let predicted = started.elapsed().as_secs_f64() + submit_cost.predict(copies);
+    predicted > limit.as_secs_f64()
 }
 
 fn unknown(id: MipId) -> Error {

@@ -52,6 +52,8 @@ fn two_hundred_textures_at_three_times_the_budget_stay_within_it_and_settle_exac
         MipConfig {
             budget,
             upload_cap: cap,
+            // Frames are counted below: the CPU's speed must not change how many.
+            update_time_target: None,
             ..Default::default()
         },
     )
@@ -155,6 +157,59 @@ fn two_hundred_textures_at_three_times_the_budget_stay_within_it_and_settle_exac
                         .unwrap();
                 assert!(got == want, "t{i}: level {} differs", shown.resident + l);
             }
+        }
+    }
+}
+
+#[test]
+fn a_time_target_too_small_for_any_copy_lands_one_growth_per_update_and_still_settles() {
+    let gpu = common::gpu();
+    let mut rng = common::rng();
+    let n = 24;
+    let sources: Vec<Arc<MemoryMips>> = (0..n)
+        .map(|_| {
+            let size = (rng.gen_range(16..=64), rng.gen_range(16..=64));
+            Arc::new(random_mips(&mut rng, size))
+        })
+        .collect();
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget: 1 << 30,
+            upload_cap: 1 << 30,
+            update_time_target: Some(std::time::Duration::ZERO),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids: Vec<MipId> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| streamer.add(s.clone(), &format!("t{i}")).unwrap())
+        .collect();
+    for id in &ids {
+        streamer.set_wanted(*id, 0, 1.0).unwrap();
+    }
+    let mut updates = 0;
+    while !streamer.settled() {
+        // Every growth loaded before the update: only the time target holds them back.
+        streamer.wait_for_loads(LOADS).unwrap();
+        let before = streamer.stats().swaps;
+        streamer.update().unwrap();
+        let landed = streamer.stats().swaps - before;
+        assert!(landed <= 1, "update {updates} landed {landed} growths");
+        updates += 1;
+        assert!(updates <= 2 * n, "not settled after {updates} updates");
+    }
+    // Each texture grew in one swap, at least one per update.
+    assert_eq!(streamer.stats().swaps, n as u64);
+    for (id, source) in ids.iter().zip(&sources) {
+        let shown = streamer.texture(*id).unwrap();
+        assert_eq!(shown.resident, 0);
+        for l in 0..shown.texture.mip_level_count() {
+            let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
+            let want = vramkit::mips::MipSource::read_level(source.as_ref(), l).unwrap();
+            assert!(got == want, "level {l} differs");
         }
     }
 }
