@@ -221,6 +221,7 @@ fn main() -> Res<()> {
             (streamed_line == s.resident_bytes).to_string(),
         ),
         ("fill_bytes", fill_bytes.to_string()),
+        ("fill_loader_threads", fill_loader_threads().to_string()),
         (
             "fill_streamer_gb_s",
             format!("{:.2}", fill_bytes as f64 / fill_streamer_s / 1e9),
@@ -273,6 +274,8 @@ fn fill_by_streaming(
             // A loading screen: no frame time to keep.
             growths_per_frame: usize::MAX,
             update_time_target: None,
+            // A loading screen has the machine to itself: a loader per core, up to 8.
+            loader_threads: fill_loader_threads(),
             ..Default::default()
         },
     )?;
@@ -292,6 +295,11 @@ fn fill_by_streaming(
     }
     gpu.wait_idle()?;
     Ok((start.elapsed().as_secs_f64(), bytes))
+}
+
+/// Loader threads for the loading screen: one per core, at most 8.
+fn fill_loader_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().min(8))
 }
 
 /// The same levels uploaded with `upload_texture` into full-chain textures made before

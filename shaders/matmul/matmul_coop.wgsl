@@ -1,5 +1,6 @@
 // c = a * b for f16 inputs (pairs packed in words, `Batch::to_f16`'s layout) on the
-// device's matrix units (tensor cores), accumulated and written in f32.
+// device's matrix units (tensor cores), accumulated in f32 and written in f32, or with
+// F16_OUT rounded to f16 (pairs packed in words, as the inputs) as the accumulators leave.
 //
 // A workgroup of four subgroups of 32 computes tiles of c of 128 x 128; subgroup s owns
 // the 64 x 64 block at row (s / 2) * 64, column (s % 2) * 64, as 4 x 4 fragments of
@@ -64,7 +65,7 @@ const GUARDED: bool = true;
 
 // `params` and `za`, `zb`, `zc` (shared/matmul_params.wgsl); `a` and `b`, eight halves per
 // element, read-only (READ_ONLY) where neither shares a buffer with `c`; `c`, four f32 per
-// element.
+// element (F16_OUT: four halves, two words).
 #import shared/matmul_params
 @group(0) @binding(0) var<uniform> params: Params;
 #ifdef READ_ONLY
@@ -74,7 +75,22 @@ const GUARDED: bool = true;
 @group(0) @binding(1) var<storage, read_write> a: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read_write> b: array<vec4<u32>>;
 #endif
+#ifdef F16_OUT
+@group(0) @binding(3) var<storage, read_write> c: array<vec2<u32>>;
+#else
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<f32>>;
+#endif
+
+/// Four accumulated values as `c` holds them.
+#ifdef F16_OUT
+fn out4(v: vec4<f32>) -> vec2<u32> {
+    return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+}
+#else
+fn out4(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}
+#endif
 
 alias FragA = coop_mat16x16<f16, A>;
 alias FragB = coop_mat16x16<f16, B>;
@@ -160,8 +176,8 @@ fn store(acc: Acc, base: u32, row: u32, col: u32, sg: u32, lane: u32) {
         let first = (base + row * n + col) / 4u;
         let r = lane / 4u;
         let q = lane % 4u;
-        c[first + r * n4 + q] = cstage[at + lane];
-        c[first + (r + 8u) * n4 + q] = cstage[at + 32u + lane];
+        c[first + r * n4 + q] = out4(cstage[at + lane]);
+        c[first + (r + 8u) * n4 + q] = out4(cstage[at + 32u + lane]);
     }
 }
 

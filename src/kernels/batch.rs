@@ -32,6 +32,9 @@ pub struct Batch<'a> {
     pub(super) pass: Option<wgpu::ComputePass<'static>>,
     /// Uniform allocations holding this batch's parameter slots; the last one is filling.
     pub(super) chunks: Vec<Allocation>,
+    /// Scratch this batch's kernels write and read (an f16-output product's f32 sums),
+    /// freed with the batch: after its work, as every allocation's range is.
+    pub(super) scratch: Vec<Allocation>,
     /// Parameter bytes of the chunk being filled, written to it when it is full or at submit.
     pub(super) staged: Vec<u8>,
     pub(super) dispatches: usize,
@@ -122,6 +125,22 @@ impl<'a> Batch<'a> {
     /// Spare range `k` (0 or 1), for a binding the dispatch leaves unused (`bind::spare`).
     pub(super) fn spare(&self, k: u64) -> super::bind::Bound {
         super::bind::spare(&self.kernels.shared.spare, k)
+    }
+
+    /// `n` f32s of scratch from the kernels' arena, held until the batch is dropped
+    /// (their range comes back once the work recorded here has run).
+    pub(super) fn scratch_f32(&mut self, n: u64, label: &str) -> Result<super::bind::Bound> {
+        let bytes = n.checked_mul(4).ok_or_else(|| {
+            Error::misuse(
+                crate::Misuse::Length,
+                format!("{label}: {n} f32s of scratch"),
+                "split the work",
+            )
+        })?;
+        let scratch = self.kernels.arena.alloc(bytes, label)?;
+        let bound = super::bind::Bound::of(&scratch);
+        self.scratch.push(scratch);
+        Ok(bound)
     }
 
     /// Checks a kernel operand before anything is recorded: that it lives on this batch's

@@ -70,7 +70,21 @@ impl<'a> Batch<'a> {
         if n == 0 {
             return Ok(());
         }
-        let io = Bindings::two(Bound::of(f32s), Bound::of(f16s), self.spare(0));
+        self.cast_bound(entry, n, Bound::of(f32s), Bound::of(f16s))
+    }
+
+    /// The dispatches of a cast of `n` elements between bound ranges (`entry`: "to_f16"
+    /// or "to_f32"), after the caller's checks: each range holds `n` elements and the two
+    /// do not overlap.
+    pub(super) fn cast_bound(
+        &mut self,
+        entry: &'static str,
+        n: u64,
+        f32s: Bound,
+        f16s: Bound,
+    ) -> Result<()> {
+        check_count(n, entry)?;
+        let io = Bindings::two(f32s, f16s, self.spare(0));
         let eights = n / 8;
         if eights > 0 {
             let params = CastX8Params {

@@ -363,6 +363,7 @@ impl Kernels {
             encoder,
             pass: None,
             chunks: Vec::new(),
+            scratch: Vec::new(),
             staged: Vec::new(),
             dispatches: 0,
             dry,

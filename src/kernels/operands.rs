@@ -39,6 +39,7 @@
 
 use half::f16;
 
+use super::matmul::MatmulOutput;
 use super::{Batch, Binary, MatmulInput, Reduce, ScanKind, ScanType, Unary};
 use super::{MatmulBatch, MatmulShape};
 use crate::arena::{Allocation, Elements, Typed};
@@ -66,6 +67,18 @@ impl MatmulElement for f32 {
 }
 impl MatmulElement for f16 {
     const INPUT: MatmulInput = MatmulInput::F16;
+}
+
+/// Element types a product writes (crate-private: `matmul` writes f32, `matmul_f16_out`
+/// f16).
+trait MatmulOut: bytemuck::Pod {
+    const OUTPUT: MatmulOutput;
+}
+impl MatmulOut for f32 {
+    const OUTPUT: MatmulOutput = MatmulOutput::F32;
+}
+impl MatmulOut for f16 {
+    const OUTPUT: MatmulOutput = MatmulOutput::F16;
 }
 
 /// What a kernel call takes as an operand: `n` elements of type `T` in one allocation.
@@ -393,6 +406,62 @@ impl<'a> Batch<'a> {
         b: impl Operand<'a, T>,
         c: impl Operand<'a, f32>,
     ) -> Result<&mut Self> {
+        self.product(shape, batch, a, b, c)
+    }
+
+    /// f16 products with f16 results, accumulated in f32 and rounded once (PyTorch's
+    /// `torch.matmul` of f16 tensors): [`matmul`](Self::matmul) with `c` in f16. On the
+    /// matrix units the rounding is fused into the kernel's stores; elsewhere the
+    /// product goes through f32 scratch the batch takes from its arena and a cast.
+    ///
+    /// ```no_run
+    /// # fn main() -> vramkit::Result<()> {
+    /// use half::f16;
+    /// use vramkit::kernels::MatmulShape;
+    /// let rt = vramkit::Runtime::headless()?;
+    /// let shape = MatmulShape { m: 2, k: 3, n: 2 };
+    /// let a = rt.alloc_from(&[f16::ONE; 6], "a")?;
+    /// let b = rt.alloc_from(&[f16::from_f32(0.5); 6], "b")?;
+    /// let c = rt.alloc::<f16>(4, "c")?;
+    /// let mut batch = rt.batch();
+    /// batch.matmul_f16_out(shape, &a, &b, &c)?;
+    /// batch.submit()?;
+    /// assert_eq!(rt.download(&c)?, vec![f16::from_f32(1.5); 4]);
+    /// # Ok(()) }
+    /// ```
+    pub fn matmul_f16_out(
+        &mut self,
+        shape: MatmulShape,
+        a: impl Operand<'a, f16>,
+        b: impl Operand<'a, f16>,
+        c: impl Operand<'a, f16>,
+    ) -> Result<&mut Self> {
+        self.bmm_f16_out(shape, MatmulBatch::packed(1, shape), a, b, c)
+    }
+
+    /// [`bmm`](Self::bmm) with f16 results ([`matmul_f16_out`](Self::matmul_f16_out)).
+    /// Where the outputs lie apart (`stride_c > m x n`) the elements between them keep
+    /// their values (a NaN stays a NaN).
+    pub fn bmm_f16_out(
+        &mut self,
+        shape: MatmulShape,
+        batch: MatmulBatch,
+        a: impl Operand<'a, f16>,
+        b: impl Operand<'a, f16>,
+        c: impl Operand<'a, f16>,
+    ) -> Result<&mut Self> {
+        self.product(shape, batch, a, b, c)
+    }
+
+    /// The checks and the call under `bmm` and `bmm_f16_out`.
+    fn product<T: MatmulElement, O: MatmulOut>(
+        &mut self,
+        shape: MatmulShape,
+        batch: MatmulBatch,
+        a: impl Operand<'a, T>,
+        b: impl Operand<'a, T>,
+        c: impl Operand<'a, O>,
+    ) -> Result<&mut Self> {
         let (a, b, c) = (a.elements()?, b.elements()?, c.elements()?);
         let MatmulShape { m, k, n } = shape;
         let last = batch.count.saturating_sub(1);
@@ -421,6 +490,7 @@ impl<'a> Batch<'a> {
         }
         self.bmm_n(
             T::INPUT,
+            O::OUTPUT,
             shape,
             batch,
             a.allocation(),

@@ -106,7 +106,7 @@ impl Default for MipConfig {
             loader_threads: 2,
             staging_bytes: 0,
             growths_per_frame: 12,
-            update_time_target: Some(std::time::Duration::from_micros(600)),
+            update_time_target: None,
         }
     }
 }

@@ -792,6 +792,82 @@ fn bmm_matches_the_cpu_per_product_with_packed_shared_and_padded_strides() {
 }
 
 #[test]
+fn f16_output_products_round_the_f32_sum_once_and_leave_the_gaps_between_products() {
+    common::say("kernels_math: f16-output products against the CPU, gaps kept");
+    let arena = Arena::new(gpu(), Default::default()).unwrap();
+    let mut r = rng();
+    for kernels in variants(&arena) {
+        // (count, m, n, k, pad between outputs): the matrix units' whole tiles, guarded
+        // tiles, a padded batch, a long k (split where f32 output is), and shapes only
+        // the portable kernels take (the f32-scratch path).
+        for (count, m, n, k, pad) in [
+            (1usize, 128usize, 128usize, 64usize, 0usize),
+            (1, 48, 80, 40, 0),
+            (3, 32, 48, 24, 16),
+            (1, 128, 128, 2048, 0),
+            (2, 7, 9, 5, 3),
+            (1, 33, 17, 11, 0),
+        ] {
+            let shape = MatmulShape::new(m, k, n);
+            let layout = MatmulBatch {
+                stride_c: (m * n + pad) as u64,
+                ..MatmulBatch::packed(count as u64, shape)
+            };
+            let a16 = cpu_to_f16_bits(&random_f32(&mut r, count * m * k));
+            let b16 = cpu_to_f16_bits(&random_f32(&mut r, count * k * n));
+            let (a32, b32) = (cpu_from_f16_bits(&a16), cpu_from_f16_bits(&b16));
+            let reach = (count - 1) * (m * n + pad) + m * n;
+            // c starts as random halves: the gaps must come back bit for bit (no NaNs).
+            let before: Vec<u16> = (0..reach)
+                .map(|_| half::f16::from_f32(r.gen_range(-4.0..4.0)).to_bits())
+                .collect();
+            let (a, b) = (upload(&arena, &a16, "a"), upload(&arena, &b16, "b"));
+            let c = upload(&arena, &before, "c");
+            let mut batch = kernels.batch();
+            batch
+                .bmm_f16_out(
+                    shape,
+                    layout,
+                    (&a, (count * m * k) as u64),
+                    (&b, (count * k * n) as u64),
+                    (&c, reach as u64),
+                )
+                .unwrap();
+            batch.submit().unwrap();
+            // Whole words: the readback moves 4-byte aligned ranges.
+            let got = read::<u16>(&c, reach.next_multiple_of(2));
+            let what = format!("{count} x {m}x{n}x{k} pad {pad}");
+            for z in 0..count {
+                let (az, bz) = (&a32[z * m * k..][..m * k], &b32[z * k * n..][..k * n]);
+                for i in 0..m {
+                    for j in 0..n {
+                        let at = z * (m * n + pad) + i * n + j;
+                        let (exact, scale) = cpu_matmul_element(az, bz, (n, k), (i, j));
+                        let v = half::f16::from_bits(got[at]).to_f64();
+                        // One rounding to f16 (half an ulp: 2^-11 of the value, or of the
+                        // smallest normal) on top of f32 accumulation.
+                        let bound = exact.abs().max(6.1e-5) * 2f64.powi(-11) + 1e-5 * scale;
+                        assert!(
+                            (v - exact).abs() <= bound,
+                            "{what}: c[{z}][{i}][{j}] = {v}, exact {exact}"
+                        );
+                    }
+                }
+                if z + 1 < count {
+                    for g in 0..pad {
+                        let at = z * (m * n + pad) + m * n + g;
+                        assert_eq!(
+                            got[at], before[at],
+                            "{what}: gap element {g} after product {z}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_rejects_bad_shapes_and_overlap() {
     let arena = Arena::new(gpu(), Default::default()).unwrap();
     let kernels = Kernels::new(&arena).unwrap();

@@ -1,6 +1,8 @@
 //! Matrix products: f32, and f16 inputs with f32 accumulation; one product
 //! ([`Batch::matmul`]) or a batch of them with strides ([`Batch::bmm`], one dispatch whose
-//! third grid dimension picks the product).
+//! third grid dimension picks the product); f16 results rounded once from the f32 sums
+//! ([`Batch::matmul_f16_out`], [`Batch::bmm_f16_out`]: fused into the matrix-unit kernel's
+//! stores, through f32 scratch and a cast elsewhere).
 //! - f16 inputs with m and n multiples of 16 and k a multiple of 8 run on the GPU's matrix
 //!   units where the context has them ([`Gpu::has_matrix_units`](crate::Gpu::has_matrix_units)):
 //!   `shaders/matmul/matmul_coop.wgsl`, wgpu's cooperative matrices (tensor cores on NVIDIA), on
@@ -116,12 +118,47 @@ fn split_parts(tiles: u64, k: u64) -> u64 {
         .unwrap_or(1)
 }
 
+/// The kernels' `Params` of `batch` products of `dims`, the batch strides in the units
+/// the kernel indexes its inputs (`unit_in` elements) and output (`unit_out`) in; one
+/// product has strides 0.
+fn product_params(
+    dims: MatmulShape,
+    batch: MatmulBatch,
+    unit_in: u64,
+    unit_out: u64,
+) -> MatmulParams {
+    let MatmulShape { m, k, n } = dims;
+    let one = batch.count == 1;
+    let stride = |s: u64, unit: u64| if one { 0 } else { (s / unit) as u32 };
+    MatmulParams {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        stride_a: stride(batch.stride_a, unit_in),
+        stride_b: stride(batch.stride_b, unit_in),
+        stride_c: stride(batch.stride_c, unit_out),
+        batch: batch.count as u32,
+        lda: k as u32,
+    }
+}
+
 /// Element type of matmul inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulInput {
     /// f32 inputs.
     F32,
     /// f16 inputs (the layout of [`Batch::to_f16`]'s output), accumulated in f32.
+    F16,
+}
+
+/// Element type of a product's output `c`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MatmulOutput {
+    /// f32, as accumulated.
+    F32,
+    /// f16, rounded from the f32 accumulators (PyTorch's f16 products): fused into the
+    /// matrix-unit kernel's stores where that kernel runs; elsewhere the product is made
+    /// in f32 scratch and cast (see [`Batch::bmm_n`]).
     F16,
 }
 
@@ -210,10 +247,19 @@ impl MatmulShape {
 
 impl<'a> Batch<'a> {
     /// The byte-level product under [`bmm`](Self::bmm) (whose docs say what it checks); `a`,
-    /// `b` and `c` must hold at least up to the end of their last product.
+    /// `b` and `c` must hold at least up to the end of their last product; `c` holds
+    /// `output` elements.
+    ///
+    /// An f16 output comes straight from the matrix-unit kernel where it runs unsplit.
+    /// Elsewhere the product runs into f32 scratch taken from the arena for this batch,
+    /// which a cast turns into c: where the products' outputs lie apart (`stride_c > m x
+    /// n`) the scratch first takes c's present values, so the elements between them come
+    /// back as they were (f16 -> f32 -> f16 is exact).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn bmm_n(
         &mut self,
         input: MatmulInput,
+        output: MatmulOutput,
         dims: MatmulShape,
         batch: MatmulBatch,
         a: &'a Allocation,
@@ -265,9 +311,13 @@ impl<'a> Batch<'a> {
                     )
                 })
         };
+        let reach_c = reach(stride_c, mn, "output c")?;
         self.check_len(a, reach(stride_a, mk, "input a")?, elem, "a")?;
         self.check_len(b, reach(stride_b, kn, "input b")?, elem, "b")?;
-        self.check_f32(c, reach(stride_c, mn, "output c")?, "c")?;
+        match output {
+            MatmulOutput::F32 => self.check_f32(c, reach_c, "c")?,
+            MatmulOutput::F16 => self.check_len(c, reach_c, 2, "c")?,
+        }
         check_no_overlap(a, c, false, "matmul")?;
         check_no_overlap(b, c, false, "matmul")?;
         // Whether the strides keep every product's operands where a kernel that loads
@@ -293,39 +343,68 @@ impl<'a> Batch<'a> {
                 "split the output",
             ));
         }
-        // Strides in the units each kernel indexes its operands in (one product: 0).
-        let strides = |unit_in: u64, unit_out: u64| {
-            if count == 1 {
-                [0, 0, 0]
-            } else {
-                [
-                    (stride_a / unit_in) as u32,
-                    (stride_b / unit_in) as u32,
-                    (stride_c / unit_out) as u32,
-                ]
+        let whole_tiles =
+            coop && m.is_multiple_of(tile) && n.is_multiple_of(tile) && k.is_multiple_of(32);
+        if coop && output == MatmulOutput::F16 {
+            // Straight into c, unsplit: the split's partial sums are f32.
+            let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
+            let params = product_params(dims, batch, 8, 1);
+            self.coop_dispatch(params, io, gx * gy * count, whole_tiles, output)?;
+            return Ok(self);
+        }
+        // Where the f32 product goes: c, or scratch an f16 c is cast from.
+        let out = match output {
+            MatmulOutput::F32 => Bound::of(c),
+            MatmulOutput::F16 => {
+                let scratch = self.scratch_f32(reach_c, "vramkit f16-output product")?;
+                if count > 1 && stride_c > mn {
+                    self.cast_bound("to_f32", reach_c, scratch.clone(), Bound::of(c))?;
+                }
+                scratch
             }
         };
-        let params_with = |[stride_a, stride_b, stride_c]: [u32; 3]| MatmulParams {
-            m: m as u32,
-            n: n as u32,
-            k: k as u32,
+        self.bmm_f32_out(input, dims, batch, coop, whole_tiles, (a, b, out.clone()))?;
+        if output == MatmulOutput::F16 {
+            self.cast_bound("to_f16", reach_c, out, Bound::of(c))?;
+        }
+        Ok(self)
+    }
+
+    /// The kernels of [`bmm_n`](Self::bmm_n) into an f32 `c` (an allocation's range or
+    /// scratch), after its checks.
+    fn bmm_f32_out(
+        &mut self,
+        input: MatmulInput,
+        dims: MatmulShape,
+        batch: MatmulBatch,
+        coop: bool,
+        whole_tiles: bool,
+        (a, b, c): (&Allocation, &Allocation, Bound),
+    ) -> Result<()> {
+        let MatmulShape { m, k, n } = dims;
+        let MatmulBatch {
+            count,
             stride_a,
             stride_b,
             stride_c,
-            batch: count as u32,
-            lda: k as u32,
+        } = batch;
+        let tile = if coop { COOP_TILE } else { TILE };
+        let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
+        let aligned = |unit_in: u64, unit_out: u64| {
+            count == 1
+                || (stride_a.is_multiple_of(unit_in)
+                    && stride_b.is_multiple_of(unit_in)
+                    && stride_c.is_multiple_of(unit_out))
         };
-        let io = Bindings::three(Bound::of(a), Bound::of(b), Bound::of(c));
+        let io = Bindings::three(Bound::of(a), Bound::of(b), c.clone());
         let groups = (gx as u32, gy as u32, count as u32);
         if coop {
             let kernel = PartKernel::MatrixUnits;
             if count == 1 && self.try_split_product(dims, (gx, gy), (a, b, c), kernel)? {
-                return Ok(self);
+                return Ok(());
             }
-            let whole_tiles =
-                m.is_multiple_of(tile) && n.is_multiple_of(tile) && k.is_multiple_of(32);
-            self.coop_dispatch(params_with(strides(8, 1)), io, gx * gy * count, whole_tiles)?;
-            return Ok(self);
+            let params = product_params(dims, batch, 8, 1);
+            return self.coop_dispatch(params, io, gx * gy * count, whole_tiles, MatmulOutput::F32);
         }
         if !k.is_multiple_of(4) || !n.is_multiple_of(4) || !aligned(4, 4) {
             let shader = match (input, self.kernels.native_f16) {
@@ -333,15 +412,13 @@ impl<'a> Batch<'a> {
                 (MatmulInput::F16, true) => &shaders::MATMUL_F16_NATIVE,
                 (MatmulInput::F16, false) => &shaders::MATMUL_F16_PACKED,
             };
-            return self
-                .record_3d(
-                    shader,
-                    "matmul",
-                    params_with(strides(1, 1)).into(),
-                    io,
-                    groups,
-                )
-                .map(|_| self);
+            return self.record_3d(
+                shader,
+                "matmul",
+                product_params(dims, batch, 1, 1).into(),
+                io,
+                groups,
+            );
         }
         let variants = match (input, self.kernels.native_f16) {
             (MatmulInput::F32, _) => &shaders::MATMUL_VEC4_F32,
@@ -350,10 +427,10 @@ impl<'a> Batch<'a> {
         };
         let kernel = PartKernel::Fours(variants);
         if count == 1 && self.try_split_product(dims, (gx, gy), (a, b, c), kernel)? {
-            return Ok(self);
+            return Ok(());
         }
-        self.fours_dispatch(variants, params_with(strides(4, 4)), io, groups)?;
-        Ok(self)
+        let params = product_params(dims, batch, 4, 4);
+        self.fours_dispatch(variants, params, io, groups)
     }
 
     /// One dispatch of a `matmul_vec4.wgsl` variant (`variants`: inputs writable, then
@@ -372,17 +449,22 @@ impl<'a> Batch<'a> {
     }
 
     /// One dispatch of the matrix-unit kernel on `tiles` tiles (of every product in
-    /// `params`), walked by a 1-D grid of workgroups.
+    /// `params`), walked by a 1-D grid of workgroups, writing `output` elements.
     fn coop_dispatch(
         &mut self,
         params: MatmulParams,
         io: Bindings,
         tiles: u64,
         whole_tiles: bool,
+        output: MatmulOutput,
     ) -> Result<()> {
         let io = io.reading_x_and_y_only();
-        let shader = &shaders::MATMUL_COOP_F16[usize::from(whole_tiles)]
-            [usize::from(io.access == Access::ReadOnlyXY)];
+        let variants = match output {
+            MatmulOutput::F32 => &shaders::MATMUL_COOP_F16,
+            MatmulOutput::F16 => &shaders::MATMUL_COOP_F16_OUT,
+        };
+        let shader =
+            &variants[usize::from(whole_tiles)][usize::from(io.access == Access::ReadOnlyXY)];
         // The workgroups walk the tiles of every product in turn: a 1-D grid of one per
         // COOP_TILES_PER_GROUP tiles, or more tiles each where that would pass the grid's
         // limit.
@@ -413,7 +495,7 @@ impl<'a> Batch<'a> {
         &mut self,
         MatmulShape { m, k, n }: MatmulShape,
         (gx, gy): (u64, u64),
-        (a, b, c): (&Allocation, &Allocation, &Allocation),
+        (a, b, c): (&Allocation, &Allocation, Bound),
         kernel: PartKernel,
     ) -> Result<bool> {
         let parts = split_parts(gx * gy, k);
@@ -445,7 +527,8 @@ impl<'a> Batch<'a> {
         match kernel {
             PartKernel::MatrixUnits => {
                 let whole_tiles = m.is_multiple_of(COOP_TILE) && n.is_multiple_of(COOP_TILE);
-                self.coop_dispatch(params, io, gx * gy * parts, whole_tiles)?;
+                let tiles = gx * gy * parts;
+                self.coop_dispatch(params, io, tiles, whole_tiles, MatmulOutput::F32)?;
             }
             PartKernel::Fours(variants) => {
                 let groups = (gx as u32, gy as u32, parts as u32);
@@ -459,7 +542,7 @@ impl<'a> Batch<'a> {
             plane: fours as u32,
             ..Default::default()
         };
-        let io = Bindings::two(scratch, Bound::of(c), self.spare(0));
+        let io = Bindings::two(scratch, c, self.spare(0));
         let groups = grid(fours, WORKGROUP, self.gpu());
         self.run(
             &shaders::MATMUL_SPLIT_SUM,

@@ -127,6 +127,32 @@ pub(crate) const MATMUL_COOP_F16: [[Shader; 2]; 2] = {
         ],
     ]
 };
+/// [`MATMUL_COOP_F16`] writing c in f16 (F16_OUT): the same tiles, the accumulators
+/// rounded to f16 as they leave, four halves (two words) per element of `c`.
+///
+/// Trusted: as [`MATMUL_COOP_F16`]; `c` is indexed at the same positions, in fours of
+/// halves instead of fours of floats, and the host checks its size in halves.
+pub(crate) const MATMUL_COOP_F16_OUT: [[Shader; 2]; 2] = {
+    let coop = shader!("", "matmul/matmul_coop.wgsl")
+        .needs(MATRIX_UNITS)
+        .trusted();
+    const OUT: (&str, &str) = ("F16_OUT", "");
+    const WHOLE: (&str, &str) = ("WHOLE_TILES", "");
+    const RO: (&str, &str) = ("READ_ONLY", "");
+    [
+        [
+            coop.named("matmul_coop.wgsl (f16 out)").with(&[OUT]),
+            coop.named("matmul_coop.wgsl (f16 out, read-only inputs)")
+                .with(&[OUT, RO]),
+        ],
+        [
+            coop.named("matmul_coop.wgsl (f16 out, whole tiles)")
+                .with(&[OUT, WHOLE]),
+            coop.named("matmul_coop.wgsl (f16 out, whole tiles, read-only inputs)")
+                .with(&[OUT, WHOLE, RO]),
+        ],
+    ]
+};
 /// The second pass of a product split along k: sums the parts' partial products into c,
 /// part by part in order.
 pub(crate) const MATMUL_SPLIT_SUM: Shader =
@@ -139,5 +165,6 @@ pub(crate) const ALL: &[&[Shader]] = &[
     &MATMUL_VEC4_F16_PACKED,
     &MATMUL_VEC4_F16_NATIVE,
     MATMUL_COOP_F16.as_flattened(),
+    MATMUL_COOP_F16_OUT.as_flattened(),
     &[MATMUL_SPLIT_SUM],
 ];

@@ -637,7 +637,41 @@ pub fn suite_kernels(gpu: &Gpu, figures: &mut Figures) {
                 format!("{tflops:.2}"),
             );
         }
-        drop((a, b, ah, bh, c));
+        // The f16 product with an f16 result, as PyTorch's f16 matmul returns
+        // (`kernel_matmul_f16_out*_tflops`).
+        let ch = arena
+            .alloc((d * d * 2) as u64, "bench matmul f16 out")
+            .expect("alloc");
+        let shape = MatmulShape {
+            m: dim,
+            k: dim,
+            n: dim,
+        };
+        let secs = time_batch(&kernels, mm_reps, |batch| {
+            batch
+                .matmul_f16_out(shape, (&ah, dim * dim), (&bh, dim * dim), (&ch, dim * dim))
+                .expect("record");
+        });
+        let halves =
+            vramkit::readback::read_as::<u16>(gpu, ch.buffer(), ch.offset(), d * d).expect("read");
+        let got: Vec<f32> = halves
+            .iter()
+            .map(|&h| half::f16::from_bits(h).to_f32())
+            .collect();
+        spot_check("matmul_f16_out", &got, (&a_data, &b_data), (d, d, d), 2e-2);
+        let tflops = 2.0 * (dim as f64).powi(3) / secs / 1e12;
+        println!(
+            "{:<14} {:>12} {:>10.3} {:>9.2} TFLOP/s (spot-checked)",
+            "matmul_f16_out",
+            format!("{dim}^3"),
+            secs * 1e3,
+            tflops
+        );
+        figures.add(
+            format!("kernel_matmul_f16_out{suffix}_tflops"),
+            format!("{tflops:.2}"),
+        );
+        drop((a, b, ah, bh, c, ch));
     }
     // A small output with a long k, 512 x 512 x 8192 on GPUs: 16 tiles, which the library
     // splits along k (`KernelOptions::split_k`), f16 on the matrix units and f32 on the
