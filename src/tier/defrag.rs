@@ -119,6 +119,21 @@ struct Candidate {
 /// Movables free to move, by pool and block.
 type ByBlock = rustc_hash::FxHashMap<(PoolId, BlockId), Vec<Candidate>>;
 
+/// A scan reads every movable and its place under the arena's lock: 0.7 ms for 32 768
+/// movables on an H200, a fifth of a pass. A frame loop's passes keep what one scan found
+/// and scan again every [`RESCAN_EVERY`] passes, or when what they kept has nothing left
+/// to move. What they keep can be stale; nothing moves on it unchecked: a block counts as
+/// a candidate only while its live ranges number its kept movables, and each move
+/// re-checks that its slot holds the same movable, in the same place, unpinned and idle.
+const RESCAN_EVERY: u32 = 16;
+
+/// The candidates kept between the passes of one `Defragmentation` (see [`RESCAN_EVERY`]).
+#[derive(Default)]
+pub(super) struct KeptCandidates {
+    by_block: Option<ByBlock>,
+    passes: u32,
+}
+
 /// What one pass has decided so far.
 struct Pass {
     report: DefragReport,
@@ -194,8 +209,44 @@ pub(super) struct Move {
 
 impl Tiers {
     /// Plans one pass within `limits` over `pool` (or every pool): the moves, with their
-    /// entries marked moving, and the blocks they drain. See the module docs.
-    pub(super) fn plan_pass(&self, pool: Option<PoolId>, limits: DefragLimits) -> Planned {
+    /// entries marked moving, and the blocks they drain. See the module docs. `kept`
+    /// holds the candidates between passes ([`KeptCandidates`]).
+    pub(super) fn plan_pass(
+        &self,
+        pool: Option<PoolId>,
+        limits: DefragLimits,
+        kept: &mut KeptCandidates,
+    ) -> Planned {
+        let (by_block, fresh) = match kept.by_block.take() {
+            Some(by_block) if !kept.passes.is_multiple_of(RESCAN_EVERY) => (by_block, false),
+            _ => (self.movable_blocks(pool), true),
+        };
+        kept.passes += 1;
+        let mut pass = self.plan_from(&by_block, limits);
+        let mut by_block = by_block;
+        if !fresh && pass.moves.is_empty() && !pass.waiting {
+            // Nothing left in what the last scan saw: look again before saying so (new
+            // movables, or blocks whose movables were busy then).
+            by_block = self.movable_blocks(pool);
+            pass = self.plan_from(&by_block, limits);
+        }
+        // The drained blocks' movables have moved: they are candidates no more.
+        for key in &pass.drained {
+            by_block.remove(key);
+        }
+        kept.by_block = Some(by_block);
+        Planned {
+            moves: pass.moves,
+            drained: pass.drained,
+            bytes: pass.report.bytes_moved,
+            complete: pass.report.complete && !pass.waiting,
+            no_room: pass.report.no_room,
+            waiting: pass.waiting,
+        }
+    }
+
+    /// Steps 3 and 4 of the module docs over the candidates `by_block`.
+    fn plan_from(&self, by_block: &ByBlock, limits: DefragLimits) -> Pass {
         let (budget, allocated) = self.shared.arena().budget_and_allocated();
         let mut pass = Pass {
             report: DefragReport {
@@ -208,22 +259,14 @@ impl Tiers {
             waiting: false,
             spare: budget.map_or(u64::MAX, |b| (b - b / 16).saturating_sub(allocated)),
         };
-        let by_block = self.movable_blocks(pool);
         for pool in super::distinct_pools(by_block.keys().map(|(p, _)| *p)) {
             // One look at the pool's blocks for the whole pass: what the repack changes
             // (its fresh blocks, the blocks it drains) the hole filling leaves alone.
             let usage = self.shared.arena().block_usage(pool);
-            self.repack(pool, &by_block, &usage, &mut pass);
-            self.fill_holes(pool, &by_block, &usage, &mut pass);
+            self.repack(pool, by_block, &usage, &mut pass);
+            self.fill_holes(pool, by_block, &usage, &mut pass);
         }
-        Planned {
-            moves: pass.moves,
-            drained: pass.drained,
-            bytes: pass.report.bytes_moved,
-            complete: pass.report.complete && !pass.waiting,
-            no_room: pass.report.no_room,
-            waiting: pass.waiting,
-        }
+        pass
     }
 
     /// Movables free to move, by pool and block (of `pool` only, when given). Their

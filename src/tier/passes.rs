@@ -142,6 +142,10 @@ pub struct Defragmentation<'t> {
     /// The last planning found nothing left to move within the limits.
     exhausted: bool,
     ended: bool,
+    /// Destroys the given-back blocks off the caller's thread (`disposer.rs`).
+    disposer: super::disposer::Disposer,
+    /// What the last scan for candidates found (`defrag.rs`).
+    kept: super::defrag::KeptCandidates,
 }
 
 struct Recorded {
@@ -181,6 +185,8 @@ impl Tiers {
             finishing: Vec::new(),
             exhausted: false,
             ended: false,
+            disposer: Default::default(),
+            kept: Default::default(),
         })
     }
 
@@ -250,7 +256,7 @@ impl Defragmentation<'_> {
             waiting,
         } = self
             .tiers
-            .plan_pass(self.options.pool, self.options.per_pass);
+            .plan_pass(self.options.pool, self.options.per_pass, &mut self.kept);
         if let Err(e) = self.tiers.record_moves(&moves, encoder) {
             self.tiers.abandon_moves(moves);
             self.undrain(&drained);
@@ -417,8 +423,9 @@ impl Defragmentation<'_> {
         Ok(())
     }
 
-    /// Gives back the empty ones of `drained` (all marked no longer draining).
-    fn release(&self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
+    /// Gives back the empty ones of `drained` (all marked no longer draining); their
+    /// buffers go to the disposer's thread.
+    fn release(&mut self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
         let arena = self.tiers.shared.arena();
         let (mut blocks, mut bytes) = (0, 0);
         for pool in super::distinct_pools(drained.iter().map(|(p, _)| *p)) {
@@ -427,7 +434,8 @@ impl Defragmentation<'_> {
                 .filter(|(p, _)| *p == pool)
                 .map(|(_, id)| *id)
                 .collect();
-            let (b, n) = arena.release_drained(pool, &ids);
+            let (b, n, doomed) = arena.release_drained(pool, &ids);
+            self.disposer.dispose(doomed);
             blocks += b;
             bytes += n;
         }

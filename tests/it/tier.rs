@@ -494,6 +494,58 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
     }
 }
 
+/// Passes keep the candidates one scan found (rescanning every few passes): movables freed
+/// and made between passes leave what they kept stale, and nothing may move on it
+/// unchecked. Every byte survives, the passes converge, and blocks go back.
+#[test]
+fn passes_on_kept_candidates_survive_movables_coming_and_going() {
+    use vramkit::tier::DefragOptions;
+    let mut rng = common::rng();
+    let (rt, tiers) = runtime(512 * MIB, None);
+    let mut handles = fragmented(&rt, &tiers, &mut rng, 384, "churn", 5);
+    let mut defrag = tiers
+        .begin_defragmentation(DefragOptions {
+            pool: None,
+            per_pass: DefragLimits {
+                max_bytes: MIB,
+                max_moves: 8,
+            },
+        })
+        .unwrap();
+    let mut frames = 0;
+    while !defrag.is_done() {
+        frames += 1;
+        assert!(
+            frames < 2000,
+            "the passes did not converge: {:?}",
+            defrag.report()
+        );
+        if frames < 100 {
+            // Between passes: one movable goes, another comes (in the holes the scan saw).
+            let live: Vec<usize> = (0..handles.len())
+                .filter(|&i| handles[i].is_some())
+                .collect();
+            handles[live[rng.gen_range(0..live.len())]] = None;
+            let n = rng.gen_range(1usize..9) << 12;
+            let m = tiers.alloc(4 * n as u64, "churn new").unwrap();
+            let d = integers(&mut rng, n);
+            write(&rt, &tiers, &m, &d);
+            handles.push(Some((m, d)));
+        }
+        defrag.pass_submit().unwrap();
+        if frames % 11 == 0 {
+            tiers.check_invariants().unwrap();
+        }
+    }
+    let report = defrag.end().unwrap();
+    eprintln!("{frames} frames: {report:?}");
+    assert!(report.moves > 0 && report.blocks_freed > 0, "{report:?}");
+    tiers.check_invariants().unwrap();
+    for (m, d) in handles.iter().flatten() {
+        assert_eq!(&read(&rt, &tiers, m), d, "{}", m.label());
+    }
+}
+
 #[test]
 fn misuse_is_reported() {
     let (_rt, tiers) = runtime(64 * MIB, None);
