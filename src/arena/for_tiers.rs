@@ -146,12 +146,8 @@ impl Arena {
     /// Collects the frees whose epochs are done (never waiting or polling), returns the
     /// ranges cached for reuse to their blocks, and gives back those of `blocks` (of
     /// `pool`) that are now empty, marking them no longer draining. Returns the blocks
-    /// and bytes given back, and their buffers, which the caller destroys.
-    pub(crate) fn release_drained(
-        &self,
-        pool: PoolId,
-        blocks: &[BlockId],
-    ) -> (usize, u64, Vec<DoomedBlock>) {
+    /// and bytes given back.
+    pub(crate) fn release_drained(&self, pool: PoolId, blocks: &[BlockId]) -> (usize, u64) {
         let shared = self.shared();
         let mut st = shared.state.lock();
         st.harvest(shared.completion.get());
@@ -168,15 +164,8 @@ impl Arena {
                 bytes += size;
             }
         }
-        // Handed to the caller to destroy (counted as given back already): destroying a
-        // block's buffer can take a driver milliseconds (4 ms for a 256 MiB block on an
-        // H200), which a frame thread running a pass should not wait for.
-        let doomed = std::mem::take(&mut st.doomed)
-            .into_iter()
-            .map(DoomedBlock)
-            .collect();
         shared.unlock(st);
-        (count, bytes, doomed)
+        (count, bytes)
     }
 
     /// Marks blocks of `pool` as draining or not ([`BlockSet::set_draining`]).
@@ -187,17 +176,5 @@ impl Arena {
                 p.set.set_draining(id, on);
             }
         }
-    }
-}
-
-/// A block's buffer the arena has given back (counted out of its reserved bytes), for the
-/// caller to destroy where it suits it.
-pub(crate) struct DoomedBlock(std::sync::Arc<super::block::BlockBuffer>);
-
-impl DoomedBlock {
-    /// Destroys the buffer (and with it the mapping). Call with no lock of the arena
-    /// held: destroying may run a wgpu map callback.
-    pub(crate) fn destroy(self) {
-        self.0.destroy();
     }
 }

@@ -82,7 +82,6 @@
 
 pub(crate) mod copy;
 mod defrag;
-mod disposer;
 mod evict;
 mod host;
 #[cfg(feature = "metrics")]

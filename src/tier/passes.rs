@@ -142,8 +142,6 @@ pub struct Defragmentation<'t> {
     /// The last planning found nothing left to move within the limits.
     exhausted: bool,
     ended: bool,
-    /// Destroys the given-back blocks off the caller's thread (`disposer.rs`).
-    disposer: super::disposer::Disposer,
     /// What the last scan for candidates found (`defrag.rs`).
     kept: super::defrag::KeptCandidates,
 }
@@ -185,7 +183,6 @@ impl Tiers {
             finishing: Vec::new(),
             exhausted: false,
             ended: false,
-            disposer: Default::default(),
             kept: Default::default(),
         })
     }
@@ -423,9 +420,8 @@ impl Defragmentation<'_> {
         Ok(())
     }
 
-    /// Gives back the empty ones of `drained` (all marked no longer draining); their
-    /// buffers go to the disposer's thread.
-    fn release(&mut self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
+    /// Gives back the empty ones of `drained` (all marked no longer draining).
+    fn release(&self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
         let arena = self.tiers.shared.arena();
         let (mut blocks, mut bytes) = (0, 0);
         for pool in super::distinct_pools(drained.iter().map(|(p, _)| *p)) {
@@ -434,8 +430,7 @@ impl Defragmentation<'_> {
                 .filter(|(p, _)| *p == pool)
                 .map(|(_, id)| *id)
                 .collect();
-            let (b, n, doomed) = arena.release_drained(pool, &ids);
-            self.disposer.dispose(doomed);
+            let (b, n) = arena.release_drained(pool, &ids);
             blocks += b;
             bytes += n;
         }
