@@ -41,11 +41,11 @@
 //! one (the first after its levels are read); the plan counts it as held meanwhile, and a
 //! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
 //! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a new texture
-//! and copies the frame's submit pays for), and fewer where the update would otherwise
-//! pass [`MipConfig::update_time_target`]: the streamer learns what a copy costs the
-//! submit on this device and stops landing when the time spent plus the predicted
-//! submit would cross the target (one growth lands per update whatever it costs, so
-//! every growth lands eventually). The rest land in the next frames. Where
+//! and copies the frame's submit pays for), and, where [`MipConfig::update_time_target`]
+//! is set, fewer where the update would otherwise pass it: the streamer learns what a
+//! copy costs the submit on this device and stops landing when the time spent plus the
+//! predicted submit would cross the target (one growth lands per update whatever it
+//! costs, so every growth lands eventually). The rest land in the next frames. Where
 //! there is no host staging (not Vulkan) the loaded levels go through the uploader on the
 //! frame thread; in the browser, which has one thread, the frame's thread reads them.
 
