@@ -339,7 +339,8 @@ impl<'a> Batch<'a> {
     }
 
     /// `c = a * b` with `a` (m x k), `b` (k x n) and `c` (m x n) row-major; inputs of `f32`
-    /// or `half::f16`, `c` f32. Any m, n, k; `c` must not overlap the inputs.
+    /// or `half::f16`, `c` f32 (f16 results: [`matmul_f16_out`](Self::matmul_f16_out)).
+    /// Any m, n, k; `c` must not overlap the inputs.
     ///
     /// ```no_run
     /// # fn main() -> vramkit::Result<()> {
