@@ -225,6 +225,28 @@ pub fn suite_tier(gpu: &Gpu, figures: &mut Figures) {
         "tier_loop_gpu_busy_ms_per_visit",
         format!("{:.3}", busy / visits),
     );
+    // The copies' share of the GPU's time, and what the loop could reach with every copy
+    // overlapped with the kernels (the copies still one after the other): the lifted
+    // loop's time over the longer of the two.
+    let copies: f64 = ["evict", "restore"]
+        .iter()
+        .filter_map(|k| gpu_ms.get(*k))
+        .sum();
+    if copies > 0.0 {
+        let kernels = busy - copies;
+        let ceiling = per_visit(free) / (kernels.max(copies) / visits);
+        println!(
+            "copies {:.3} ms a visit, kernels {:.3}: with copies overlapped with kernels the \
+             loop could reach {ceiling:.3}x",
+            copies / visits,
+            kernels / visits
+        );
+        figures.add(
+            "tier_loop_copy_ms_per_visit",
+            format!("{:.3}", copies / visits),
+        );
+        figures.add("tier_loop_overlap_ceiling", format!("{ceiling:.3}"));
+    }
     figures.add("tier_loop_work", work);
     drop(all);
     drop(set);
