@@ -217,13 +217,12 @@ impl Tiers {
         limits: DefragLimits,
         kept: &mut KeptCandidates,
     ) -> Planned {
-        let (by_block, fresh) = match kept.by_block.take() {
+        let (mut by_block, fresh) = match kept.by_block.take() {
             Some(by_block) if !kept.passes.is_multiple_of(RESCAN_EVERY) => (by_block, false),
             _ => (self.movable_blocks(pool), true),
         };
         kept.passes += 1;
         let mut pass = self.plan_from(&by_block, limits);
-        let mut by_block = by_block;
         if !fresh && pass.moves.is_empty() && !pass.waiting {
             // Nothing left in what the last scan saw: look again before saying so (new
             // movables, or blocks whose movables were busy then).

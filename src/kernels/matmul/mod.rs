@@ -222,6 +222,15 @@ pub struct MatmulBatch {
 }
 
 impl MatmulBatch {
+    /// Whether the strides keep every product's operands where a kernel that loads
+    /// `unit_in` input elements (and stores `unit_out` outputs) at a time indexes them.
+    fn aligned(&self, unit_in: u64, unit_out: u64) -> bool {
+        self.count == 1
+            || (self.stride_a.is_multiple_of(unit_in)
+                && self.stride_b.is_multiple_of(unit_in)
+                && self.stride_c.is_multiple_of(unit_out))
+    }
+
     /// `count` products stored one after the other in each allocation.
     pub fn packed(count: u64, shape: MatmulShape) -> MatmulBatch {
         MatmulBatch {
@@ -320,20 +329,12 @@ impl<'a> Batch<'a> {
         }
         check_no_overlap(a, c, false, "matmul")?;
         check_no_overlap(b, c, false, "matmul")?;
-        // Whether the strides keep every product's operands where a kernel that loads
-        // `unit_in` input elements (and stores `unit_out` outputs) at a time indexes them.
-        let aligned = |unit_in: u64, unit_out: u64| {
-            count == 1
-                || (stride_a.is_multiple_of(unit_in)
-                    && stride_b.is_multiple_of(unit_in)
-                    && stride_c.is_multiple_of(unit_out))
-        };
         let coop = input == MatmulInput::F16
             && self.kernels.matrix_units
             && m.is_multiple_of(16)
             && n.is_multiple_of(16)
             && k.is_multiple_of(8)
-            && aligned(8, 16);
+            && batch.aligned(8, 16);
         let tile = if coop { COOP_TILE } else { TILE };
         let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
         if gx > max || gy > max {
@@ -363,7 +364,8 @@ impl<'a> Batch<'a> {
                 scratch
             }
         };
-        self.bmm_f32_out(input, dims, batch, coop, whole_tiles, (a, b, out.clone()))?;
+        let kernel = (coop, whole_tiles);
+        self.bmm_f32_out(input, dims, batch, kernel, (gx, gy), (a, b, out.clone()))?;
         if output == MatmulOutput::F16 {
             self.cast_bound("to_f16", reach_c, out, Bound::of(c))?;
         }
@@ -371,31 +373,20 @@ impl<'a> Batch<'a> {
     }
 
     /// The kernels of [`bmm_n`](Self::bmm_n) into an f32 `c` (an allocation's range or
-    /// scratch), after its checks.
+    /// scratch), after its checks: on the matrix units where `coop`, on `(gx, gy)` tiles
+    /// a product.
+    #[allow(clippy::too_many_arguments)]
     fn bmm_f32_out(
         &mut self,
         input: MatmulInput,
         dims: MatmulShape,
         batch: MatmulBatch,
-        coop: bool,
-        whole_tiles: bool,
+        (coop, whole_tiles): (bool, bool),
+        (gx, gy): (u64, u64),
         (a, b, c): (&Allocation, &Allocation, Bound),
     ) -> Result<()> {
-        let MatmulShape { m, k, n } = dims;
-        let MatmulBatch {
-            count,
-            stride_a,
-            stride_b,
-            stride_c,
-        } = batch;
-        let tile = if coop { COOP_TILE } else { TILE };
-        let (gx, gy) = (n.div_ceil(tile), m.div_ceil(tile));
-        let aligned = |unit_in: u64, unit_out: u64| {
-            count == 1
-                || (stride_a.is_multiple_of(unit_in)
-                    && stride_b.is_multiple_of(unit_in)
-                    && stride_c.is_multiple_of(unit_out))
-        };
+        let MatmulShape { k, n, .. } = dims;
+        let count = batch.count;
         let io = Bindings::three(Bound::of(a), Bound::of(b), c.clone());
         let groups = (gx as u32, gy as u32, count as u32);
         if coop {
@@ -406,7 +397,7 @@ impl<'a> Batch<'a> {
             let params = product_params(dims, batch, 8, 1);
             return self.coop_dispatch(params, io, gx * gy * count, whole_tiles, MatmulOutput::F32);
         }
-        if !k.is_multiple_of(4) || !n.is_multiple_of(4) || !aligned(4, 4) {
+        if !k.is_multiple_of(4) || !n.is_multiple_of(4) || !batch.aligned(4, 4) {
             let shader = match (input, self.kernels.native_f16) {
                 (MatmulInput::F32, _) => &shaders::MATMUL_F32,
                 (MatmulInput::F16, true) => &shaders::MATMUL_F16_NATIVE,
