@@ -2,8 +2,9 @@
 //! budget, a camera flying over them, each texture holding only the levels its view needs.
 //!
 //! ```text
-//! cargo run --release --example texture_streaming [-- --textures 200 --side 512 --frames 240 --fps 60]
+//! cargo run --release --example texture_streaming [-- --textures 200 --side 512 --frames 240 --fps 60 --growths 12]
 //! ```
+//! `--growths` sets `MipConfig::growths_per_frame` (0: no limit; default: the streamer's).
 //! Frames are paced at `--fps` (0: as fast as `update` returns), as an app's are: the
 //! streamer's loader threads read the levels of growing textures between frames.
 //! Prints `name: value` lines: the budget held every frame
@@ -74,6 +75,11 @@ fn main() -> Res<()> {
     let side = arg("--side", 256).max(8);
     let frames = arg("--frames", 180).max(4);
     let fps = arg("--fps", 60);
+    let growths = match arg("--growths", u32::MAX) {
+        0 => usize::MAX,
+        u32::MAX => MipConfig::default().growths_per_frame,
+        g => g as usize,
+    };
     let frame_time = std::time::Duration::from_secs_f64(1.0 / f64::from(fps.max(1)));
     // Sleeps out the rest of a frame begun at `start` (nothing when unpaced).
     let pace = |start: Instant| {
@@ -108,6 +114,7 @@ fn main() -> Res<()> {
         MipConfig {
             budget,
             upload_cap: cap,
+            growths_per_frame: growths,
             ..Default::default()
         },
     )?;

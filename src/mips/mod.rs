@@ -36,12 +36,13 @@
 //! # Off the frame thread
 //! A texture that grows is loaded by loader threads (`loader.rs`,
 //! [`MipConfig::loader_threads`]): they read its new levels from the source and write
-//! them into host staging the GPU copies from (`staging.rs`), so `update` only plans,
-//! creates textures and records copies. A growth planned in one `update` lands in a later
+//! them into host staging the GPU copies from (`staging.rs`), make its texture and
+//! record its copies into a command buffer of its own, so `update` only plans, records
+//! shrinks and submits. A growth planned in one `update` lands in a later
 //! one (the first after its levels are read); the plan counts it as held meanwhile, and a
 //! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
-//! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a new texture
-//! and copies the frame's submit pays for), and, where [`MipConfig::update_time_target`]
+//! [`MipConfig::growths_per_frame`] growths land in one `update` (each adds its command
+//! buffer and its textures' tracking to the frame's submit), and, where [`MipConfig::update_time_target`]
 //! is set, fewer where the update would otherwise pass it: the streamer learns what a
 //! copy costs the submit on this device and stops landing when the time spent plus the
 //! predicted submit would cross the target (one growth lands per update whatever it
@@ -511,6 +512,7 @@ impl MipStreamer {
                     levels: slot.level_bytes.len() as u32,
                     usage: self.config.extra_usage,
                 },
+                held: slot.current.texture.clone(),
             });
         }
         // Without threads the loads just queued are read now, on this thread.
@@ -652,11 +654,13 @@ impl MipStreamer {
     }
 
     /// Submits the frame's copies, then its uploads through the uploader; counts the frame.
-    fn finish(&mut self, encoder: wgpu::CommandEncoder, frame: Frame) -> Result<()> {
+    fn finish(&mut self, encoder: wgpu::CommandEncoder, mut frame: Frame) -> Result<()> {
         if frame.copies > 0 {
             let submitting = web_time::Instant::now();
+            let shrinks = (frame.encoded > 0).then(|| encoder.finish());
+            let recorded = std::mem::take(&mut frame.recorded);
             self.gpu.scoped("submitting mip-streaming copies", || {
-                self.gpu.submit([encoder.finish()])
+                self.gpu.submit(shrinks.into_iter().chain(recorded))
             })?;
             self.submit_cost
                 .observe(frame.copies, submitting.elapsed().as_secs_f64());
@@ -855,9 +859,10 @@ impl MipStreamer {
         )
     }
 
-    /// Replaces slot `i`'s texture with one holding `[target, levels)`: the levels both
-    /// hold copied on the GPU, the new ones (a growth) from `loaded`. On an error the old
-    /// texture stays.
+    /// Replaces slot `i`'s texture with one holding `[target, levels)`: a growth by
+    /// `loaded`, whose copies the loader recorded; a shrink by a texture made here and
+    /// the levels it keeps copied on the GPU (recorded into `encoder`). On an error the
+    /// old texture stays.
     fn swap(
         &mut self,
         encoder: &mut wgpu::CommandEncoder,
@@ -873,45 +878,35 @@ impl MipStreamer {
         let old = slot.current.resident;
         let (format, size) = (slot.source.format(), slot.source.size());
         let new_bytes: u64 = slot.level_bytes[target as usize..].iter().sum();
-        let (texture, loaded) = match loaded {
-            Some((job, landing)) => (landing.texture, Some((job, landing.levels))),
-            None => (
-                self.create(&slot.label, format, size, target, levels)?,
-                None,
-            ),
-        };
-        for l in target.max(old)..levels {
-            encoder.copy_texture_to_texture(
-                level_copy(&slot.current.texture, l, old),
-                level_copy(&texture, l, target),
-                copy_extent(format, size, l),
-            );
-            frame.copies += 1;
-        }
-        match loaded {
-            Some((job, loader::Levels::Staged(range, placed))) => {
-                for (l, p) in job.levels.clone().zip(&placed) {
-                    encoder.copy_buffer_to_texture(
-                        wgpu::TexelCopyBufferInfo {
-                            buffer: range.buffer(),
-                            layout: wgpu::TexelCopyBufferLayout {
-                                offset: range.offset() + p.offset,
-                                bytes_per_row: Some(p.pitch),
-                                rows_per_image: Some(p.rows),
-                            },
-                        },
-                        level_copy(&texture, l, target),
-                        copy_extent(format, size, l),
-                    );
-                    frame.copies += 1;
+        let texture = match loaded {
+            Some((job, landing)) => {
+                frame.copies += landing.copy_count;
+                frame.recorded.push(landing.copies);
+                match landing.levels {
+                    loader::Levels::Staged(range, _) => frame.staged.push(range),
+                    loader::Levels::Heap(levels) => {
+                        frame
+                            .heap
+                            .push((landing.texture.clone(), target, job, levels))
+                    }
                 }
-                frame.staged.push(range);
+                landing.texture
             }
-            Some((job, loader::Levels::Heap(levels))) => {
-                frame.heap.push((texture.clone(), target, job, levels));
+            None => {
+                let texture = self.create(&slot.label, format, size, target, levels)?;
+                let copies = copy_held_levels(
+                    encoder,
+                    (&slot.current.texture, old),
+                    (&texture, target),
+                    target.max(old)..levels,
+                    format,
+                    size,
+                );
+                frame.copies += copies;
+                frame.encoded += copies;
+                texture
             }
-            None => {}
-        }
+        };
         let generation = self.bump();
         let Some(slot) = self.slots[i].as_mut() else {
             return Ok(());
@@ -973,6 +968,56 @@ impl TextureSpec {
     }
 }
 
+/// Records copies of the chain's levels `levels` from `from` to `to` (each a texture and
+/// the chain level its level 0 holds); returns how many.
+pub(crate) fn copy_held_levels(
+    encoder: &mut wgpu::CommandEncoder,
+    from: (&wgpu::Texture, u32),
+    to: (&wgpu::Texture, u32),
+    levels: std::ops::Range<u32>,
+    format: wgpu::TextureFormat,
+    size: (u32, u32),
+) -> usize {
+    let count = levels.len();
+    for l in levels {
+        encoder.copy_texture_to_texture(
+            level_copy(from.0, l, from.1),
+            level_copy(to.0, l, to.1),
+            copy_extent(format, size, l),
+        );
+    }
+    count
+}
+
+/// Records copies of the chain's levels `levels`, staged in `range` as `placed` says,
+/// into `to` (a texture and the chain level its level 0 holds); returns how many.
+pub(crate) fn copy_staged_levels(
+    encoder: &mut wgpu::CommandEncoder,
+    range: &staging::StagedRange,
+    placed: &[loader::Placed],
+    to: (&wgpu::Texture, u32),
+    levels: std::ops::Range<u32>,
+    format: wgpu::TextureFormat,
+    size: (u32, u32),
+) -> usize {
+    let count = levels.len();
+    for (l, p) in levels.zip(placed) {
+        encoder.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer: range.buffer(),
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: range.offset() + p.offset,
+                    bytes_per_row: Some(p.pitch),
+                    rows_per_image: Some(p.rows),
+                },
+            },
+            level_copy(to.0, l, to.1),
+            copy_extent(format, size, l),
+        );
+    }
+    count
+}
+
 /// Level `level` of the chain in `texture`, whose level 0 is the chain's level `base`.
 fn level_copy(texture: &wgpu::Texture, level: u32, base: u32) -> wgpu::TexelCopyTextureInfo<'_> {
     wgpu::TexelCopyTextureInfo {
@@ -983,11 +1028,18 @@ fn level_copy(texture: &wgpu::Texture, level: u32, base: u32) -> wgpu::TexelCopy
     }
 }
 
-/// What one `update` records: its copies (one submission), the staging ranges they read,
-/// loads that go through the uploader after it, and the bytes it brings.
+/// What one `update` submits: its shrinks' copies, recorded into the frame's encoder,
+/// and its growths' command buffers, recorded by the loaders (one submission); the
+/// staging ranges they read, loads that go through the uploader after it, and the bytes
+/// it brings.
 #[derive(Default)]
 struct Frame {
+    /// Copies submitted, growths' included.
     copies: usize,
+    /// Copies in the frame's own encoder (shrinks).
+    encoded: usize,
+    /// The growths' command buffers.
+    recorded: Vec<wgpu::CommandBuffer>,
     staged: Vec<staging::StagedRange>,
     heap: Vec<(wgpu::Texture, u32, loader::Job, Vec<Vec<u8>>)>,
     /// Textures replaced this frame: released off this thread once the GPU is done.
