@@ -637,6 +637,12 @@ impl<A: SubAllocator> BlockSet<A> {
         }
     }
 
+    /// Whether block `id` is draining ([`set_draining`](Self::set_draining)); false for
+    /// an id that is not a live block.
+    pub fn is_draining(&self, id: BlockId) -> bool {
+        matches!(self.blocks.get(id.0 as usize), Some(Some(b)) if b.draining)
+    }
+
     /// Frees an allocation made by [`allocate`](Self::allocate). Empty blocks stay cached.
     /// Returns false, changing nothing, when `alloc` is not live in this set (made by
     /// another set, or its block was released).

@@ -25,6 +25,8 @@ pub(crate) struct BlockUsage {
     /// Of `live`, the ranges freed and not yet back in the block (waiting for the GPU, or
     /// cached for reuse): they leave on their own.
     pub waiting: usize,
+    /// Being emptied by a defragmentation: nothing new is placed in it.
+    pub draining: bool,
 }
 
 impl Arena {
@@ -50,6 +52,7 @@ impl Arena {
                 live,
                 used: p.set.block(id).map_or(0, |a| a.used_bytes()),
                 waiting: waiting.get(&id).copied().unwrap_or(0),
+                draining: p.set.is_draining(id),
             })
             .collect()
     }
@@ -146,8 +149,12 @@ impl Arena {
     /// Collects the frees whose epochs are done (never waiting or polling), returns the
     /// ranges cached for reuse to their blocks, and gives back those of `blocks` (of
     /// `pool`) that are now empty, marking them no longer draining. Returns the blocks
-    /// and bytes given back.
-    pub(crate) fn release_drained(&self, pool: PoolId, blocks: &[BlockId]) -> (usize, u64) {
+    /// and bytes given back, and their buffers, which the caller destroys.
+    pub(crate) fn release_drained(
+        &self,
+        pool: PoolId,
+        blocks: &[BlockId],
+    ) -> (usize, u64, Vec<DoomedBlock>) {
         let shared = self.shared();
         let mut st = shared.state.lock();
         st.harvest(shared.completion.get());
@@ -164,8 +171,15 @@ impl Arena {
                 bytes += size;
             }
         }
+        // Handed to the caller to destroy (counted as given back already): destroying a
+        // block's buffer can take a driver milliseconds (4 ms for a 256 MiB block on an
+        // H200), which a frame thread running a pass should not wait for.
+        let doomed = std::mem::take(&mut st.doomed)
+            .into_iter()
+            .map(DoomedBlock)
+            .collect();
         shared.unlock(st);
-        (count, bytes)
+        (count, bytes, doomed)
     }
 
     /// Marks blocks of `pool` as draining or not ([`BlockSet::set_draining`]).
@@ -176,5 +190,17 @@ impl Arena {
                 p.set.set_draining(id, on);
             }
         }
+    }
+}
+
+/// A block's buffer the arena has given back (counted out of its reserved bytes), for the
+/// caller to destroy where it suits it.
+pub(crate) struct DoomedBlock(std::sync::Arc<super::block::BlockBuffer>);
+
+impl DoomedBlock {
+    /// Destroys the buffer (and with it the mapping). Call with no lock of the arena
+    /// held: destroying may run a wgpu map callback.
+    pub(crate) fn destroy(self) {
+        self.0.destroy();
     }
 }

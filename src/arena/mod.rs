@@ -68,7 +68,7 @@ pub use allocation::{Allocation, Elements, Typed};
 pub use bind::{Access, BindEntry, BindGroup, Bindable};
 pub use block::BlockMemory;
 pub use config::{ArenaConfig, Budget, HostUse, PoolConfig};
-pub(crate) use for_tiers::BlockUsage;
+pub(crate) use for_tiers::{BlockUsage, DoomedBlock};
 pub use guard::{GuardViolation, Side, GUARD_PATTERN};
 pub use labels::{Folded, LABELS_KEPT};
 pub use observe::history;

@@ -16,7 +16,9 @@
 //!    end, they leave no holes. This needs room under the budget for one such block at a
 //!    time, and leaves a sixteenth of the budget free for other threads' requests (until
 //!    the copies finish, a move holds both places); where there is no such room, the
-//!    pass goes on with step 4 only.
+//!    pass goes on with step 4 only. Where an earlier pass's emptied block is kept as a
+//!    spare (`passes.rs`), the group is bounded to fit it and packs into it: no block is
+//!    created (a driver takes milliseconds to make one).
 //! 4. **Fill holes**: the remaining candidates, emptiest first, are moved into the free
 //!    space of the other blocks while their bytes fit in it (never a new block). A hole
 //!    of a block already reserved needs no budget room, so this step runs under any
@@ -132,6 +134,9 @@ const RESCAN_EVERY: u32 = 16;
 pub(super) struct KeptCandidates {
     by_block: Option<ByBlock>,
     passes: u32,
+    /// Blocks finished passes emptied, kept draining for the next repacks, oldest first
+    /// (`passes.rs`).
+    pub spares: Vec<(PoolId, BlockId)>,
 }
 
 /// What one pass has decided so far.
@@ -222,12 +227,12 @@ impl Tiers {
             _ => (self.movable_blocks(pool), true),
         };
         kept.passes += 1;
-        let mut pass = self.plan_from(&by_block, limits);
+        let mut pass = self.plan_from(&by_block, limits, &mut kept.spares);
         if !fresh && pass.moves.is_empty() && !pass.waiting {
             // Nothing left in what the last scan saw: look again before saying so (new
             // movables, or blocks whose movables were busy then).
             by_block = self.movable_blocks(pool);
-            pass = self.plan_from(&by_block, limits);
+            pass = self.plan_from(&by_block, limits, &mut kept.spares);
         }
         // The drained blocks' movables have moved: they are candidates no more.
         for key in &pass.drained {
@@ -245,7 +250,12 @@ impl Tiers {
     }
 
     /// Steps 3 and 4 of the module docs over the candidates `by_block`.
-    fn plan_from(&self, by_block: &ByBlock, limits: DefragLimits) -> Pass {
+    fn plan_from(
+        &self,
+        by_block: &ByBlock,
+        limits: DefragLimits,
+        spares: &mut Vec<(PoolId, BlockId)>,
+    ) -> Pass {
         let (budget, allocated) = self.shared.arena().budget_and_allocated();
         let mut pass = Pass {
             report: DefragReport {
@@ -262,7 +272,7 @@ impl Tiers {
             // One look at the pool's blocks for the whole pass: what the repack changes
             // (its fresh blocks, the blocks it drains) the hole filling leaves alone.
             let usage = self.shared.arena().block_usage(pool);
-            self.repack(pool, by_block, &usage, &mut pass);
+            self.repack(pool, by_block, &usage, &mut pass, spares);
             self.fill_holes(pool, by_block, &usage, &mut pass);
         }
         pass
@@ -332,14 +342,30 @@ impl Tiers {
     }
 
     /// Step 3 of the module docs.
-    fn repack(&self, pool: PoolId, by_block: &ByBlock, usage: &[BlockUsage], pass: &mut Pass) {
+    fn repack(
+        &self,
+        pool: PoolId,
+        by_block: &ByBlock,
+        usage: &[BlockUsage],
+        pass: &mut Pass,
+        spares: &mut Vec<(PoolId, BlockId)>,
+    ) {
         let arena = self.shared.arena();
         let (align, max_block) = arena.pool_layout(pool);
         let candidates = self.candidate_blocks(pool, by_block, usage, pass);
         let mut i = 0;
         while i < candidates.len() {
+            // The largest empty spare of the pool, if any: the group is bounded to fit it
+            // (a sixteenth kept for alignment and the allocator's slack).
+            let spare = spares
+                .iter()
+                .filter(|(p, _)| *p == pool)
+                .filter_map(|(_, id)| usage.iter().find(|b| b.id == *id && b.live == 0))
+                .map(|b| (b.size, b.id))
+                .max();
+            let bound = spare.map_or(max_block, |(s, _)| s - s / 16);
             let (mut used, mut size, mut count, mut j) = (0, 0, 0, i);
-            while j < candidates.len() && used + candidates[j].0 <= max_block {
+            while j < candidates.len() && used + candidates[j].0 <= bound {
                 let members = by_block.get(&(pool, candidates[j].2)).map_or(0, Vec::len);
                 // A group grows only within the pass's limits (its first block always).
                 if j > i
@@ -375,16 +401,30 @@ impl Tiers {
                 .map(|c| c.placed.next_multiple_of(align))
                 .sum();
             let bytes = packed + 2 * align + largest / 8;
+            let spare = spare.filter(|&(s, _)| bytes <= s);
             // Worth a move only if it gives back at least a sixteenth of the group.
-            if bytes + size / 16 > size {
+            if spare.map_or(bytes, |(s, _)| s) + size / 16 > size {
                 continue;
             }
-            if !pass.fits(used, members.len(), Destination::FreshBlock) {
+            // A spare is reserved already: no budget room needed.
+            let to = match spare {
+                Some(_) => Destination::Holes,
+                None => Destination::FreshBlock,
+            };
+            if !pass.fits(used, members.len(), to) {
                 break;
             }
-            let Ok(block) = arena.reserve_block(pool, bytes, "defragment") else {
-                // No room for a fresh block under the budget: holes only.
-                break;
+            let block = match spare {
+                Some((_, id)) => {
+                    spares.retain(|&(p, b)| (p, b) != (pool, id));
+                    arena.set_draining(pool, &[id], false);
+                    id
+                }
+                None => match arena.reserve_block(pool, bytes, "defragment") {
+                    Ok(block) => block,
+                    // No room for a fresh block under the budget: holes only.
+                    Err(_) => break,
+                },
             };
             arena.set_draining(pool, &group, true);
             match self.plan_moves(pool, &members, AllocMode::in_block(block)) {
@@ -402,7 +442,7 @@ impl Tiers {
         let arena = self.shared.arena();
         let mut free_elsewhere: u64 = usage
             .iter()
-            .filter(|b| !b.dedicated && !pass.drained.contains(&(pool, b.id)))
+            .filter(|b| !b.dedicated && !b.draining && !pass.drained.contains(&(pool, b.id)))
             .map(|b| b.size - b.used)
             .sum();
         for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass) {

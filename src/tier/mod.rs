@@ -82,6 +82,7 @@
 
 pub(crate) mod copy;
 mod defrag;
+mod disposer;
 mod evict;
 mod host;
 #[cfg(feature = "metrics")]

@@ -14,7 +14,11 @@
 //! 2. The caller submits the encoder, then hands the token to
 //!    [`Defragmentation::end_pass`]: the handles point at the new places and the old
 //!    ranges are freed into an epoch that completes with the copies; once it has, the
-//!    next `pass` gives the emptied blocks back.
+//!    next `pass` gives the emptied blocks back, but for the newest [`KEPT_EMPTY`]: those
+//!    stay, still draining, as *spares* a later repack packs into instead of creating a
+//!    fresh block (a driver takes milliseconds to create a block and as long to destroy
+//!    one: 4-5 ms for 256 MiB on an H200), and go back at `end`. Blocks given back are
+//!    destroyed on a thread of their own (`disposer.rs`).
 //!
 //! [`Defragmentation::pass_submit`] does both around a submission of its own.
 //! [`Defragmentation::end`] waits for the epochs of the passes still finishing (only
@@ -43,6 +47,9 @@
 //!   with the arena, which gives empty ones back on `trim`.
 
 use web_time::Instant;
+
+/// Emptied blocks a defragmentation keeps open for its next passes (module docs).
+pub(super) const KEPT_EMPTY: usize = 2;
 
 use super::defrag::{Move, Planned};
 use super::{DefragLimits, DefragReport, MovableId, Tiers};
@@ -142,6 +149,8 @@ pub struct Defragmentation<'t> {
     /// The last planning found nothing left to move within the limits.
     exhausted: bool,
     ended: bool,
+    /// Destroys the given-back blocks off the caller's thread (`disposer.rs`).
+    disposer: super::disposer::Disposer,
     /// What the last scan for candidates found (`defrag.rs`).
     kept: super::defrag::KeptCandidates,
 }
@@ -183,6 +192,7 @@ impl Tiers {
             finishing: Vec::new(),
             exhausted: false,
             ended: false,
+            disposer: Default::default(),
             kept: Default::default(),
         })
     }
@@ -379,6 +389,7 @@ impl Defragmentation<'_> {
         for f in &left {
             self.undrain(&f.drained);
         }
+        self.release_kept();
         waited?;
         let after = self.tiers.shared.arena().stats();
         self.report.allocated_after = after.allocated;
@@ -399,12 +410,13 @@ impl Defragmentation<'_> {
             .into_iter()
             .partition(|f| work.is_done(f.epoch));
         self.finishing = waiting;
-        let (mut blocks, mut bytes) = (0, 0);
-        for f in done {
-            let (b, n) = self.release(&f.drained);
-            blocks += b;
-            bytes += n;
-        }
+        // The newest emptied blocks stay (still draining: nothing else is placed in
+        // them) for the next passes' repacks; the rest go.
+        let spares = &mut self.kept.spares;
+        spares.extend(done.into_iter().flat_map(|f| f.drained));
+        let surplus = spares.len().saturating_sub(KEPT_EMPTY);
+        let gone: Vec<(PoolId, BlockId)> = spares.drain(..surplus).collect();
+        let (blocks, bytes) = self.release(&gone);
         self.report.blocks_freed += blocks;
         self.report.bytes_freed += bytes;
         (blocks, bytes)
@@ -420,8 +432,9 @@ impl Defragmentation<'_> {
         Ok(())
     }
 
-    /// Gives back the empty ones of `drained` (all marked no longer draining).
-    fn release(&self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
+    /// Gives back the empty ones of `drained` (all marked no longer draining); their
+    /// buffers go to the disposer's thread.
+    fn release(&mut self, drained: &[(PoolId, BlockId)]) -> (usize, u64) {
         let arena = self.tiers.shared.arena();
         let (mut blocks, mut bytes) = (0, 0);
         for pool in super::distinct_pools(drained.iter().map(|(p, _)| *p)) {
@@ -430,11 +443,20 @@ impl Defragmentation<'_> {
                 .filter(|(p, _)| *p == pool)
                 .map(|(_, id)| *id)
                 .collect();
-            let (b, n) = arena.release_drained(pool, &ids);
+            let (b, n, doomed) = arena.release_drained(pool, &ids);
+            self.disposer.dispose(doomed);
             blocks += b;
             bytes += n;
         }
         (blocks, bytes)
+    }
+
+    /// Gives back the kept empty blocks that are still empty.
+    fn release_kept(&mut self) {
+        let kept = std::mem::take(&mut self.kept.spares);
+        let (blocks, bytes) = self.release(&kept);
+        self.report.blocks_freed += blocks;
+        self.report.bytes_freed += bytes;
     }
 
     /// Marks `drained` no longer draining, giving nothing back.
@@ -455,5 +477,6 @@ impl Drop for Defragmentation<'_> {
         for f in std::mem::take(&mut self.finishing) {
             self.undrain(&f.drained);
         }
+        self.release_kept();
     }
 }

@@ -494,6 +494,93 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
     }
 }
 
+/// A pass's repack packs into a block an earlier pass emptied (kept as a spare) instead of
+/// making a fresh one: a driver takes milliseconds to create a block and as long to
+/// destroy one. Eight blocks each holding 6 of 16 movables pack two by two; only the
+/// first repack (no spare yet) may create a block, every byte survives, and `end` gives
+/// the spares back.
+#[test]
+fn repacks_reuse_the_blocks_earlier_passes_emptied() {
+    use vramkit::alloc::BlockPolicy;
+    use vramkit::tier::DefragOptions;
+    const BLOCK: u64 = MIB;
+    const PIECE: u64 = 64 << 10;
+    let mut rng = common::rng();
+    let rt = Runtime::new(
+        common::gpu(),
+        RuntimeConfig {
+            arena: ArenaConfig {
+                name: "spares".into(),
+                budget: Budget::Bytes(64 * BLOCK),
+                policy: Some(BlockPolicy {
+                    min_block: BLOCK,
+                    max_block: BLOCK,
+                    dedicated_threshold: BLOCK + 1,
+                    dedicated_share: 0,
+                    ..BlockPolicy::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tiers = Tiers::new(rt.arena(), TierConfig { host_budget: None }).unwrap();
+    let per_block = (BLOCK / PIECE) as usize;
+    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..8 * per_block)
+        .map(|_| {
+            let m = tiers.alloc(PIECE, "spare-test").unwrap();
+            let d = integers(&mut rng, (PIECE / 4) as usize);
+            write(&rt, &tiers, &m, &d);
+            Some((m, d))
+        })
+        .collect();
+    // Ten of every sixteen dropped, at random places in each block.
+    for block in handles.chunks_mut(per_block) {
+        let mut order: Vec<usize> = (0..per_block).collect();
+        order.sort_by_key(|_| rng.gen::<u32>());
+        for &i in &order[..10] {
+            block[i] = None;
+        }
+    }
+    rt.arena().synchronize().unwrap();
+    let before = rt.arena().stats();
+    assert_eq!(before.blocks, 8, "{before:?}");
+    let mut defrag = tiers
+        .begin_defragmentation(DefragOptions {
+            pool: None,
+            // Two blocks' movables a pass: one group, one destination.
+            per_pass: DefragLimits {
+                max_bytes: 12 * PIECE,
+                max_moves: usize::MAX,
+            },
+        })
+        .unwrap();
+    let (mut passes, mut drained) = (0, 0);
+    while !defrag.is_done() {
+        passes += 1;
+        assert!(passes < 100, "the passes never end: {:?}", defrag.report());
+        let report = defrag.pass_submit().unwrap();
+        drained += report.blocks_drained;
+        // A frame's worth of time: the pass's copies finish before the next pass.
+        rt.gpu().wait_idle().unwrap();
+    }
+    let created = rt.arena().stats().blocks_created - before.blocks_created;
+    let report = defrag.end().unwrap();
+    eprintln!("{passes} passes, {drained} blocks drained, {created} created: {report:?}");
+    assert!(drained >= 6, "{report:?}");
+    assert!(
+        created <= 2,
+        "{created} blocks created for {drained} drained: {report:?}"
+    );
+    let after = rt.arena().stats();
+    assert!(after.reserved <= 5 * BLOCK, "{after:?}");
+    tiers.check_invariants().unwrap();
+    for (m, d) in handles.iter().flatten() {
+        assert_eq!(&read(&rt, &tiers, m), d);
+    }
+}
+
 /// Passes keep the candidates one scan found (rescanning every few passes): movables freed
 /// and made between passes leave what they kept stale, and nothing may move on it
 /// unchecked. Every byte survives, the passes converge, and blocks go back.
