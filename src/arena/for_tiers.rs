@@ -37,12 +37,33 @@ impl Arena {
         let Some(p) = st.pools.get(pool.index) else {
             return Vec::new();
         };
+        // Freed ranges not back in their blocks are in the open frees, the sealed epochs
+        // and the ready cache: walking those, not every record, keeps this off the
+        // allocations' count (a defragmentation pass asks once per pool; 16 k movables
+        // made the full walk most of a pass's fixed time).
         let mut waiting: rustc_hash::FxHashMap<BlockId, usize> = Default::default();
-        for (_, r) in st.live.records() {
-            if r.pool == pool.index && r.phase != state::Phase::Live && !r.is_planned() {
-                *waiting.entry(r.block()).or_default() += 1;
+        let freed = st
+            .open
+            .iter()
+            .chain(st.sealed.iter().flat_map(|(_, slots)| slots.iter()))
+            .chain(st.ready.lists().iter().flat_map(|l| l.slots.iter()));
+        for &slot in freed {
+            if let Some(r) = st.live.get(slot) {
+                if r.pool == pool.index && r.phase != state::Phase::Live && !r.is_planned() {
+                    *waiting.entry(r.block()).or_default() += 1;
+                }
             }
         }
+        debug_assert_eq!(
+            waiting.values().sum::<usize>(),
+            st.live
+                .records()
+                .filter(|(_, r)| r.pool == pool.index
+                    && r.phase != state::Phase::Live
+                    && !r.is_planned())
+                .count(),
+            "a freed range outside the open frees, the sealed epochs and the ready cache"
+        );
         p.set
             .blocks()
             .map(|(id, size, dedicated, live)| BlockUsage {
