@@ -272,6 +272,9 @@ impl Tiers {
             // One look at the pool's blocks for the whole pass: what the repack changes
             // (its fresh blocks, the blocks it drains) the hole filling leaves alone.
             let usage = self.shared.arena().block_usage(pool);
+            // A spare the arena gave back for a request's room (its id perhaps reused by
+            // a block of its own since) is a spare no more.
+            spares.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
             self.repack(pool, by_block, &usage, &mut pass, spares);
             self.fill_holes(pool, by_block, &usage, &mut pass);
         }

@@ -1,12 +1,15 @@
 //! Where a defragmentation's given-back blocks are destroyed: a thread of its own, so that
-//! the frame thread running passes never waits for the driver to free a block (4 ms for a
-//! 256 MiB block on an H200 with driver 580, which was the longest pass's time).
+//! the frame thread never waits for the driver to free a block (4 ms for a 256 MiB block
+//! on an H200 with driver 580). Its driver calls still wait while one is freed.
 //!
 //! # Promises
 //! - The arena counts a block as given back when it hands it over; the device memory
 //!   goes back when the thread has destroyed it, a moment later.
-//! - Nothing outlives the [`Disposer`]: dropping it destroys what is queued and joins
-//!   the thread, so a `Defragmentation` that ends has destroyed every block it gave back.
+//! - Dropping the [`Disposer`] does not wait: the thread destroys what is queued and
+//!   ends (a `Defragmentation` that ends gives back dozens of blocks at once, a quarter
+//!   of a second of the driver's time, which `end` should not spend on the frame thread).
+//!   It is not joined for the same reason as the mip reaper: its last block may be
+//!   handed over from a callback.
 //! - Where no thread can be started (the browser), blocks are destroyed at once, on the
 //!   caller's thread, as before.
 
@@ -70,9 +73,10 @@ impl Disposer {
 impl Drop for Disposer {
     fn drop(&mut self) {
         if let Some((to, handle)) = self.thread.take() {
-            // Closing the channel ends the thread once it has destroyed what is queued.
+            // Closing the channel ends the thread once it has destroyed what is queued;
+            // not joined (module docs).
             drop(to);
-            let _ = handle.join();
+            drop(handle);
         }
     }
 }

@@ -14,11 +14,14 @@
 //! 2. The caller submits the encoder, then hands the token to
 //!    [`Defragmentation::end_pass`]: the handles point at the new places and the old
 //!    ranges are freed into an epoch that completes with the copies; once it has, the
-//!    next `pass` gives the emptied blocks back, but for the newest [`KEPT_EMPTY`]: those
-//!    stay, still draining, as *spares* a later repack packs into instead of creating a
-//!    fresh block (a driver takes milliseconds to create a block and as long to destroy
-//!    one: 4-5 ms for 256 MiB on an H200), and go back at `end`. Blocks given back are
-//!    destroyed on a thread of their own (`disposer.rs`).
+//!    blocks it emptied become *spares*: still draining (nothing else is placed in them),
+//!    they are what later repacks pack into instead of creating fresh blocks, and they go
+//!    back at [`Defragmentation::end`]. A driver takes milliseconds to create a block and
+//!    as long to destroy one (4-5 ms for 256 MiB on an H200), and while it destroys one
+//!    the driver calls of other threads wait (a pass recording its copies then took 3-4
+//!    ms more), so neither happens in a pass once spares exist. Until `end`, the arena
+//!    still gives an empty spare back when a request needs its room under the budget.
+//!    Blocks given back are destroyed on a thread of their own (`disposer.rs`).
 //!
 //! [`Defragmentation::pass_submit`] does both around a submission of its own.
 //! [`Defragmentation::end`] waits for the epochs of the passes still finishing (only
@@ -48,9 +51,6 @@
 
 use web_time::Instant;
 
-/// Emptied blocks a defragmentation keeps open for its next passes (module docs).
-pub(super) const KEPT_EMPTY: usize = 2;
-
 use super::defrag::{Move, Planned};
 use super::{DefragLimits, DefragReport, MovableId, Tiers};
 use crate::alloc::BlockId;
@@ -77,10 +77,12 @@ pub struct PassReport {
     pub moved: Vec<MovableId>,
     /// Bytes they hold.
     pub bytes_moved: u64,
-    /// Blocks this pass empties (given back once its copies finish). A pass within its
-    /// limits, or one block past them ([`DefragLimits`]).
+    /// Blocks this pass empties (spares once its copies finish, given back at
+    /// [`Defragmentation::end`]: module docs). A pass within its limits, or one block
+    /// past them ([`DefragLimits`]).
     pub blocks_drained: usize,
-    /// Blocks given back since the previous pass (by passes whose copies finished).
+    /// Blocks that came empty since the previous pass (earlier passes' copies finished):
+    /// spares now, given back at `end`.
     pub blocks_freed: usize,
     /// Their bytes.
     pub bytes_freed: u64,
@@ -398,8 +400,8 @@ impl Defragmentation<'_> {
         Ok(self.report)
     }
 
-    /// Gives back the emptied blocks of every finishing pass whose epoch is done; returns
-    /// the blocks and bytes given back.
+    /// Turns the blocks of every finishing pass whose epoch is done into spares; returns
+    /// how many, and their bytes.
     fn finish_done(&mut self) -> (usize, u64) {
         let work = self.tiers.shared.gpu().work_done().clone();
         if self.finishing.iter().all(|f| !work.is_done(f.epoch)) {
@@ -410,19 +412,24 @@ impl Defragmentation<'_> {
             .into_iter()
             .partition(|f| work.is_done(f.epoch));
         self.finishing = waiting;
-        // The newest emptied blocks stay (still draining: nothing else is placed in
-        // them) for the next passes' repacks; the rest go.
-        let spares = &mut self.kept.spares;
-        spares.extend(done.into_iter().flat_map(|f| f.drained));
-        let surplus = spares.len().saturating_sub(KEPT_EMPTY);
-        let gone: Vec<(PoolId, BlockId)> = spares.drain(..surplus).collect();
-        let (blocks, bytes) = self.release(&gone);
-        self.report.blocks_freed += blocks;
-        self.report.bytes_freed += bytes;
+        // Emptied blocks stay as spares until `end` (module docs).
+        let emptied: Vec<(PoolId, BlockId)> = done.into_iter().flat_map(|f| f.drained).collect();
+        let mut bytes = 0;
+        let arena = self.tiers.shared.arena();
+        for pool in super::distinct_pools(emptied.iter().map(|(p, _)| *p)) {
+            bytes += arena
+                .block_usage(pool)
+                .iter()
+                .filter(|b| emptied.contains(&(pool, b.id)))
+                .map(|b| b.size)
+                .sum::<u64>();
+        }
+        let blocks = emptied.len();
+        self.kept.spares.extend(emptied);
         (blocks, bytes)
     }
 
-    /// Waits for the epochs of the finishing passes and gives their blocks back.
+    /// Waits for the epochs of the finishing passes and turns their blocks into spares.
     fn wait_finishing(&mut self) -> Result<()> {
         let newest = self.finishing.iter().map(|f| f.epoch).max();
         if let Some(epoch) = newest {

@@ -110,7 +110,7 @@ pub fn suite_defrag(gpu: &Gpu, figures: &mut Figures) {
     let count: usize = env_or("VRAMKIT_DEFRAG_MOVABLES", if cpu { 2048 } else { 32768 });
     let frame_mib: u64 = env_or("VRAMKIT_DEFRAG_FRAME_MIB", if cpu { 4 } else { 256 });
     let frame_passes: u32 = env_or("VRAMKIT_DEFRAG_FRAME_WORK", if cpu { 2 } else { 8 });
-    let per_pass_mib: u64 = env_or("VRAMKIT_DEFRAG_PASS_MIB", if cpu { 4 } else { 64 });
+    let per_pass_mib: u64 = env_or("VRAMKIT_DEFRAG_PASS_MIB", if cpu { 4 } else { 16 });
     let frames: usize = env_or("VRAMKIT_DEFRAG_FRAMES", if cpu { 60 } else { 400 });
 
     // 1. Stop the world: the frame loop with one `defragment()` call in its middle.
