@@ -28,7 +28,8 @@
 //! 6. The pass records one copy per moved allocation into a command encoder (the
 //!    caller's, or its own submission), and the handles point at the new ranges at once.
 //!    The old ranges are freed when the encoder has been submitted, and once those copies
-//!    have finished the emptied blocks are given back (`passes.rs`).
+//!    have finished the emptied blocks are spares for later repacks, given back at the
+//!    end (`passes.rs`).
 //!
 //! Dedicated blocks (one large allocation each) are never candidates: moving one would
 //! free one block by filling another of the same size.

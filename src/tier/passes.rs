@@ -5,8 +5,8 @@
 //! # How it works
 //! [`Tiers::begin_defragmentation`] starts a [`Defragmentation`] over one pool or all.
 //! A pass, like VMA's, has two steps around the caller's submission:
-//! 1. [`Defragmentation::pass`] gives back the blocks of earlier passes whose copies have
-//!    finished (an epoch of the device's work-done tracker, `gpu/work_done.rs`, checked
+//! 1. [`Defragmentation::pass`] takes the blocks of earlier passes whose copies have
+//!    finished as spares (an epoch of the device's work-done tracker, `gpu/work_done.rs`, checked
 //!    without waiting), then plans one bounded pass (`defrag.rs`, within
 //!    [`DefragLimits`]) and records one copy per moved allocation into the caller's
 //!    command encoder. The moved movables are *moving* from here on. It returns a
@@ -46,8 +46,8 @@
 //!   (and [`PassReport::no_room`] says when candidates are left only because nothing can
 //!   take them). Moves into holes of blocks already reserved need no budget room, so a
 //!   full budget does not stop them.
-//! - Dropping a `Defragmentation` stops its blocks draining; blocks not yet empty stay
-//!   with the arena, which gives empty ones back on `trim`.
+//! - Dropping a `Defragmentation` stops its blocks draining and gives its spares back;
+//!   blocks not yet empty stay with the arena, which gives empty ones back on `trim`.
 
 use web_time::Instant;
 
