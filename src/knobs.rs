@@ -34,6 +34,7 @@ pub(crate) enum Knob {
     #[cfg_attr(not(vulkan_hal), allow(dead_code))]
     HostImport,
     HostReadBarrier,
+    #[cfg_attr(feature = "lock-parking-lot", allow(dead_code))]
     LockBias,
     QueueLock,
     Sealing,

@@ -58,7 +58,7 @@ impl StateLock {
     ///
     /// # Safety
     /// As `lock_api::Mutex::raw`: the caller must not unlock it.
-    pub unsafe fn raw(&self) -> &crate::sync::biased::RawLock {
+    pub unsafe fn raw(&self) -> &crate::sync::biased::Raw {
         // SAFETY: forwarded to the caller.
         unsafe { self.0.raw() }
     }

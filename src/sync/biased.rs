@@ -146,10 +146,64 @@ pub(crate) struct RawLock {
     slots: [OwnerSlot; OWNER_SLOTS],
 }
 
+/// The raw lock the arena's state lives under: [`RawLock`], or, with the lab-only feature
+/// `lock-parking-lot`, [`PlainLock`] (a plain `parking_lot` mutex, for the comparison the
+/// biased lock has to win).
+#[cfg(not(feature = "lock-parking-lot"))]
+pub(crate) type Raw = RawLock;
+/// See above.
+#[cfg(feature = "lock-parking-lot")]
+pub(crate) type Raw = PlainLock;
+
 /// A mutex over the arena's state, used as `parking_lot::Mutex` is.
-pub(crate) type Mutex<T> = lock_api::Mutex<RawLock, T>;
+pub(crate) type Mutex<T> = lock_api::Mutex<Raw, T>;
 /// The guard of [`Mutex`].
-pub(crate) type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawLock, T>;
+pub(crate) type MutexGuard<'a, T> = lock_api::MutexGuard<'a, Raw, T>;
+
+/// A plain `parking_lot` mutex at the arena's rank (feature `lock-parking-lot`, for the
+/// lab's lock comparison only: `bench arena` and `soak` built with it against without).
+#[cfg(feature = "lock-parking-lot")]
+pub(crate) struct PlainLock(parking_lot::RawMutex);
+
+// SAFETY: every call is forwarded to `parking_lot::RawMutex`, which upholds the contract;
+// the rank bookkeeping around it touches no lock state.
+#[cfg(feature = "lock-parking-lot")]
+unsafe impl lock_api::RawMutex for PlainLock {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: PlainLock = PlainLock(<parking_lot::RawMutex as lock_api::RawMutex>::INIT);
+    type GuardMarker = lock_api::GuardNoSend;
+
+    #[inline(always)]
+    fn lock(&self) {
+        lock_rank::before(lock_rank::ARENA);
+        lock_rank::taken(lock_rank::ARENA);
+        self.0.lock();
+    }
+
+    #[inline(always)]
+    fn try_lock(&self) -> bool {
+        let took = self.0.try_lock();
+        if took {
+            lock_rank::taken(lock_rank::ARENA);
+        }
+        took
+    }
+
+    #[inline(always)]
+    unsafe fn unlock(&self) {
+        lock_rank::released(lock_rank::ARENA);
+        // SAFETY: forwarded: the caller holds the lock.
+        unsafe { self.0.unlock() }
+    }
+}
+
+#[cfg(feature = "lock-parking-lot")]
+impl PlainLock {
+    /// No biases: (0, 0).
+    pub(crate) fn bias_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
 
 thread_local! {
     static THREAD_MARK: u8 = const { 0 };

@@ -2,5 +2,7 @@
 //! every lock of the crate is taken in ([`rank`]), and the biased mutex the arena's state
 //! lives under ([`biased`]).
 
+// With the lab's `lock-parking-lot`, the biased lock is built but not used.
+#[cfg_attr(feature = "lock-parking-lot", allow(dead_code))]
 pub(crate) mod biased;
 pub(crate) mod rank;
