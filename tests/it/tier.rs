@@ -29,6 +29,33 @@ fn runtime(budget: u64, host_budget: Option<u64>) -> (Runtime, Tiers) {
     (rt, tiers)
 }
 
+/// A runtime whose arena makes shared blocks of exactly `block` bytes, under a budget of
+/// `blocks` of them, and its tiers: the defragmentation tests count blocks.
+fn fixed_blocks(name: &str, block: u64, blocks: u64) -> (Runtime, Tiers) {
+    use vramkit::alloc::BlockPolicy;
+    let rt = Runtime::new(
+        common::gpu(),
+        RuntimeConfig {
+            arena: ArenaConfig {
+                name: name.into(),
+                budget: Budget::Bytes(blocks * block),
+                policy: Some(BlockPolicy {
+                    min_block: block,
+                    max_block: block,
+                    dedicated_threshold: block + 1,
+                    dedicated_share: 0,
+                    ..BlockPolicy::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let tiers = Tiers::new(rt.arena(), TierConfig { host_budget: None }).unwrap();
+    (rt, tiers)
+}
+
 fn write(rt: &Runtime, tiers: &Tiers, m: &Movable, data: &[f32]) {
     let r = tiers.make_resident(&[m]).unwrap();
     rt.upload(r.elements::<f32>(m).unwrap(), data).unwrap();
@@ -501,31 +528,11 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
 /// the spares back.
 #[test]
 fn repacks_reuse_the_blocks_earlier_passes_emptied() {
-    use vramkit::alloc::BlockPolicy;
     use vramkit::tier::DefragOptions;
     const BLOCK: u64 = MIB;
     const PIECE: u64 = 64 << 10;
     let mut rng = common::rng();
-    let rt = Runtime::new(
-        common::gpu(),
-        RuntimeConfig {
-            arena: ArenaConfig {
-                name: "spares".into(),
-                budget: Budget::Bytes(64 * BLOCK),
-                policy: Some(BlockPolicy {
-                    min_block: BLOCK,
-                    max_block: BLOCK,
-                    dedicated_threshold: BLOCK + 1,
-                    dedicated_share: 0,
-                    ..BlockPolicy::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let tiers = Tiers::new(rt.arena(), TierConfig { host_budget: None }).unwrap();
+    let (rt, tiers) = fixed_blocks("spares", BLOCK, 64);
     let per_block = (BLOCK / PIECE) as usize;
     let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..8 * per_block)
         .map(|_| {
@@ -823,31 +830,11 @@ fn the_suite_passes_under_the_other_sealing_path() {
 /// passes, never done, and `defragment` said "call again" with 0 moves).
 #[test]
 fn passes_under_a_tight_budget_merge_into_holes_and_end() {
-    use vramkit::alloc::BlockPolicy;
     use vramkit::tier::DefragOptions;
     const BLOCK: u64 = 4 * MIB;
     const PIECE: u64 = 256 << 10;
     let mut rng = common::rng();
-    let rt = Runtime::new(
-        common::gpu(),
-        RuntimeConfig {
-            arena: ArenaConfig {
-                name: "tight".into(),
-                budget: Budget::Bytes(10 * BLOCK),
-                policy: Some(BlockPolicy {
-                    min_block: BLOCK,
-                    max_block: BLOCK,
-                    dedicated_threshold: BLOCK + 1,
-                    dedicated_share: 0,
-                    ..BlockPolicy::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let tiers = Tiers::new(rt.arena(), TierConfig { host_budget: None }).unwrap();
+    let (rt, tiers) = fixed_blocks("tight", BLOCK, 10);
     // Eight blocks of plain allocations, then two of movables.
     let per_block = (BLOCK / PIECE) as usize;
     let plain: Vec<_> = (0..8 * per_block)
