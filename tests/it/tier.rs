@@ -528,41 +528,11 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
 /// the spares back.
 #[test]
 fn repacks_reuse_the_blocks_earlier_passes_emptied() {
-    use vramkit::tier::DefragOptions;
-    const BLOCK: u64 = MIB;
-    const PIECE: u64 = 64 << 10;
     let mut rng = common::rng();
-    let (rt, tiers) = fixed_blocks("spares", BLOCK, 64);
-    let per_block = (BLOCK / PIECE) as usize;
-    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..8 * per_block)
-        .map(|_| {
-            let m = tiers.alloc(PIECE, "spare-test").unwrap();
-            let d = integers(&mut rng, (PIECE / 4) as usize);
-            write(&rt, &tiers, &m, &d);
-            Some((m, d))
-        })
-        .collect();
-    // Ten of every sixteen dropped, at random places in each block.
-    for block in handles.chunks_mut(per_block) {
-        let mut order: Vec<usize> = (0..per_block).collect();
-        order.sort_by_key(|_| rng.gen::<u32>());
-        for &i in &order[..10] {
-            block[i] = None;
-        }
-    }
-    rt.arena().synchronize().unwrap();
+    let (rt, tiers) = fixed_blocks("spares", SPARE_BLOCK, 64);
+    let handles = six_in_sixteen(&rt, &tiers, &mut rng);
     let before = rt.arena().stats();
-    assert_eq!(before.blocks, 8, "{before:?}");
-    let mut defrag = tiers
-        .begin_defragmentation(DefragOptions {
-            pool: None,
-            // Two blocks' movables a pass: one group, one destination.
-            per_pass: DefragLimits {
-                max_bytes: 12 * PIECE,
-                max_moves: usize::MAX,
-            },
-        })
-        .unwrap();
+    let mut defrag = two_blocks_a_pass(&tiers);
     let (mut passes, mut drained) = (0, 0);
     while !defrag.is_done() {
         passes += 1;
@@ -581,11 +551,109 @@ fn repacks_reuse_the_blocks_earlier_passes_emptied() {
         "{created} blocks created for {drained} drained: {report:?}"
     );
     let after = rt.arena().stats();
-    assert!(after.reserved <= 5 * BLOCK, "{after:?}");
+    assert!(after.reserved <= 5 * SPARE_BLOCK, "{after:?}");
     tiers.check_invariants().unwrap();
     for (m, d) in handles.iter().flatten() {
         assert_eq!(&read(&rt, &tiers, m), d);
     }
+}
+
+/// Blocks of the spare tests, and the movables in them.
+const SPARE_BLOCK: u64 = MIB;
+const SPARE_PIECE: u64 = 64 << 10;
+
+/// Eight blocks of `SPARE_BLOCK`, each holding 6 of 16 movables (ten dropped at random
+/// places), with their contents.
+fn six_in_sixteen(
+    rt: &Runtime,
+    tiers: &Tiers,
+    rng: &mut impl Rng,
+) -> Vec<Option<(Movable, Vec<f32>)>> {
+    let per_block = (SPARE_BLOCK / SPARE_PIECE) as usize;
+    let mut handles: Vec<Option<(Movable, Vec<f32>)>> = (0..8 * per_block)
+        .map(|_| {
+            let m = tiers.alloc(SPARE_PIECE, "spare-test").unwrap();
+            let d = integers(rng, (SPARE_PIECE / 4) as usize);
+            write(rt, tiers, &m, &d);
+            Some((m, d))
+        })
+        .collect();
+    for block in handles.chunks_mut(per_block) {
+        let mut order: Vec<usize> = (0..per_block).collect();
+        order.sort_by_key(|_| rng.gen::<u32>());
+        for &i in &order[..10] {
+            block[i] = None;
+        }
+    }
+    rt.arena().synchronize().unwrap();
+    assert_eq!(rt.arena().stats().blocks, 8, "{:?}", rt.arena().stats());
+    handles
+}
+
+/// A defragmentation whose passes move two blocks' movables (one group, one destination).
+fn two_blocks_a_pass(tiers: &Tiers) -> vramkit::tier::Defragmentation<'_> {
+    tiers
+        .begin_defragmentation(vramkit::tier::DefragOptions {
+            pool: None,
+            per_pass: DefragLimits {
+                max_bytes: 12 * SPARE_PIECE,
+                max_moves: usize::MAX,
+            },
+        })
+        .unwrap()
+}
+
+/// Spares do not crowd out the arena's own requests: while a defragmentation holds them, a
+/// request that needs their room under the budget gets it (the arena gives empty blocks
+/// back for it, and reuses their ids), without sending movables to the host; the passes
+/// drop the spares they lost and go on, `end` too, and every byte survives.
+#[test]
+fn a_request_under_the_budget_takes_the_room_of_spares() {
+    let mut rng = common::rng();
+    // Ten blocks of budget: eight hold movables, a repack makes one more.
+    let (rt, tiers) = fixed_blocks("spare-pressure", SPARE_BLOCK, 10);
+    let handles = six_in_sixteen(&rt, &tiers, &mut rng);
+    let mut defrag = two_blocks_a_pass(&tiers);
+    // Passes until spares exist: blocks emptied by finished passes.
+    let mut emptied = 0;
+    for _ in 0..3 {
+        emptied += defrag.pass_submit().unwrap().blocks_freed;
+        rt.gpu().wait_idle().unwrap();
+    }
+    emptied += defrag.pass_submit().unwrap().blocks_freed;
+    rt.gpu().wait_idle().unwrap();
+    assert!(
+        emptied >= 2,
+        "no spares after four passes: {:?}",
+        defrag.report()
+    );
+    // 48 movables of 64 KiB need 3 blocks; however the passes left them, no more than 8
+    // blocks hold any, so at least two whole blocks can be had under the budget.
+    let before = rt.arena().stats();
+    let evictions = tiers.stats().evictions;
+    assert!(
+        before.reserved + 2 * SPARE_BLOCK > 10 * SPARE_BLOCK,
+        "{before:?}"
+    );
+    let plain: Vec<_> = (0..2)
+        .map(|i| {
+            rt.arena()
+                .alloc(SPARE_BLOCK, "plain")
+                .unwrap_or_else(|e| panic!("request {i}: {e} (before: {before:?})"))
+        })
+        .collect();
+    // The room came from the spares, not from movables sent to the host.
+    assert_eq!(tiers.stats().evictions, evictions, "{:?}", tiers.stats());
+    while !defrag.is_done() {
+        defrag.pass_submit().unwrap();
+        rt.gpu().wait_idle().unwrap();
+    }
+    defrag.end().unwrap();
+    tiers.check_invariants().unwrap();
+    for (m, d) in handles.iter().flatten() {
+        assert_eq!(&read(&rt, &tiers, m), d);
+    }
+    drop(plain);
 }
 
 /// Passes keep the candidates one scan found (rescanning every few passes): movables freed
