@@ -35,20 +35,21 @@
 //!
 //! # Off the frame thread
 //! A texture that grows is loaded by loader threads (`loader.rs`,
-//! [`MipConfig::loader_threads`]): they read its new levels from the source and write
-//! them into host staging the GPU copies from (`staging.rs`), make its texture and
-//! record its copies into a command buffer of its own, so `update` only plans, records
-//! shrinks and submits. A growth planned in one `update` lands in a later
-//! one (the first after its levels are read); the plan counts it as held meanwhile, and a
-//! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
+//! [`MipConfig::loader_threads`]): they read its new levels from the source and write them
+//! into host staging the GPU copies from (`staging.rs`), make its texture and record its
+//! copies into a command buffer of its own, so `update` only plans, records shrinks and
+//! submits. A growth planned in one `update` lands in a later one (the first after its
+//! levels are read); the plan counts it as held meanwhile, and a plan that changes its mind
+//! (the camera moved on, the budget shrank) drops it. At most
 //! [`MipConfig::growths_per_frame`] growths land in one `update` (each adds its command
-//! buffer and its textures' tracking to the frame's submit), and, where [`MipConfig::update_time_target`]
-//! is set, fewer where the update would otherwise pass it: the streamer learns what a
-//! copy costs the submit on this device and stops landing when the time spent plus the
-//! predicted submit would cross the target (one growth lands per update whatever it
-//! costs, so every growth lands eventually). The rest land in the next frames. Where
-//! there is no host staging (not Vulkan) the loaded levels go through the uploader on the
-//! frame thread; in the browser, which has one thread, the frame's thread reads them.
+//! buffer and its textures' tracking to the frame's submit), and, where
+//! [`MipConfig::update_time_target`] is set, fewer where the update would otherwise pass
+//! it: the streamer learns what a copy costs the submit on this device and stops landing
+//! when the time spent plus the predicted submit would cross the target (one growth lands
+//! per update whatever it costs, so every growth lands eventually). The rest land in the
+//! next frames. Where there is no host staging (not Vulkan) the loaded levels go through
+//! the uploader on the frame thread; in the browser, which has one thread, the frame's
+//! thread reads them.
 
 mod feedback;
 mod ktx2;

@@ -127,9 +127,10 @@ type ByBlock = rustc_hash::FxHashMap<(PoolId, BlockId), Vec<Candidate>>;
 /// keep what one scan found and scan again every [`RESCAN_EVERY`] passes, or when what
 /// they kept has nothing left to move. Not rarer: scanning every 64 passes made the same
 /// loop's passes slower (mean 1.0-1.4 ms against 0.6-0.7, H200, three processes each;
-/// not traced why: stale candidates are the likely cost). What they keep can be stale; nothing moves on it unchecked: a block counts as
-/// a candidate only while its live ranges number its kept movables, and each move
-/// re-checks that its slot holds the same movable, in the same place, unpinned and idle.
+/// not traced why: stale candidates are the likely cost). What they keep can be stale;
+/// nothing moves on it unchecked: a block counts as a candidate only while its live
+/// ranges number its kept movables, and each move re-checks that its slot holds the same
+/// movable, in the same place, unpinned and idle.
 const RESCAN_EVERY: u32 = 16;
 
 /// The candidates kept between the passes of one `Defragmentation` (see [`RESCAN_EVERY`]).

@@ -20,7 +20,9 @@ use crate::arena::DoomedBlock;
 /// A thread destroying given-back blocks, started at the first hand-over.
 #[derive(Default)]
 pub(super) struct Disposer {
-    thread: Option<(mpsc::Sender<Vec<DoomedBlock>>, std::thread::JoinHandle<()>)>,
+    /// The thread's channel; dropping it (with the `Disposer`) ends the thread once it has
+    /// destroyed what is queued. The thread is never joined (module docs).
+    thread: Option<mpsc::Sender<Vec<DoomedBlock>>>,
     /// The thread could not be started: destroy on the caller's thread.
     inline: bool,
 }
@@ -35,7 +37,7 @@ impl Disposer {
             self.start();
         }
         match &self.thread {
-            Some((to, _)) => {
+            Some(to) => {
                 if let Err(mpsc::SendError(blocks)) = to.send(blocks) {
                     // The thread is gone (it cannot panic, but be sure): here, then.
                     blocks.into_iter().for_each(DoomedBlock::destroy);
@@ -59,24 +61,14 @@ impl Disposer {
                 }
             });
         match spawned {
-            Ok(handle) => self.thread = Some((to, handle)),
+            // Detached: see `thread`.
+            Ok(_) => self.thread = Some(to),
             Err(e) => {
                 log::debug!(
                     "vramkit: no defragmentation release thread ({e}); blocks are destroyed inline"
                 );
                 self.inline = true;
             }
-        }
-    }
-}
-
-impl Drop for Disposer {
-    fn drop(&mut self) {
-        if let Some((to, handle)) = self.thread.take() {
-            // Closing the channel ends the thread once it has destroyed what is queued;
-            // not joined (module docs).
-            drop(to);
-            drop(handle);
         }
     }
 }
