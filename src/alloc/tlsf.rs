@@ -422,9 +422,37 @@ impl RangeAllocator {
         }
         let needed = size + (align - MIN_ALIGN);
         let Some(node) = self.find(size, needed, align) else {
-            return self.settle_and_retry(size, align);
+            return self
+                .settle_and_find(size, align)
+                .ok_or_else(|| self.out_of_space(size, align));
         };
         self.place(node, size, align)
+    }
+
+    two_builds!(
+        /// [`allocate`](Self::allocate) for a caller that only needs to know whether the
+        /// request fits: `None` for any error, without the error's description. A miss
+        /// of `allocate` reads the largest free range for its error (a walk of one bin
+        /// and of the parked ranges); a search across blocks (`BlockSet`), which misses
+        /// in every full block it passes, spent a third of a defragmentation pass's
+        /// planning on those walks.
+        pub fn try_allocate(size: u64, align: u64) -> Option<Range>,
+        try_allocate_portable, try_allocate_bit_ops => try_allocate_body);
+
+    #[inline(always)]
+    fn try_allocate_body(&mut self, size: u64, align: u64) -> Option<Range> {
+        let size = validate(size, align, self.capacity).ok()?;
+        let align = align.max(MIN_ALIGN);
+        if self.parked_count != 0 {
+            if let Some(node) = self.unpark(size, align) {
+                return Some(self.mark_used(node, size));
+            }
+        }
+        let needed = size + (align - MIN_ALIGN);
+        let Some(node) = self.find(size, needed, align) else {
+            return self.settle_and_find(size, align);
+        };
+        self.place(node, size, align).ok()
     }
 
     /// Allocates from the free range `node`, which `find` chose.
@@ -458,18 +486,18 @@ impl RangeAllocator {
         Some(node)
     }
 
-    /// No free range fits: merge the parked ranges and look once more, else the error.
+    /// No free range fits: merge the parked ranges and look once more (`None`: still none).
     #[cold]
     #[inline(never)]
-    fn settle_and_retry(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
+    fn settle_and_find(&mut self, size: u64, align: u64) -> Option<Range> {
         if self.parked_count != 0 {
             self.settle();
             let needed = size + (align - MIN_ALIGN);
             if let Some(node) = self.find(size, needed, align) {
-                return self.place(node, size, align);
+                return self.place(node, size, align).ok();
             }
         }
-        Err(self.out_of_space(size, align))
+        None
     }
 
     /// Merges every parked range into the free lists, as [`free`](Self::free) would have

@@ -407,13 +407,25 @@ fn repeating_op() -> impl Strategy<Value = Op> {
 
 fn run_against_model(placement: Placement, cap: u64, ops: Vec<Op>) {
     let mut a = RangeAllocator::with_placement(cap, placement);
+    // A twin driven through `try_allocate`: the same ranges, and `None` where `allocate`
+    // has an error.
+    let mut twin = RangeAllocator::with_placement(cap, placement);
+    let mut twin_handles = Vec::new();
     let mut model = Model::default();
     let mut handles = Vec::new();
     for op in ops {
         match op {
             Op::Alloc { size, align_log2 } => {
                 let align = 1u64 << align_log2;
-                match a.allocate(size, align) {
+                let result = a.allocate(size, align);
+                let tried = twin.try_allocate(size, align);
+                assert_eq!(
+                    tried.as_ref().map(|r| (r.offset, r.size)),
+                    result.as_ref().ok().map(|r| (r.offset, r.size)),
+                    "try_allocate and allocate disagree"
+                );
+                twin_handles.extend(tried);
+                match result {
                     Ok(r) => {
                         assert_eq!(r.offset % align.max(MIN_ALIGN), 0);
                         assert_eq!(r.size, size.next_multiple_of(align.max(MIN_ALIGN)));
@@ -445,12 +457,16 @@ fn run_against_model(placement: Placement, cap: u64, ops: Vec<Op>) {
                     continue;
                 }
                 let r = handles.swap_remove(which % handles.len());
+                let t = twin_handles.swap_remove(which % twin_handles.len());
+                assert_eq!(twin.free(t.handle).unwrap(), r.size);
                 assert_eq!(a.free(r.handle).unwrap(), r.size);
                 model.live.retain(|&(o, _)| o != r.offset);
                 assert!(a.free(r.handle).is_err(), "double free accepted");
             }
         }
         a.check_invariants().unwrap();
+        twin.check_invariants().unwrap();
+        assert_eq!(twin.used_bytes(), a.used_bytes());
         let used: u64 = model.live.iter().map(|l| l.1).sum();
         assert_eq!(a.used_bytes(), used);
         assert_eq!(a.free_bytes(), cap - used);
