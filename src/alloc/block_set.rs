@@ -65,9 +65,7 @@ impl SubAllocator for RangeAllocator {
         RangeAllocator::new(capacity)
     }
     fn allocate(&mut self, size: u64, align: u64) -> Option<(u64, RangeHandle)> {
-        RangeAllocator::allocate(self, size, align)
-            .ok()
-            .map(|r| (r.offset, r.handle))
+        RangeAllocator::try_allocate(self, size, align).map(|r| (r.offset, r.handle))
     }
     fn free(&mut self, handle: RangeHandle) -> bool {
         // Stamped handles: a stale or foreign one is rejected, not misread.
@@ -622,6 +620,20 @@ impl<A: SubAllocator> BlockSet<A> {
             size,
             handle,
         })
+    }
+
+    /// Allocates `size` bytes aligned to `align` in the free space of an existing shared
+    /// block that is not draining, oldest block first, as [`allocate`](Self::allocate)
+    /// tries before it grows; `None` when none has room, changing nothing (no block is
+    /// reserved or given back). A size that would get a dedicated block finds none.
+    pub fn allocate_existing(&mut self, size: u64, align: u64) -> Option<BlockAlloc<A::Handle>> {
+        if size == 0 || !align.is_power_of_two() || align > super::MAX_ALIGN {
+            return None;
+        }
+        if self.is_dedicated(size) {
+            return None;
+        }
+        self.try_existing(size, align, false, false)
     }
 
     /// Marks block `id` as being emptied (`on`) or not: while it drains, no new range is

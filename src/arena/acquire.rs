@@ -198,6 +198,139 @@ impl Shared {
         self.hand_out(st, slot, EventKind::Reuse)
     }
 
+    /// Places a defragmentation's destinations, all under one lock: each of `requests`
+    /// (bytes, label) in `pool` as `mode` allows, which must neither grow, relieve nor
+    /// take cached ranges ([`AllocMode::INTO_EXISTING`], [`AllocMode::in_block`]). All
+    /// or none: `Ok(None)` when one finds no room, with what was placed given back at
+    /// once. A probe for holes, not a refusal: nothing is counted as out of memory or
+    /// written to the history as one. With guards, or while a planned loop runs, the
+    /// requests take the general path one at a time (same result, one lock each).
+    pub(super) fn alloc_destinations(
+        self: &Arc<Self>,
+        pool: usize,
+        requests: &[(u64, &str)],
+        mode: AllocMode,
+    ) -> Result<Option<Vec<Allocation>>> {
+        if mode.cache || mode.grow || mode.relieve {
+            return Err(Error::invalid(
+                "placing defragmentation destinations with a mode that may grow, relieve or \
+                 reuse cached ranges",
+                "this is a vramkit bug: please report it",
+            ));
+        }
+        self.gpu.check_alive()?;
+        let max_buffer = self.gpu.limits().max_buffer_size;
+        let mut st = self.state.lock();
+        let Some(align) = st.pools.get(pool).map(|p| p.alignment) else {
+            self.unlock(st);
+            return Err(Error::misuse(
+                crate::Misuse::Foreign,
+                format!("pool {pool} does not exist"),
+                "use a PoolId from this arena",
+            ));
+        };
+        if self.config.guard_bytes != 0 || st.loop_hook.is_some() {
+            self.unlock(st);
+            return self.alloc_destinations_each(pool, requests, mode);
+        }
+        st.harvest(self.completion.get());
+        self.seal_lazily(&mut st);
+        let mut placed: Vec<Allocation> = Vec::with_capacity(requests.len());
+        let mut fits = true;
+        for &(size, label) in requests {
+            let total = size
+                .checked_next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+                .filter(|&t| t > 0 && t <= max_buffer);
+            let Some(total) = total else {
+                fits = false;
+                break;
+            };
+            let p = &mut st.pools[pool];
+            let range = match mode.block {
+                Some(block) => p.set.allocate_in(block, total, align),
+                None => p.set.allocate_existing(total, align),
+            };
+            let Some(range) = range else {
+                fits = false;
+                break;
+            };
+            let Some(buffer) = p.buffer(range.block).cloned() else {
+                // Unreachable: a placed range always lies in a live block.
+                p.set.free(range);
+                fits = false;
+                break;
+            };
+            let label_index = st.intern(label);
+            let id = st.next_id;
+            st.next_id += 1;
+            let (created, backtrace) = self.birth();
+            let offset = range.offset;
+            let slot = st.live.insert(LiveRecord {
+                phase: Phase::Live,
+                id,
+                label: label_index,
+                size: total,
+                pool,
+                offset,
+                range_offset: offset,
+                created,
+                backtrace,
+                held: Held::Range(range),
+                buffer,
+                class: None,
+            });
+            let State { live, history, .. } = &mut *st;
+            let Some(r) = live.get(slot) else {
+                fits = false;
+                break;
+            };
+            if let Some(h) = history.as_mut() {
+                state::record_event(h, EventKind::Alloc, r);
+            }
+            let (buffer, placed_size) = (NonNull::from(&*r.buffer), r.placed_size());
+            st.note_alloc(label_index, placed_size);
+            let shared = st.stock.pop().unwrap_or_else(|| self.clone());
+            placed.push(Allocation {
+                shared: ManuallyDrop::new(shared),
+                buffer,
+                offset,
+                size: total,
+                slot,
+            });
+        }
+        self.unlock(st);
+        if fits {
+            return Ok(Some(placed));
+        }
+        placed.into_iter().for_each(Allocation::discard_unused);
+        Ok(None)
+    }
+
+    /// [`alloc_destinations`](Self::alloc_destinations) through the general path, one
+    /// request at a time.
+    #[cold]
+    fn alloc_destinations_each(
+        self: &Arc<Self>,
+        pool: usize,
+        requests: &[(u64, &str)],
+        mode: AllocMode,
+    ) -> Result<Option<Vec<Allocation>>> {
+        let mut placed = Vec::with_capacity(requests.len());
+        for &(size, label) in requests {
+            match self.alloc(pool, size, label, mode) {
+                Ok(a) => placed.push(a),
+                Err(e) => {
+                    placed.into_iter().for_each(Allocation::discard_unused);
+                    return match e {
+                        Error::OutOfMemory(_) => Ok(None),
+                        e => Err(e),
+                    };
+                }
+            }
+        }
+        Ok(Some(placed))
+    }
+
     /// The slot of a ready range for a request of `size` bytes in `pool`, and the request
     /// size its record takes (`size` rounded up to the copy alignment), when the request
     /// may take one without the general path ([`alloc_placed`](Self::alloc_placed)): no

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{state, Allocation, Arena, PoolId, State};
+use super::{state, AllocMode, Allocation, Arena, PoolId, State};
 use crate::alloc::BlockId;
 use crate::Result;
 
@@ -94,6 +94,19 @@ impl Arena {
             .collect()
     }
 
+    /// Places every destination of one group of defragmentation moves in `pool` under
+    /// one lock, all or none (`Ok(None)`: one found no room; nothing is counted as out of
+    /// memory). `mode` is [`AllocMode::INTO_EXISTING`] or [`AllocMode::in_block`].
+    pub(crate) fn alloc_destinations(
+        &self,
+        pool: PoolId,
+        requests: &[(u64, &str)],
+        mode: AllocMode,
+    ) -> Result<Option<Vec<Allocation>>> {
+        self.check_pool(pool)?;
+        self.shared().alloc_destinations(pool.index, requests, mode)
+    }
+
     /// The budget and the bytes allocated now (a cheap read, where [`Arena::stats`]
     /// walks every block).
     pub(crate) fn budget_and_allocated(&self) -> (Option<u64>, u64) {
@@ -110,10 +123,18 @@ impl Arena {
     }
 
     /// Reserves an empty block of exactly `bytes` in `pool`, within the budget and quota,
-    /// for [`AllocMode::in_block`] allocations.
-    pub(crate) fn reserve_block(&self, pool: PoolId, bytes: u64, label: &str) -> Result<BlockId> {
+    /// for [`AllocMode::in_block`] allocations; `Ok(None)` when they leave no room (a
+    /// defragmentation's question, not a request refused: no out-of-memory is counted or
+    /// recorded).
+    pub(crate) fn reserve_block(
+        &self,
+        pool: PoolId,
+        bytes: u64,
+        label: &str,
+    ) -> Result<Option<BlockId>> {
         self.check_pool(pool)?;
-        self.shared().reserve_block(pool.index, bytes, label, None)
+        self.shared()
+            .reserve_block(pool.index, bytes, label, None, true)
     }
 
     /// Reserves an empty block of exactly `bytes` in `pool`, holds it whole with one
@@ -128,7 +149,13 @@ impl Arena {
     ) -> Result<BlockId> {
         self.check_pool(pool)?;
         self.shared()
-            .reserve_block(pool.index, bytes, label, Some(install))
+            .reserve_block(pool.index, bytes, label, Some(install), false)?
+            .ok_or_else(|| {
+                crate::Error::invalid(
+                    "a block was refused without an out-of-memory error",
+                    "this is a vramkit bug: please report it",
+                )
+            })
     }
 
     /// Gives back every empty block now, whatever `trim_keep` says (a defragmentation

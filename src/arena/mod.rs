@@ -434,18 +434,6 @@ impl Arena {
             .alloc(pool.index, size, label, AllocMode::NORMAL)
     }
 
-    /// [`alloc_in`](Self::alloc_in) with some of its means switched off (`mode`).
-    pub(crate) fn alloc_mode(
-        &self,
-        pool: PoolId,
-        size: u64,
-        label: &str,
-        mode: AllocMode,
-    ) -> Result<Allocation> {
-        self.check_pool(pool)?;
-        self.shared().alloc(pool.index, size, label, mode)
-    }
-
     /// Fails unless `pool` belongs to this arena.
     pub(crate) fn check_pool(&self, pool: PoolId) -> Result<()> {
         if pool.arena != self.shared().id {

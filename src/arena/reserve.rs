@@ -116,13 +116,18 @@ impl Shared {
     /// (see [`crate::alloc::BlockSet::reserve_block`]).
     /// With `hold`, the block is also filled with one range spanning it, under the same
     /// lock: a block left empty between two locks could take another thread's allocation.
+    /// When the budget, quota or buffer size leaves no room, the refusal is
+    /// [`Error::OutOfMemory`], counted and recorded; with `quiet` (a defragmentation
+    /// asking whether a fresh block fits, not a request refused) it is `Ok(None)`, and
+    /// nothing is counted or recorded.
     pub(super) fn reserve_block(
         &self,
         pool: usize,
         bytes: u64,
         label: &str,
         hold: Option<Install<'_>>,
-    ) -> Result<BlockId> {
+        quiet: bool,
+    ) -> Result<Option<BlockId>> {
         self.gpu.check_alive()?;
         let mut st = self.state.lock();
         let reserved_total = st.reserved();
@@ -141,6 +146,10 @@ impl Shared {
             .quota
             .is_some_and(|q| p.set.stats().reserved + bytes > q);
         if over_budget || over_quota || bytes > self.gpu.limits().max_buffer_size {
+            if quiet {
+                self.unlock(st);
+                return Ok(None);
+            }
             st.counters.ooms += 1;
             let limit = if over_budget {
                 Limit::Budget
@@ -208,7 +217,7 @@ impl Shared {
             Err(e) => Err(e),
         };
         self.unlock(st);
-        result
+        result.map(Some)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -132,11 +132,6 @@ impl TierState {
     pub(crate) fn get(&self, slot: u32) -> Option<&Entry> {
         self.entries.get(slot as usize)?.as_ref()
     }
-
-    /// The entry of `slot` if it is still of `generation` (same movable, same place).
-    pub(crate) fn entry_of(&mut self, slot: u32, generation: u64) -> Option<&mut Entry> {
-        self.entry(slot).filter(|e| e.generation == generation)
-    }
 }
 
 impl TierState {

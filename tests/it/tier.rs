@@ -896,6 +896,63 @@ fn the_suite_passes_under_the_other_sealing_path() {
 /// half-empty blocks of movables can still merge: a move into a hole of a block already
 /// reserved needs no budget room. The documented pass loop ends (before: 0 moves in 5 000
 /// passes, never done, and `defragment` said "call again" with 0 moves).
+/// A pass that probes holes too small for a block's movables moves nothing and refuses
+/// nobody: the arena counts no out-of-memory, the history shows no failed request, and
+/// every byte stays where it was.
+#[test]
+fn hole_probes_that_find_no_room_are_not_refusals() {
+    const BLOCK: u64 = 4 * MIB;
+    const SMALL: u64 = 64 << 10;
+    const PIECE: u64 = 256 << 10;
+    let mut rng = common::rng();
+    let (rt, tiers) = fixed_blocks("probe", BLOCK, 10);
+    rt.arena().record_history(Some(Default::default()));
+    // Nine blocks of small plain allocations with every other one freed: half of each
+    // block free, in holes of 64 KiB. The budget holds no tenth block for a repack.
+    let mut plain: Vec<Option<_>> = (0..9 * (BLOCK / SMALL))
+        .map(|_| Some(rt.arena().alloc(SMALL, "plain").unwrap()))
+        .collect();
+    let mut movables: Vec<Option<(Movable, Vec<f32>)>> = (0..BLOCK / PIECE)
+        .map(|_| {
+            let m = tiers.alloc(PIECE, "movable").unwrap();
+            let d = integers(&mut rng, (PIECE / 4) as usize);
+            write(&rt, &tiers, &m, &d);
+            Some((m, d))
+        })
+        .collect();
+    for p in plain.iter_mut().step_by(2) {
+        *p = None;
+    }
+    for m in movables.iter_mut().step_by(2) {
+        *m = None;
+    }
+    rt.arena().synchronize().unwrap();
+    rt.arena().trim();
+    let before = rt.arena().stats();
+    assert_eq!(before.reserved, 10 * BLOCK, "{before:?}");
+    let report = tiers.defragment(DefragLimits::default()).unwrap();
+    assert_eq!(report.moves, 0, "{report:?}");
+    let after = rt.arena().stats();
+    assert_eq!(
+        after.ooms, before.ooms,
+        "a probe counted as out of memory: {after:?}"
+    );
+    assert_eq!(after.allocated, before.allocated, "{after:?}");
+    let history = rt.arena().history().unwrap();
+    assert!(
+        history
+            .events
+            .iter()
+            .all(|e| e.kind != vramkit::arena::EventKind::Failed),
+        "a probe recorded as a failed request"
+    );
+    rt.arena().check_invariants().unwrap();
+    for (m, d) in movables.iter().flatten() {
+        assert_eq!(&read(&rt, &tiers, m), d);
+    }
+    drop(plain);
+}
+
 #[test]
 fn passes_under_a_tight_budget_merge_into_holes_and_end() {
     use vramkit::tier::DefragOptions;
