@@ -78,20 +78,24 @@ impl Arena {
             .collect()
     }
 
-    /// The block and placed bytes (guards included) of each of `allocs`, read under one
-    /// lock (`None` for one of another arena).
-    pub(crate) fn placements(&self, allocs: &[&Allocation]) -> Vec<Option<(BlockId, u64)>> {
+    /// Runs `f` with the arena's lock held, handing it a reader of an allocation's block
+    /// and placed bytes (guards included; `None` for one of another arena): a scan of
+    /// many allocations reads them all under one lock, with no list of them built first.
+    pub(crate) fn with_placements<R>(
+        &self,
+        f: impl FnOnce(&dyn Fn(&Allocation) -> Option<(BlockId, u64)>) -> R,
+    ) -> R {
         let shared = self.shared();
         let st = shared.state.lock();
-        allocs
-            .iter()
-            .map(|a| {
-                if !Arc::ptr_eq(&a.shared, shared) {
-                    return None;
-                }
-                st.live.get(a.slot).map(|r| (r.block(), r.placed_size()))
-            })
-            .collect()
+        let place = |a: &Allocation| {
+            if !Arc::ptr_eq(&a.shared, shared) {
+                return None;
+            }
+            st.live.get(a.slot).map(|r| (r.block(), r.placed_size()))
+        };
+        let result = f(&place);
+        shared.unlock(st);
+        result
     }
 
     /// Places every destination of one group of defragmentation moves in `pool` under
