@@ -325,7 +325,7 @@ impl Defragmentation<'_> {
         let Some(Recorded { moves, drained }) = self.recorded.take() else {
             return;
         };
-        self.tiers.commit_moves(moves);
+        self.tiers.commit_moves(moves, &mut self.kept);
         let epoch = self.tiers.shared.arena().seal_frees();
         self.finishing.push(Finishing { epoch, drained });
     }

@@ -119,9 +119,13 @@ impl TierState {
         }
     }
 
+    /// Takes the entry out of `slot`. Moves `next_generation` on, as every new entry and
+    /// new place does: a defragmentation that sees it unchanged knows no entry came, went
+    /// or moved since it last looked.
     pub(super) fn remove(&mut self, slot: u32) -> Option<Entry> {
         let e = self.entries.get_mut(slot as usize)?.take()?;
         self.free_slots.push(slot);
+        self.next_generation += 1;
         Some(e)
     }
 
