@@ -129,7 +129,10 @@ fn dispatch(
         &COPY_RANGES
     };
     let pipeline = gpu.pipeline(shader, "copy_ranges")?;
-    gpu.scoped("recording defragmentation copies", || {
+    // A bare error scope, not `Gpu::scoped`: this runs inside `record_moves`' scope, whose
+    // loss probe follows (each probe makes wgpu build and format two validation errors:
+    // a seventh of a pass's instructions on lavapipe, three probes a pass).
+    crate::gpu::scoped(gpu.device(), "recording defragmentation copies", || {
         let table = gpu
             .device()
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
