@@ -67,6 +67,25 @@ fn read(rt: &Runtime, tiers: &Tiers, m: &Movable) -> Vec<f32> {
 }
 
 /// Small integers: adding one to them on the GPU is exact.
+/// `count` movables of `bytes` (labelled "movable"), each written with random integers
+/// and kept beside what it holds.
+fn written_movables(
+    rt: &Runtime,
+    tiers: &Tiers,
+    rng: &mut impl Rng,
+    count: u64,
+    bytes: u64,
+) -> Vec<Option<(Movable, Vec<f32>)>> {
+    (0..count)
+        .map(|_| {
+            let m = tiers.alloc(bytes, "movable").unwrap();
+            let d = integers(rng, (bytes / 4) as usize);
+            write(rt, tiers, &m, &d);
+            Some((m, d))
+        })
+        .collect()
+}
+
 fn integers(rng: &mut impl Rng, n: usize) -> Vec<f32> {
     (0..n)
         .map(|_| rng.gen_range(-1000i32..1000) as f32)
@@ -912,14 +931,7 @@ fn hole_probes_that_find_no_room_are_not_refusals() {
     let mut plain: Vec<Option<_>> = (0..9 * (BLOCK / SMALL))
         .map(|_| Some(rt.arena().alloc(SMALL, "plain").unwrap()))
         .collect();
-    let mut movables: Vec<Option<(Movable, Vec<f32>)>> = (0..BLOCK / PIECE)
-        .map(|_| {
-            let m = tiers.alloc(PIECE, "movable").unwrap();
-            let d = integers(&mut rng, (PIECE / 4) as usize);
-            write(&rt, &tiers, &m, &d);
-            Some((m, d))
-        })
-        .collect();
+    let mut movables = written_movables(&rt, &tiers, &mut rng, BLOCK / PIECE, PIECE);
     for p in plain.iter_mut().step_by(2) {
         *p = None;
     }
@@ -965,14 +977,7 @@ fn passes_under_a_tight_budget_merge_into_holes_and_end() {
     let plain: Vec<_> = (0..8 * per_block)
         .map(|_| rt.arena().alloc(PIECE, "plain").unwrap())
         .collect();
-    let mut movables: Vec<Option<(Movable, Vec<f32>)>> = (0..2 * per_block)
-        .map(|_| {
-            let m = tiers.alloc(PIECE, "movable").unwrap();
-            let d = integers(&mut rng, (PIECE / 4) as usize);
-            write(&rt, &tiers, &m, &d);
-            Some((m, d))
-        })
-        .collect();
+    let mut movables = written_movables(&rt, &tiers, &mut rng, 2 * per_block as u64, PIECE);
     // Every other one dropped: two half-empty blocks.
     for m in movables.iter_mut().step_by(2) {
         *m = None;
