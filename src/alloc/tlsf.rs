@@ -413,20 +413,10 @@ impl RangeAllocator {
 
     #[inline(always)]
     fn allocate_body(&mut self, size: u64, align: u64) -> Result<Range, AllocError> {
-        let size = validate(size, align, self.capacity)?;
-        let align = align.max(MIN_ALIGN);
-        if self.parked_count != 0 {
-            if let Some(node) = self.unpark(size, align) {
-                return Ok(self.mark_used(node, size));
-            }
+        match self.try_allocate_body(size, align) {
+            Some(range) => Ok(range),
+            None => Err(self.miss(size, align)),
         }
-        let needed = size + (align - MIN_ALIGN);
-        let Some(node) = self.find(size, needed, align) else {
-            return self
-                .settle_and_find(size, align)
-                .ok_or_else(|| self.out_of_space(size, align));
-        };
-        self.place(node, size, align)
     }
 
     two_builds!(
@@ -517,10 +507,17 @@ impl RangeAllocator {
         self.parked_count = 0;
     }
 
-    /// The error for a request no free range can take (with the largest free range).
+    /// Why [`try_allocate`](Self::try_allocate) found nothing for this request: a bad
+    /// request, or no free range large enough, described with the largest free range
+    /// (after the parked ranges were merged, as the miss left them).
     #[cold]
     #[inline(never)]
-    fn out_of_space(&self, size: u64, align: u64) -> AllocError {
+    fn miss(&self, size: u64, align: u64) -> AllocError {
+        let size = match validate(size, align, self.capacity) {
+            Err(e) => return e,
+            Ok(size) => size,
+        };
+        let align = align.max(MIN_ALIGN);
         AllocError::OutOfSpace {
             size,
             align,
