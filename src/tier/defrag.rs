@@ -132,9 +132,10 @@ type ByBlock = rustc_hash::FxHashMap<(PoolId, BlockId), Vec<Candidate>>;
 
 /// A scan reads every movable and its place under the arena's lock: about 1-2 ms for
 /// 16 384 movables on an H200's host, several typical passes of 16 MiB. A frame loop's
-/// passes keep what one scan found and scan again when what they kept has nothing left to
-/// move, and every [`RESCAN_EVERY`] passes unless the entries changed only by their own
-/// moves since (`KeptCandidates::current_at`: no movable came, went, was evicted or
+/// scan is spread over passes ([`SCAN_STEP`] movables each, moving nothing until it is
+/// whole); its passes keep what one scan found and scan again when what they kept has
+/// nothing left to move, and every [`RESCAN_EVERY`] passes unless the entries changed only
+/// by their own moves since (`KeptCandidates::current_at`: no movable came, went, was evicted or
 /// restored, and the scan passed none over as pinned or busy). Not rarer while things
 /// change: scanning every 64 passes gave no clear gain (H200: mean 0.45-0.70 ms against
 /// 0.52-0.53 with 16). What they keep can be stale; nothing moves on it unchecked: a
@@ -143,10 +144,32 @@ type ByBlock = rustc_hash::FxHashMap<(PoolId, BlockId), Vec<Candidate>>;
 /// and idle.
 const RESCAN_EVERY: u32 = 16;
 
+/// Movables a pass of a frame loop's defragmentation reads of a scan under way (a
+/// fifth of a millisecond on an H200's host), so that no pass holds a whole scan: the
+/// first passes, and the passes after the kept candidates run out, scan and move
+/// nothing. [`Tiers::defragment`] scans whole, in its one pass.
+pub(super) const SCAN_STEP: usize = 2048;
+
+/// A scan under way, spread over passes ([`SCAN_STEP`]).
+struct Scan {
+    /// The next entry slot to read.
+    next: usize,
+    /// What it found so far: per pool, per block index, the candidates.
+    dense: Vec<(PoolId, Vec<Vec<Candidate>>)>,
+    /// It passed over an entry on the device that may become movable unseen (pinned,
+    /// busy, moving).
+    passed_over: bool,
+    /// The tiers' `next_generation` when it began.
+    began_at: u64,
+}
+
 /// The candidates kept between the passes of one `Defragmentation` (see [`RESCAN_EVERY`]).
-#[derive(Default)]
 pub(super) struct KeptCandidates {
     by_block: Option<ByBlock>,
+    /// A scan under way, which `by_block` waits for.
+    scan: Option<Scan>,
+    /// Movables a pass reads of a scan under way ([`SCAN_STEP`]; `usize::MAX`: whole).
+    pub scan_step: usize,
     passes: u32,
     /// Blocks finished passes emptied, kept draining for the next repacks, oldest first
     /// (`passes.rs`).
@@ -159,6 +182,20 @@ pub(super) struct KeptCandidates {
     /// `None`: a scan passed over pinned, busy or moving entries, or something else
     /// changed; then the kept candidates are rescanned every [`RESCAN_EVERY`] passes.
     current_at: Option<u64>,
+}
+
+impl Default for KeptCandidates {
+    fn default() -> Self {
+        KeptCandidates {
+            by_block: None,
+            scan: None,
+            scan_step: SCAN_STEP,
+            passes: 0,
+            spares: Vec::new(),
+            lists: Vec::new(),
+            current_at: None,
+        }
+    }
 }
 
 impl KeptCandidates {
@@ -272,24 +309,23 @@ impl Tiers {
         // moves changed the entries since the kept candidates were current.
         let due = kept.passes.is_multiple_of(RESCAN_EVERY)
             && kept.current_at != Some(self.shared.state.lock().next_generation);
-        let (mut by_block, fresh) = match kept.by_block.take() {
-            Some(by_block) if !due => (by_block, false),
-            old => {
-                kept.recycle(old);
-                let (by_block, current_at) = self.movable_blocks(pool, &mut kept.lists);
-                kept.current_at = current_at;
-                (by_block, true)
-            }
-        };
         kept.passes += 1;
+        if kept.scan.is_none() && (kept.by_block.is_none() || due) {
+            self.begin_scan(kept);
+        }
+        let Some((mut by_block, fresh)) = self.scan_on(pool, kept) else {
+            return Planned::scanning();
+        };
         let mut pass = self.plan_from(&mut by_block, limits, &mut kept.spares);
         if !fresh && pass.moves.is_empty() && !pass.waiting {
             // Nothing left in what the last scan saw: look again before saying so (new
             // movables, or blocks whose movables were busy then).
             kept.recycle(Some(by_block));
-            let current_at;
-            (by_block, current_at) = self.movable_blocks(pool, &mut kept.lists);
-            kept.current_at = current_at;
+            self.begin_scan(kept);
+            match self.scan_on(pool, kept) {
+                Some((found, _)) => by_block = found,
+                None => return Planned::scanning(),
+            }
             pass = self.plan_from(&mut by_block, limits, &mut kept.spares);
         }
         // The drained blocks' movables have moved: they are candidates no more.
@@ -306,6 +342,7 @@ impl Tiers {
             complete: pass.report.complete && !pass.waiting,
             no_room: pass.report.no_room,
             waiting: pass.waiting,
+            scanning: false,
         }
     }
 
@@ -342,7 +379,49 @@ impl Tiers {
         pass
     }
 
-    /// Movables free to move, by pool and block (of `pool` only, when given). Their
+    /// Starts a scan of every movable (the kept candidates' lists recycled for it).
+    fn begin_scan(&self, kept: &mut KeptCandidates) {
+        let old = kept.by_block.take();
+        kept.recycle(old);
+        kept.scan = Some(Scan {
+            next: 0,
+            dense: Vec::new(),
+            passed_over: false,
+            began_at: self.shared.state.lock().next_generation,
+        });
+    }
+
+    /// The candidates to plan from, and whether a scan finished just now: the kept ones
+    /// when no scan is under way; else the scan read on by `kept.scan_step` movables of
+    /// `pool` (or every pool), and its result if that finished it (`None`: not yet).
+    fn scan_on(&self, pool: Option<PoolId>, kept: &mut KeptCandidates) -> Option<(ByBlock, bool)> {
+        let Some(scan) = kept.scan.as_mut() else {
+            return Some((kept.by_block.take().unwrap_or_default(), false));
+        };
+        let finished = self.read_movables(pool, scan, &mut kept.lists, kept.scan_step);
+        if !finished {
+            return None;
+        }
+        let scan = kept.scan.take()?;
+        // As current as the entries were when it began, if none changed while it read
+        // (a scan spread over passes runs while nothing of this defragmentation moves).
+        let now = self.shared.state.lock().next_generation;
+        kept.current_at = (!scan.passed_over && now == scan.began_at).then_some(now);
+        let mut by_block = ByBlock::default();
+        for (pool, blocks) in scan.dense {
+            for (i, members) in blocks.into_iter().enumerate() {
+                if !members.is_empty() {
+                    by_block.insert((pool, BlockId(i as u32)), members);
+                } else if members.capacity() > 0 {
+                    kept.lists.push(members);
+                }
+            }
+        }
+        Some((by_block, true))
+    }
+
+    /// Reads at most `step` movables of `pool` (or every pool) from `scan.next` on, filing
+    /// those free to move now by block; true when it has read the last entry. Their
     /// places are read from the arena under one lock for all of them, taken inside the
     /// tiers' (ranks rise: `src/sync/rank.rs`), so no handle is cloned.
     ///
@@ -353,33 +432,38 @@ impl Tiers {
     /// per movable, where gathering by block index needs none (the blocks number tens).
     /// Each block's members are sorted where they are first moved (`largest_first`):
     /// sorting all of them here cost a scan's pass another fifth.
-    ///
-    /// Also returns the tiers' `next_generation` when no entry of the pools scanned was
-    /// passed over as pinned, busy or moving (`KeptCandidates::current_at`).
-    fn movable_blocks(
+    fn read_movables(
         &self,
         pool: Option<PoolId>,
+        scan: &mut Scan,
         lists: &mut Vec<Vec<Candidate>>,
-    ) -> (ByBlock, Option<u64>) {
+        step: usize,
+    ) -> bool {
         let st = self.shared.state.lock();
         let done = self.shared.gpu().work_done().done();
-        let mut dense: Vec<(PoolId, Vec<Vec<Candidate>>)> = Vec::new();
-        let mut passed_over = false;
+        let mut read = 0;
         self.shared.arena().with_placements(|place| {
-            for (slot, e) in st.entries.iter().enumerate() {
+            while let Some(e) = st.entries.get(scan.next) {
+                if read == step {
+                    return;
+                }
+                let slot = scan.next;
+                scan.next += 1;
                 let Some(e) = e.as_ref().filter(|e| pool.is_none_or(|p| p == e.pool)) else {
                     continue;
                 };
+                read += 1;
                 if !e.movable_now(done) {
                     // Evicted ones come back through a restore, a new generation; the
                     // rest may become movable with no change a later pass could see.
-                    passed_over |= !matches!(e.place, Place::Host(_));
+                    scan.passed_over |= !matches!(e.place, Place::Host(_));
                     continue;
                 }
                 let Place::Device(a) = &e.place else { continue };
                 let Some((block, placed)) = place(a) else {
                     continue;
                 };
+                let dense = &mut scan.dense;
                 let at = match dense.iter().position(|(p, _)| *p == e.pool) {
                     Some(at) => at,
                     None => {
@@ -404,19 +488,7 @@ impl Tiers {
                 });
             }
         });
-        let current_at = (!passed_over).then_some(st.next_generation);
-        drop(st);
-        let mut by_block = ByBlock::default();
-        for (pool, blocks) in dense {
-            for (i, members) in blocks.into_iter().enumerate() {
-                if !members.is_empty() {
-                    by_block.insert((pool, BlockId(i as u32)), members);
-                } else if members.capacity() > 0 {
-                    lists.push(members);
-                }
-            }
-        }
-        (by_block, current_at)
+        scan.next >= st.entries.len()
     }
 
     /// Candidate blocks of `pool` not drained yet, emptiest first: `(used, size, id)`; notes
@@ -749,6 +821,23 @@ pub(super) struct Planned {
     pub complete: bool,
     /// Candidates were left for lack of room (holes or budget).
     pub no_room: bool,
-    /// A block of movables waits for frees to come back.
+    /// A block of movables waits for frees to come back, or a scan is under way.
     pub waiting: bool,
+    /// The pass only read on in a scan ([`SCAN_STEP`]).
+    pub scanning: bool,
+}
+
+impl Planned {
+    /// A pass that only read on in a scan: nothing moved, and not done.
+    fn scanning() -> Planned {
+        Planned {
+            moves: Vec::new(),
+            drained: Vec::new(),
+            bytes: 0,
+            complete: false,
+            no_room: false,
+            waiting: true,
+            scanning: true,
+        }
+    }
 }

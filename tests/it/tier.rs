@@ -540,6 +540,68 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
     }
 }
 
+/// More movables than one pass of a frame loop reads (a scan is spread over passes, a
+/// few thousand movables each): the first pass only scans and moves nothing, and is not
+/// taken for the end; then the passes converge, every byte intact.
+#[test]
+fn a_scan_of_more_movables_than_a_pass_reads_spreads_over_passes() {
+    use vramkit::tier::DefragOptions;
+    const BLOCK: u64 = 256 << 10;
+    let mut rng = common::rng();
+    let (rt, tiers) = fixed_blocks("scan", BLOCK, 64);
+    let mut handles = written_movables(&rt, &tiers, &mut rng, 4500, 1024);
+    for h in handles.iter_mut() {
+        if rng.gen_bool(0.5) {
+            *h = None;
+        }
+    }
+    rt.synchronize().unwrap();
+    let before = rt.arena().stats();
+    let mut defrag = tiers
+        .begin_defragmentation(DefragOptions {
+            pool: None,
+            per_pass: DefragLimits {
+                max_bytes: 2 * BLOCK,
+                max_moves: usize::MAX,
+            },
+        })
+        .unwrap();
+    let (mut passes, mut scanning, mut moved) = (0, 0, 0);
+    while !defrag.is_done() {
+        passes += 1;
+        assert!(passes < 200, "the passes never end: {:?}", defrag.report());
+        let report = defrag.pass_submit().unwrap();
+        if report.scanning {
+            assert_eq!(report.moves, 0, "{report:?}");
+            scanning += 1;
+        } else {
+            assert!(
+                scanning >= 1,
+                "pass {passes} planned before the scan was whole"
+            );
+        }
+        moved += report.moves;
+    }
+    let report = defrag.end().unwrap();
+    eprintln!("{passes} passes, {scanning} of them scanning: {report:?}");
+    // 2 250 live movables at 2 048 a pass: the first pass only scans (the second
+    // finishes the scan and plans), and so does the first after the candidates found
+    // are used up, before the end.
+    assert!(scanning >= 2, "{scanning} scanning passes");
+    assert!(moved > 0 && report.blocks_freed > 0, "{report:?}");
+    let after = rt.arena().stats();
+    assert!(
+        after.reserved < before.reserved,
+        "reserved {} -> {}",
+        before.reserved,
+        after.reserved
+    );
+    tiers.check_invariants().unwrap();
+    for (m, d) in handles.iter().flatten() {
+        assert_eq!(&read(&rt, &tiers, m), d, "{}", m.label());
+    }
+}
+
 /// A pass's repack packs into a block an earlier pass emptied (kept as a spare) instead of
 /// making a fresh one: a driver takes milliseconds to create a block and as long to
 /// destroy one. Eight blocks each holding 6 of 16 movables pack two by two; only the

@@ -112,6 +112,13 @@ pub fn suite_defrag(gpu: &Gpu, figures: &mut Figures) {
     let frame_passes: u32 = env_or("VRAMKIT_DEFRAG_FRAME_WORK", if cpu { 2 } else { 8 });
     let per_pass_mib: u64 = env_or("VRAMKIT_DEFRAG_PASS_MIB", if cpu { 4 } else { 16 });
     let frames: usize = env_or("VRAMKIT_DEFRAG_FRAMES", if cpu { 60 } else { 400 });
+    // Moves a pass at most (0: no cap): a pass's CPU time follows its moves (about a
+    // microsecond each to plan on the H200), and the late passes that fill holes with
+    // small movables reach 600-950 moves under the byte cap alone.
+    let per_pass_moves: usize = match env_or::<usize>("VRAMKIT_DEFRAG_PASS_MOVES", 0) {
+        0 => usize::MAX,
+        n => n,
+    };
 
     // 1. Stop the world: the frame loop with one `defragment()` call in its middle.
     let (rt, tiers, kept) = fragmented(gpu, count, 21);
@@ -148,7 +155,7 @@ pub fn suite_defrag(gpu: &Gpu, figures: &mut Figures) {
             pool: None,
             per_pass: DefragLimits {
                 max_bytes: per_pass_mib * MIB,
-                max_moves: usize::MAX,
+                max_moves: per_pass_moves,
             },
         })
         .expect("begin");
