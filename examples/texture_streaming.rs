@@ -65,6 +65,30 @@ fn mips(rng: &mut impl Rng, size: (u32, u32)) -> Res<MemoryMips> {
     )?)
 }
 
+/// The four slowest frames of `log`, each as `frame:ms(poll/plan/shrink/land/submit/
+/// upload ms)-shrinks+growths`.
+fn slowest(log: &mut [(f64, u32, vramkit::mips::LastUpdate)]) -> String {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    log.sort_by(|a, b| b.0.total_cmp(&a.0));
+    log.iter()
+        .take(4)
+        .map(|(total, f, u)| {
+            format!(
+                "{f}:{total:.3}({:.2}/{:.2}/{:.2}/{:.2}/{:.2}/{:.2})-{}+{}",
+                ms(u.poll),
+                ms(u.plan),
+                ms(u.shrink),
+                ms(u.land),
+                ms(u.submit),
+                ms(u.upload),
+                u.shrinks,
+                u.growths
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * p).round() as usize]
@@ -136,6 +160,8 @@ fn main() -> Res<()> {
         Ok(())
     };
     let mut cpu_ms = Vec::new();
+    // Each frame's time and what it did, to name the slowest ones.
+    let mut frame_log: Vec<(f64, u32, vramkit::mips::LastUpdate)> = Vec::new();
     let mut resident_max = 0u64;
     let mut upload_max = 0u64;
     let mut over_budget_frames = 0;
@@ -155,6 +181,7 @@ fn main() -> Res<()> {
         cpu_ms.push(start.elapsed().as_secs_f64() * 1e3);
         pace(start);
         let s = streamer.stats();
+        frame_log.push((*cpu_ms.last().unwrap_or(&0.0), f, s.last_update));
         let limit = if f >= frames / 2 { budget / 2 } else { budget };
         resident_max = resident_max.max(s.resident_bytes * budget / limit);
         if s.resident_bytes > limit {
@@ -214,6 +241,7 @@ fn main() -> Res<()> {
             "update_cpu_ms_p99",
             format!("{:.3}", percentile(&mut cpu_ms, 0.99)),
         ),
+        ("update_cpu_ms_slowest", slowest(&mut frame_log)),
         ("frames_to_settle_after_cut", settle_frames.to_string()),
         (
             "settled_exact_fraction",

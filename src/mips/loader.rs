@@ -8,7 +8,8 @@
 //! a command buffer is finished, 5-8 µs a copy on an H200's host, and a growth copies up
 //! to a dozen levels. The frame thread only decides which growths land and submits their
 //! buffers. A reaper thread drops the textures growths and shrinks replaced, once the GPU
-//! is done with them, for the same reason.
+//! is done with them, for the same reason; it yields to the frame: while `update` runs
+//! it waits before it drops a texture (`gate.rs`).
 //!
 //! Without threads (in the browser, where a page has one, or with `loader_threads: 0`) the
 //! frame's own thread does both when it collects results: same order, same results, the
@@ -24,6 +25,7 @@ use web_time::Instant;
 
 use parking_lot::Condvar;
 
+use super::gate::{FrameGate, InUpdate};
 use super::source::{copy_extent, level_bytes, MipSource};
 use super::staging::{LevelStaging, StagedRange};
 use super::TextureSpec;
@@ -102,6 +104,9 @@ pub(crate) struct Loader {
     staging: Option<Arc<LevelStaging>>,
     gpu: Gpu,
     reaper: Reaper,
+    /// Whether the frame's thread is inside `update`, which the reaper yields to
+    /// (`gate.rs`).
+    gate: FrameGate,
 }
 
 /// Where replaced textures go to be dropped: a thread of their own, or (no threads) at
@@ -129,6 +134,7 @@ impl Loader {
             stop: AtomicBool::new(false),
         });
         let (tx, results) = mpsc::channel();
+        let gate = FrameGate::default();
         let mut handles = Vec::new();
         for i in 0..threads {
             let (shared, tx, staging) = (shared.clone(), tx.clone(), staging.clone());
@@ -166,11 +172,19 @@ impl Loader {
             Reaper(None)
         } else {
             let (tx, rx) = mpsc::channel::<Vec<wgpu::Texture>>();
+            let gate = gate.clone();
             // Not joined: it ends when the last sender goes, which may be a callback of a
             // submission still in flight when the streamer is dropped.
             std::thread::Builder::new()
                 .name("vramkit-mip-reaper".into())
-                .spawn(move || rx.iter().for_each(drop))
+                .spawn(move || {
+                    for textures in rx {
+                        for texture in textures {
+                            gate.wait_for_frame();
+                            drop(texture);
+                        }
+                    }
+                })
                 .map_err(|e| Error::Io {
                     during: "starting the mip reaper thread".into(),
                     source: e,
@@ -185,7 +199,14 @@ impl Loader {
             staging,
             gpu: gpu.clone(),
             reaper,
+            gate,
         })
+    }
+
+    /// Marks the frame's thread inside `update` until the guard drops: the reaper's
+    /// drops wait for it (`gate.rs`).
+    pub fn enter_frame(&self) -> InUpdate {
+        self.gate.enter()
     }
 
     /// Where replaced textures go.

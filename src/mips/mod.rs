@@ -52,10 +52,12 @@
 //! thread reads them.
 
 mod feedback;
+mod gate;
 mod ktx2;
 mod loader;
 mod pacing;
 mod plan;
+mod shrink;
 mod source;
 mod staging;
 
@@ -184,6 +186,33 @@ pub struct MipStats {
     pub loading: usize,
     /// Growths dropped before they landed (the plan changed its mind).
     pub loads_dropped: u64,
+    /// What the last update did and where its time went.
+    pub last_update: LastUpdate,
+}
+
+/// What one [`MipStreamer::update`] did and where its time went on the calling thread:
+/// for an app that keeps its frame time, and to tell a slow frame's cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastUpdate {
+    /// Textures shrunk, and grown.
+    pub shrinks: usize,
+    /// See above.
+    pub growths: usize,
+    /// The whole update.
+    pub total: std::time::Duration,
+    /// Polling the device and collecting the loaders' finished loads.
+    pub poll: std::time::Duration,
+    /// Planning every texture's target level, and queuing the new loads.
+    pub plan: std::time::Duration,
+    /// Making the shrinks' textures and recording their copies.
+    pub shrink: std::time::Duration,
+    /// Choosing the growths that land.
+    pub land: std::time::Duration,
+    /// Submitting the frame's command buffers.
+    pub submit: std::time::Duration,
+    /// Uploading loads that came back without staging (no host staging on this
+    /// backend, or a load larger than all of it), through the uploader.
+    pub upload: std::time::Duration,
 }
 
 struct Slot {
@@ -446,20 +475,17 @@ impl MipStreamer {
     pub fn update(&mut self) -> Result<u64> {
         let started = web_time::Instant::now();
         self.gpu.check_alive()?;
+        let _frame_first = self.loader.enter_frame();
         // Staging ranges come back in work-done callbacks, which a poll runs.
         self.gpu.poll();
         let done = self.loader.finished();
         self.collect(done);
+        let polled = web_time::Instant::now();
         let (ids, entries) = self.plan_entries(true);
         let targets = plan::plan(&entries, self.config.budget, self.config.upload_cap);
         let residents: Vec<u32> = entries.iter().map(|e| e.resident).collect();
-        let mut encoder =
-            self.gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vramkit mip swaps"),
-                });
         let mut frame = Frame::default();
+        let mut shrinks = Vec::new();
         // Shrinks first, so growths never stand on memory still to be given back.
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&k| targets[k] < residents[k]);
@@ -483,13 +509,21 @@ impl MipStreamer {
                 self.stats.loads_dropped += 1;
             }
             if target >= held {
-                // Fewer levels (or back to those held): GPU copies only, now.
+                // Fewer levels (or back to those held): GPU copies only, this frame.
                 if target > held {
-                    match self.swap(&mut encoder, &mut frame, i, target, None) {
-                        Ok(()) => {}
-                        Err(Error::OutOfMemory(_)) => self.stats.ooms += 1,
-                        Err(e) => return Err(e),
-                    }
+                    shrinks.push(shrink::Shrink {
+                        slot: i,
+                        target,
+                        spec: TextureSpec {
+                            label: slot.label.clone(),
+                            format: slot.source.format(),
+                            size: slot.source.size(),
+                            levels: slot.level_bytes.len() as u32,
+                            usage: self.config.extra_usage,
+                        },
+                        held: slot.current.texture.clone(),
+                        held_from: held,
+                    });
                 }
                 continue;
             }
@@ -516,13 +550,33 @@ impl MipStreamer {
                 held: slot.current.texture.clone(),
             });
         }
+        let planned = web_time::Instant::now();
+        let shrink_count = shrinks.len();
+        if !shrinks.is_empty() {
+            self.shrink(&mut frame, shrinks)?;
+        }
+        let shrunk = web_time::Instant::now();
         // Without threads the loads just queued are read now, on this thread.
         if self.loader.inline() {
             let done = self.loader.finished();
             self.collect(done);
         }
-        self.land(&mut encoder, &mut frame, started)?;
-        self.finish(encoder, frame)?;
+        self.land(&mut frame, started)?;
+        let landed = web_time::Instant::now();
+        let growths = frame.growths;
+        let submitted = self.finish(frame)?;
+        let end = web_time::Instant::now();
+        self.stats.last_update = LastUpdate {
+            shrinks: shrink_count,
+            growths,
+            total: end - started,
+            poll: polled - started,
+            plan: planned - polled,
+            shrink: shrunk - planned,
+            land: landed - shrunk,
+            submit: submitted - landed,
+            upload: end - submitted,
+        };
         Ok(self.stats.uploaded_last)
     }
 
@@ -585,12 +639,7 @@ impl MipStreamer {
     /// Lands loaded growths, most important first, within the frame's upload cap, the
     /// budget and the update's time target (counted from `started`); the rest wait for
     /// a later frame.
-    fn land(
-        &mut self,
-        encoder: &mut wgpu::CommandEncoder,
-        frame: &mut Frame,
-        started: web_time::Instant,
-    ) -> Result<()> {
+    fn land(&mut self, frame: &mut Frame, started: web_time::Instant) -> Result<()> {
         let mut ready: Vec<(f32, usize)> = self
             .slots
             .iter()
@@ -642,38 +691,51 @@ impl MipStreamer {
                 });
                 continue;
             }
-            match self.swap(encoder, frame, i, p.target, Some((job, levels))) {
-                Ok(()) => {
-                    frame.uploaded += bytes;
-                    frame.growths += 1;
-                }
-                Err(Error::OutOfMemory(_)) => self.stats.ooms += 1,
-                Err(e) => return Err(e),
+            self.grow(frame, i, p.target, job, levels);
+            frame.uploaded += bytes;
+            frame.growths += 1;
+        }
+        Ok(())
+    }
+
+    /// Records the frame's shrinks (`shrink.rs`) and swaps their textures in; a texture
+    /// the device refused keeps its slot as it was.
+    fn shrink(&mut self, frame: &mut Frame, shrinks: Vec<shrink::Shrink>) -> Result<()> {
+        let recorded = shrink::record(&self.gpu, &shrinks)?;
+        frame.copies += recorded.copy_count;
+        frame.shrunk = recorded.copies;
+        for (s, texture) in shrinks.into_iter().zip(recorded.textures) {
+            match texture {
+                Some(texture) => self.install(frame, s.slot, s.target, texture),
+                None => self.stats.ooms += 1,
             }
         }
         Ok(())
     }
 
     /// Submits the frame's copies, then its uploads through the uploader; counts the frame.
-    fn finish(&mut self, encoder: wgpu::CommandEncoder, mut frame: Frame) -> Result<()> {
+    /// Returns when the submit was done (the heap loads' uploads follow it).
+    fn finish(&mut self, mut frame: Frame) -> Result<web_time::Instant> {
         if frame.copies > 0 {
             let submitting = web_time::Instant::now();
-            let shrinks = (frame.encoded > 0).then(|| encoder.finish());
+            let shrunk = std::mem::take(&mut frame.shrunk);
             let recorded = std::mem::take(&mut frame.recorded);
             self.gpu.scoped("submitting mip-streaming copies", || {
-                self.gpu.submit(shrinks.into_iter().chain(recorded))
+                self.gpu.submit(shrunk.into_iter().chain(recorded))
             })?;
             self.submit_cost
                 .observe(frame.copies, submitting.elapsed().as_secs_f64());
             // Staging ranges go back to the loaders once the GPU has copied them; the
             // textures replaced go to the loader's reaper, which releases their memory
             // off this thread (freeing device memory takes a driver a while).
-            let (held, retired, reaper) = (frame.staged, frame.retired, self.loader.reaper());
+            let (held, reaper) = (frame.staged, self.loader.reaper());
+            let retired = frame.retired;
             self.gpu.work_epoch_then(move || {
                 drop(held);
                 reaper.retire(retired);
             });
         }
+        let submitted = web_time::Instant::now();
         for (texture, base, job, levels) in frame.heap {
             self.upload_heap(&texture, base, &job, levels)?;
         }
@@ -687,7 +749,7 @@ impl MipStreamer {
             .stats
             .peak_resident_bytes
             .max(self.stats.resident_bytes);
-        Ok(())
+        Ok(submitted)
     }
 
     /// What `id` holds now.
@@ -860,58 +922,38 @@ impl MipStreamer {
         )
     }
 
-    /// Replaces slot `i`'s texture with one holding `[target, levels)`: a growth by
-    /// `loaded`, whose copies the loader recorded; a shrink by a texture made here and
-    /// the levels it keeps copied on the GPU (recorded into `encoder`). On an error the
-    /// old texture stays.
-    fn swap(
+    /// Lands a loaded growth of slot `i` to level `target`: its command buffer (the
+    /// loader recorded its copies) and staged levels join the frame, its texture the slot.
+    fn grow(
         &mut self,
-        encoder: &mut wgpu::CommandEncoder,
         frame: &mut Frame,
         i: usize,
         target: u32,
-        loaded: Option<(loader::Job, loader::Landing)>,
-    ) -> Result<()> {
-        let Some(slot) = self.slots[i].as_ref() else {
-            return Ok(());
-        };
-        let levels = slot.level_bytes.len() as u32;
-        let old = slot.current.resident;
-        let (format, size) = (slot.source.format(), slot.source.size());
-        let new_bytes: u64 = slot.level_bytes[target as usize..].iter().sum();
-        let texture = match loaded {
-            Some((job, landing)) => {
-                frame.copies += landing.copy_count;
-                frame.recorded.push(landing.copies);
-                match landing.levels {
-                    loader::Levels::Staged(range, _) => frame.staged.push(range),
-                    loader::Levels::Heap(levels) => {
-                        frame
-                            .heap
-                            .push((landing.texture.clone(), target, job, levels))
-                    }
-                }
-                landing.texture
+        job: loader::Job,
+        landing: loader::Landing,
+    ) {
+        frame.copies += landing.copy_count;
+        frame.recorded.push(landing.copies);
+        match landing.levels {
+            loader::Levels::Staged(range, _) => frame.staged.push(range),
+            loader::Levels::Heap(levels) => {
+                frame
+                    .heap
+                    .push((landing.texture.clone(), target, job, levels))
             }
-            None => {
-                let texture = self.create(&slot.label, format, size, target, levels)?;
-                let copies = copy_held_levels(
-                    encoder,
-                    (&slot.current.texture, old),
-                    (&texture, target),
-                    target.max(old)..levels,
-                    format,
-                    size,
-                );
-                frame.copies += copies;
-                frame.encoded += copies;
-                texture
-            }
-        };
+        }
+        self.install(frame, i, target, landing.texture);
+    }
+
+    /// Makes `texture`, holding the chain's levels `[target, levels)` (filled by copies
+    /// the frame submits), slot `i`'s: a new generation, the slot's charge, and the old
+    /// texture retired with the frame.
+    fn install(&mut self, frame: &mut Frame, i: usize, target: u32, texture: wgpu::Texture) {
         let generation = self.bump();
         let Some(slot) = self.slots[i].as_mut() else {
-            return Ok(());
+            return;
         };
+        let new_bytes: u64 = slot.level_bytes[target as usize..].iter().sum();
         let held = slot.charge.bytes();
         slot.charge.set(new_bytes);
         let old = std::mem::replace(
@@ -925,7 +967,6 @@ impl MipStreamer {
         frame.retired.push(old.texture);
         self.stats.resident_bytes = self.stats.resident_bytes - held + new_bytes;
         self.stats.swaps += 1;
-        Ok(())
     }
 }
 
@@ -1029,16 +1070,16 @@ fn level_copy(texture: &wgpu::Texture, level: u32, base: u32) -> wgpu::TexelCopy
     }
 }
 
-/// What one `update` submits: its shrinks' copies, recorded into the frame's encoder,
-/// and its growths' command buffers, recorded by the loaders (one submission); the
+/// What one `update` submits: its shrinks' command buffers (`shrink.rs`) and its
+/// growths', recorded by the loaders (one submission); the
 /// staging ranges they read, loads that go through the uploader after it, and the bytes
 /// it brings.
 #[derive(Default)]
 struct Frame {
     /// Copies submitted, growths' included.
     copies: usize,
-    /// Copies in the frame's own encoder (shrinks).
-    encoded: usize,
+    /// The shrinks' command buffer.
+    shrunk: Option<wgpu::CommandBuffer>,
     /// The growths' command buffers.
     recorded: Vec<wgpu::CommandBuffer>,
     staged: Vec<staging::StagedRange>,
