@@ -3,11 +3,12 @@
 //! straight into level staging (`staging.rs`, waiting for room when it is full) or into
 //! ordinary memory where the device has none or a load is larger than all of it, make
 //! its new texture (allocating device memory takes a driver hundreds of microseconds for
-//! a large texture) and record its copies (the levels the old texture holds, and the
-//! staged ones) into a command buffer of its own: wgpu encodes and tracks each copy when
-//! a command buffer is finished, 5-8 µs a copy on an H200's host, and a growth copies up
-//! to a dozen levels. The frame thread only decides which growths land and submits their
-//! buffers. A reaper thread drops the textures growths and shrinks replaced, once the GPU
+//! a large texture) and record and submit its copies (the levels the old texture holds,
+//! and the staged ones): wgpu encodes and tracks each copy when a command buffer is
+//! finished, 5-8 µs a copy on an H200's host, a growth copies up to a dozen levels, and a
+//! submit of a large growth's copies took the H200's driver 1.1-2.2 ms (the frame that
+//! submitted them was the second slowest of every run). The frame thread only decides
+//! which growths land. A reaper thread drops the textures growths and shrinks replaced, once the GPU
 //! is done with them, for the same reason; it yields to the frame: while `update` runs
 //! it waits before it drops a texture (`gate.rs`).
 //!
@@ -47,15 +48,11 @@ pub(crate) struct Job {
     pub held: wgpu::Texture,
 }
 
-/// A prepared growth: its texture, the levels still to upload, and its recorded copies.
+/// A prepared growth: its texture, filled by copies already submitted, and the levels
+/// still to upload (heap loads).
 pub(crate) struct Landing {
     pub texture: wgpu::Texture,
     pub levels: Levels,
-    /// The copies into `texture` of the levels `held` had and of the staged levels,
-    /// finished; what is left to do is to submit it (and, for [`Levels::Heap`], upload).
-    pub copies: wgpu::CommandBuffer,
-    /// How many copies `copies` holds (the submit's cost grows with them).
-    pub copy_count: usize,
 }
 
 /// Where one level lies in a load's staging range: its offset and row pitch.
@@ -371,7 +368,7 @@ fn land(gpu: &Gpu, job: &Job, levels: Levels) -> Result<Landing> {
         .create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("vramkit mip growth"),
         });
-    let mut copy_count = super::copy_held_levels(
+    super::copy_held_levels(
         &mut encoder,
         (&job.held, job.levels.end),
         (&texture, target),
@@ -380,7 +377,7 @@ fn land(gpu: &Gpu, job: &Job, levels: Levels) -> Result<Landing> {
         size,
     );
     if let Levels::Staged(range, placed) = &levels {
-        copy_count += super::copy_staged_levels(
+        super::copy_staged_levels(
             &mut encoder,
             range,
             placed,
@@ -390,13 +387,17 @@ fn land(gpu: &Gpu, job: &Job, levels: Levels) -> Result<Landing> {
             size,
         );
     }
-    let copies = gpu.scoped("recording a mip growth's copies", || encoder.finish())?;
-    Ok(Landing {
-        texture,
-        levels,
-        copies,
-        copy_count,
-    })
+    let mut levels = levels;
+    gpu.scoped("submitting a mip growth's copies", || {
+        gpu.submit([encoder.finish()]);
+    })?;
+    if let Levels::Staged(range, _) = &mut levels {
+        range.copied_by(gpu, gpu.work_epoch());
+    }
+    // Submitted here, so the frame's submit carries none of it; the copies are on the
+    // queue before the frame's thread can land the growth, so before any of the app's
+    // work that samples the new texture.
+    Ok(Landing { texture, levels })
 }
 
 /// Reads `job`'s levels into ordinary memory.

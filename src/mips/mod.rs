@@ -36,18 +36,17 @@
 //! # Off the frame thread
 //! A texture that grows is loaded by loader threads (`loader.rs`,
 //! [`MipConfig::loader_threads`]): they read its new levels from the source and write them
-//! into host staging the GPU copies from (`staging.rs`), make its texture and record its
-//! copies into a command buffer of its own, so `update` only plans, records shrinks and
-//! submits. A growth planned in one `update` lands in a later one (the first after its
-//! levels are read); the plan counts it as held meanwhile, and a plan that changes its mind
-//! (the camera moved on, the budget shrank) drops it. At most
-//! [`MipConfig::growths_per_frame`] growths land in one `update` (each adds its command
-//! buffer and its textures' tracking to the frame's submit), and, where
-//! [`MipConfig::update_time_target`] is set, fewer where the update would otherwise pass
-//! it: the streamer learns what a copy costs the submit on this device and stops landing
-//! when the time spent plus the predicted submit would cross the target (one growth lands
-//! per update whatever it costs, so every growth lands eventually). The rest land in the
-//! next frames. Where there is no host staging (not Vulkan) the loaded levels go through
+//! into host staging the GPU copies from (`staging.rs`), make its texture and record and
+//! submit its copies, so `update` only plans, records and submits shrinks, and swaps
+//! textures. A growth planned in one `update` lands in a later one (the first after its
+//! levels are read and its copies submitted); the plan counts it as held meanwhile, and a
+//! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
+//! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a texture the
+//! app rebinds), and, where [`MipConfig::update_time_target`] is set, fewer where the
+//! update would otherwise pass it: the streamer learns what a copy costs the submit on
+//! this device and stops landing when the time spent plus the predicted submit of the
+//! frame's shrinks would cross the target (one growth lands per update whatever it costs,
+//! so every growth lands eventually). The rest land in the next frames. Where there is no host staging (not Vulkan) the loaded levels go through
 //! the uploader on the frame thread; in the browser, which has one thread, the frame's
 //! thread reads them.
 
@@ -90,13 +89,13 @@ pub struct MipConfig {
     /// all of it comes back in ordinary memory.
     pub staging_bytes: u64,
     /// Growths landed per `update` at most (the rest land in later frames): each is a new
-    /// texture and a copy of every level it keeps, which the frame's submit pays for.
-    /// Shrinks the budget needs are never held back.
+    /// texture, whose bind groups the app rebuilds. Shrinks the budget needs are never
+    /// held back.
     pub growths_per_frame: usize,
     /// CPU time an `update` aims to stay within (`None`: only `growths_per_frame`
     /// limits it, as for a loading screen or a test that counts frames). Growths stop
-    /// landing once the time spent plus the submit's predicted cost of their copies
-    /// would pass it; at least one lands per update. Shrinks the budget needs are never
+    /// landing once the time spent plus the predicted cost of submitting the frame's
+    /// shrinks would pass it; at least one lands per update. Shrinks the budget needs are never
     /// held back, so a budget cut's frame may take longer.
     pub update_time_target: Option<std::time::Duration>,
 }
@@ -679,8 +678,6 @@ impl MipStreamer {
                         self.config.update_time_target,
                         &self.submit_cost,
                         frame,
-                        &job,
-                        p.target,
                         started,
                     ))
             {
@@ -713,18 +710,19 @@ impl MipStreamer {
         Ok(())
     }
 
-    /// Submits the frame's copies, then its uploads through the uploader; counts the frame.
+    /// Submits the frame's shrinks, hands what the frame replaced to the epoch after it,
+    /// then uploads its heap loads through the uploader; counts the frame.
     /// Returns when the submit was done (the heap loads' uploads follow it).
     fn finish(&mut self, mut frame: Frame) -> Result<web_time::Instant> {
-        if frame.copies > 0 {
+        if let Some(shrunk) = frame.shrunk.take() {
             let submitting = web_time::Instant::now();
-            let shrunk = std::mem::take(&mut frame.shrunk);
-            let recorded = std::mem::take(&mut frame.recorded);
             self.gpu.scoped("submitting mip-streaming copies", || {
-                self.gpu.submit(shrunk.into_iter().chain(recorded))
+                self.gpu.submit([shrunk])
             })?;
             self.submit_cost
                 .observe(frame.copies, submitting.elapsed().as_secs_f64());
+        }
+        if !frame.staged.is_empty() || !frame.retired.is_empty() {
             // Staging ranges go back to the loaders once the GPU has copied them; the
             // textures replaced go to the loader's reaper, which releases their memory
             // off this thread (freeing device memory takes a driver a while).
@@ -922,8 +920,8 @@ impl MipStreamer {
         )
     }
 
-    /// Lands a loaded growth of slot `i` to level `target`: its command buffer (the
-    /// loader recorded its copies) and staged levels join the frame, its texture the slot.
+    /// Lands a loaded growth of slot `i` to level `target` (the loader submitted its
+    /// copies): its staged levels join the frame, its texture the slot.
     fn grow(
         &mut self,
         frame: &mut Frame,
@@ -932,8 +930,6 @@ impl MipStreamer {
         job: loader::Job,
         landing: loader::Landing,
     ) {
-        frame.copies += landing.copy_count;
-        frame.recorded.push(landing.copies);
         match landing.levels {
             loader::Levels::Staged(range, _) => frame.staged.push(range),
             loader::Levels::Heap(levels) => {
@@ -946,7 +942,7 @@ impl MipStreamer {
     }
 
     /// Makes `texture`, holding the chain's levels `[target, levels)` (filled by copies
-    /// the frame submits), slot `i`'s: a new generation, the slot's charge, and the old
+    /// submitted before it), slot `i`'s: a new generation, the slot's charge, and the old
     /// texture retired with the frame.
     fn install(&mut self, frame: &mut Frame, i: usize, target: u32, texture: wgpu::Texture) {
         let generation = self.bump();
@@ -1070,18 +1066,16 @@ fn level_copy(texture: &wgpu::Texture, level: u32, base: u32) -> wgpu::TexelCopy
     }
 }
 
-/// What one `update` submits: its shrinks' command buffers (`shrink.rs`) and its
-/// growths', recorded by the loaders (one submission); the
-/// staging ranges they read, loads that go through the uploader after it, and the bytes
-/// it brings.
+/// What one `update` submits: its shrinks' command buffer (`shrink.rs`; the loaders
+/// submitted its growths' copies); the staging ranges its growths read and the textures
+/// it replaced, both handed to the epoch after it; loads that go through the uploader
+/// after it, and the bytes it brings.
 #[derive(Default)]
 struct Frame {
-    /// Copies submitted, growths' included.
+    /// Copies the frame submits (its shrinks').
     copies: usize,
     /// The shrinks' command buffer.
     shrunk: Option<wgpu::CommandBuffer>,
-    /// The growths' command buffers.
-    recorded: Vec<wgpu::CommandBuffer>,
     staged: Vec<staging::StagedRange>,
     heap: Vec<(wgpu::Texture, u32, loader::Job, Vec<Vec<u8>>)>,
     /// Textures replaced this frame: released off this thread once the GPU is done.
@@ -1090,23 +1084,18 @@ struct Frame {
     growths: usize,
 }
 
-/// Whether landing one more growth (`job`, to level `target`) would take an update begun
-/// at `started` past `target_time`: the time spent so far plus what the frame's copies,
-/// this growth's included, are predicted to cost the submit.
+/// Whether an update begun at `started` is past `target_time`, counting what the frame's
+/// copies (its shrinks') are predicted to cost the submit: then no more growths land.
 fn past_time_target(
     target_time: Option<std::time::Duration>,
     submit_cost: &pacing::SubmitCost,
     frame: &Frame,
-    job: &loader::Job,
-    target: u32,
     started: web_time::Instant,
 ) -> bool {
     let Some(limit) = target_time else {
         return false;
     };
-    // The levels it keeps and the levels it loads: one copy each.
-    let copies = frame.copies + job.texture.levels.saturating_sub(target) as usize;
-    let predicted = started.elapsed().as_secs_f64() + submit_cost.predict(copies);
+    let predicted = started.elapsed().as_secs_f64() + submit_cost.predict(frame.copies);
     predicted > limit.as_secs_f64()
 }
 

@@ -6,15 +6,17 @@
 //! mapped for its whole life), handed out in ranges by the crate's own range allocator
 //! (`alloc/tlsf.rs`). A loader takes a range for a whole load (every level it brings, each
 //! at a 256-byte boundary with rows padded to the copy pitch) as a [`StagedRange`], writes
-//! the levels, and passes the handle to the frame thread, which records one
-//! `copy_buffer_to_texture` per level and moves the handle into the "work done" callback of
-//! that submission. Dropping the handle frees the range.
+//! the levels, records one `copy_buffer_to_texture` per level and submits them, and passes
+//! the handle to the frame thread, which moves it into the "work done" callback of its
+//! frame's submission (later than the loader's). Dropping the handle frees the range; a
+//! handle dropped before its copies are done (a growth the plan gave up) frees it when
+//! they are.
 //!
 //! # Promises
-//! - A range has one owner at a time: the allocator, one `StagedRange`, or the callback of
-//!   the one submission that copies it; bytes are written only through
-//!   [`StagedRange::bytes_mut`] (`&mut self`), so the CPU and the GPU never touch a range
-//!   at the same time.
+//! - A range has one owner at a time: the allocator, one `StagedRange`, or a work-done
+//!   callback; bytes are written only through [`StagedRange::bytes_mut`] (`&mut self`),
+//!   by the loader before it submits the copies, and the range comes back only after
+//!   they are done, so the CPU and the GPU never touch a range at the same time.
 //! - A full staging is back-pressure: a loader waits in [`LevelStaging::take_waiting`]
 //!   until a range comes back (or the streamer stops).
 //! - Where the device cannot give host memory (not Vulkan, a Vulkan call fails),
@@ -31,7 +33,7 @@ use parking_lot::Condvar;
 
 use crate::alloc::{RangeAllocator, RangeHandle};
 use crate::gpu::accounts::{Charge, MemoryKind, Part};
-use crate::gpu::{HostBuffer, HostPlacement};
+use crate::gpu::{Epoch, HostBuffer, HostPlacement};
 use crate::sync::rank::{self as lock_rank, Mutex};
 use crate::Gpu;
 
@@ -90,6 +92,7 @@ impl LevelStaging {
                     offset: r.offset,
                     len: bytes,
                     handle: Some(r.handle),
+                    copied_by: None,
                 });
             }
             if stop.load(Ordering::Acquire) {
@@ -114,12 +117,15 @@ impl LevelStaging {
     }
 }
 
-/// One range of [`LevelStaging`], owned; dropping it gives the range back.
+/// One range of [`LevelStaging`], owned; dropping it gives the range back, at once or,
+/// once its copies are submitted ([`copied_by`](Self::copied_by)), when they are done.
 pub(crate) struct StagedRange {
     pool: Arc<LevelStaging>,
     offset: u64,
     len: u64,
     handle: Option<RangeHandle>,
+    /// The device and epoch after the submission that copies out of the range.
+    copied_by: Option<(Gpu, Epoch)>,
 }
 
 impl StagedRange {
@@ -127,8 +133,8 @@ impl StagedRange {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let (start, end) = (self.offset as usize, (self.offset + self.len) as usize);
         // SAFETY: this handle is the range's only owner (module docs); the GPU copies the
-        // range only after the handle has moved into the callback of that copy's
-        // submission, where nothing calls this.
+        // range only once the loader that wrote it has submitted the copy, and nothing
+        // calls this after that.
         unsafe { self.pool.host.bytes_mut(start..end) }
     }
 
@@ -141,14 +147,35 @@ impl StagedRange {
     pub fn buffer(&self) -> &wgpu::Buffer {
         self.pool.host.buffer()
     }
+
+    /// Notes that copies out of the range were submitted on `gpu` before `epoch` was
+    /// handed out: dropped before that epoch is done (a growth the plan gave up), the
+    /// range comes back only then.
+    pub fn copied_by(&mut self, gpu: &Gpu, epoch: Epoch) {
+        self.copied_by = Some((gpu.clone(), epoch));
+    }
 }
 
 impl Drop for StagedRange {
     fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            // A handle this allocator returned and nobody freed: cannot fail.
-            let _ = self.pool.ranges.lock().free(handle);
-            self.pool.returned.notify_all();
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let free = {
+            let pool = self.pool.clone();
+            move || {
+                // A handle this allocator returned and nobody freed: cannot fail.
+                let _ = pool.ranges.lock().free(handle);
+                pool.returned.notify_all();
+            }
+        };
+        match self.copied_by.take() {
+            Some((gpu, epoch)) if !gpu.work_done().is_done(epoch) => {
+                // On a lost device the callback never runs: nothing is copied any more,
+                // and the staging goes with the device.
+                gpu.work_epoch_then(free);
+            }
+            _ => free(),
         }
     }
 }
