@@ -227,6 +227,19 @@ struct Slot {
     pending: Option<Pending>,
 }
 
+impl Slot {
+    /// What its textures are made of, with `usage` besides the streamer's own.
+    fn spec(&self, usage: wgpu::TextureUsages) -> TextureSpec {
+        TextureSpec {
+            label: self.label.clone(),
+            format: self.source.format(),
+            size: self.source.size(),
+            levels: self.level_bytes.len() as u32,
+            usage,
+        }
+    }
+}
+
 /// A growth planned and not landed (module docs, "Off the frame thread").
 struct Pending {
     target: u32,
@@ -513,13 +526,7 @@ impl MipStreamer {
                     shrinks.push(shrink::Shrink {
                         slot: i,
                         target,
-                        spec: TextureSpec {
-                            label: slot.label.clone(),
-                            format: slot.source.format(),
-                            size: slot.source.size(),
-                            levels: slot.level_bytes.len() as u32,
-                            usage: self.config.extra_usage,
-                        },
+                        spec: slot.spec(self.config.extra_usage),
                         held: slot.current.texture.clone(),
                         held_from: held,
                     });
@@ -539,13 +546,7 @@ impl MipStreamer {
                 serial,
                 source: slot.source.clone(),
                 levels: target..held,
-                texture: TextureSpec {
-                    label: slot.label.clone(),
-                    format: slot.source.format(),
-                    size: slot.source.size(),
-                    levels: slot.level_bytes.len() as u32,
-                    usage: self.config.extra_usage,
-                },
+                texture: slot.spec(self.config.extra_usage),
                 held: slot.current.texture.clone(),
             });
         }

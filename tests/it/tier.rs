@@ -86,6 +86,27 @@ fn written_movables(
         .collect()
 }
 
+/// After a defragmentation: less reserved than `before`, the tiers consistent, and every
+/// movable of `handles` still holding its bytes.
+fn gave_back_and_kept_every_byte(
+    rt: &Runtime,
+    tiers: &Tiers,
+    before: &vramkit::arena::ArenaStats,
+    handles: &[Option<(Movable, Vec<f32>)>],
+) {
+    let after = rt.arena().stats();
+    assert!(
+        after.reserved < before.reserved,
+        "reserved {} -> {}",
+        before.reserved,
+        after.reserved
+    );
+    tiers.check_invariants().unwrap();
+    for (m, d) in handles.iter().flatten() {
+        assert_eq!(&read(rt, tiers, m), d, "{}", m.label());
+    }
+}
+
 fn integers(rng: &mut impl Rng, n: usize) -> Vec<f32> {
     (0..n)
         .map(|_| rng.gen_range(-1000i32..1000) as f32)
@@ -527,17 +548,7 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
     eprintln!("{frames} frames, {moved_passes} passes that moved: {report:?}");
     assert!(moved_passes > 1, "one pass did it all: {report:?}");
     assert!(report.moves > 0 && report.blocks_freed > 0, "{report:?}");
-    let after = rt.arena().stats();
-    assert!(
-        after.reserved < before.reserved,
-        "reserved {} -> {}",
-        before.reserved,
-        after.reserved
-    );
-    tiers.check_invariants().unwrap();
-    for (m, d) in handles.iter().flatten() {
-        assert_eq!(&read(&rt, &tiers, m), d, "{}", m.label());
-    }
+    gave_back_and_kept_every_byte(&rt, &tiers, &before, &handles);
 }
 
 /// More movables than one pass of a frame loop reads (a scan is spread over passes, a
@@ -589,17 +600,7 @@ fn a_scan_of_more_movables_than_a_pass_reads_spreads_over_passes() {
     // are used up, before the end.
     assert!(scanning >= 2, "{scanning} scanning passes");
     assert!(moved > 0 && report.blocks_freed > 0, "{report:?}");
-    let after = rt.arena().stats();
-    assert!(
-        after.reserved < before.reserved,
-        "reserved {} -> {}",
-        before.reserved,
-        after.reserved
-    );
-    tiers.check_invariants().unwrap();
-    for (m, d) in handles.iter().flatten() {
-        assert_eq!(&read(&rt, &tiers, m), d, "{}", m.label());
-    }
+    gave_back_and_kept_every_byte(&rt, &tiers, &before, &handles);
 }
 
 /// A pass's repack packs into a block an earlier pass emptied (kept as a spare) instead of
