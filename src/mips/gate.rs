@@ -47,6 +47,14 @@ pub(crate) struct FrameGate(Arc<Times>);
 /// Marks the frame's thread inside `update` until dropped.
 pub(crate) struct InUpdate(FrameGate);
 
+impl InUpdate {
+    /// Whether this update is a frame loop's (it began at least [`FRAME_GAP`] after the
+    /// last one ended): one with a frame to protect.
+    pub fn in_frame_loop(&self) -> bool {
+        self.0 .0.began.load(Ordering::Acquire) != 0
+    }
+}
+
 impl Drop for InUpdate {
     fn drop(&mut self) {
         let t = &self.0 .0;

@@ -42,10 +42,13 @@ pub(crate) struct Job {
     pub levels: Range<u32>,
     /// The texture it lands in, which holds `[levels.start, texture.levels)`.
     pub texture: TextureSpec,
-    /// The texture it grows from, which holds `[levels.end, texture.levels)`: the slot's
-    /// texture when the growth was planned, which stays until the growth lands or is
-    /// dropped (a growth pending on a slot holds back every other swap of it).
+    /// The texture it replaces, which holds `[held_from, texture.levels)`: the slot's
+    /// texture when the swap was planned, which stays until the swap lands or is dropped
+    /// (a swap pending on a slot holds back every other swap of it).
     pub held: wgpu::Texture,
+    /// The chain level `held`'s level 0 is: `levels.end` for a growth; for a shrink
+    /// (`levels` empty, at the level it shrinks to) a finer one.
+    pub held_from: u32,
 }
 
 /// A prepared growth: its texture, filled by copies already submitted, and the levels
@@ -332,6 +335,10 @@ fn read(
     staging: Option<&Arc<LevelStaging>>,
     stop: &AtomicBool,
 ) -> Option<Result<Levels>> {
+    if job.levels.is_empty() {
+        // A shrink: nothing to read.
+        return Some(Ok(Levels::Heap(Vec::new())));
+    }
     let (placed, len) = layout(job);
     let Some(pool) = staging.filter(|s| len <= s.capacity()) else {
         return Some(heap(job));
@@ -370,9 +377,9 @@ fn land(gpu: &Gpu, job: &Job, levels: Levels) -> Result<Landing> {
         });
     super::copy_held_levels(
         &mut encoder,
-        (&job.held, job.levels.end),
+        (&job.held, job.held_from),
         (&texture, target),
-        job.levels.end..job.texture.levels,
+        job.levels.end.max(job.held_from)..job.texture.levels,
         format,
         size,
     );

@@ -1,8 +1,9 @@
 //! Shrinks: a texture giving back its top levels becomes a new texture with fewer levels,
-//! filled by GPU copies of the levels it keeps. A shrink cannot wait for a later frame as
-//! a growth does: `update` must give the memory back in the frame the plan asks, or a cut
-//! budget would be overrun. So the frame's thread makes the new textures and records the
-//! copies, all of a frame's into one command buffer ([`record`]).
+//! filled by GPU copies of the levels it keeps. The shrinks a cut budget needs cannot
+//! wait for a later frame as a growth does: `update` must give the memory back in the
+//! frame the plan asks. So the frame's thread makes those (and a few more a frame: the
+//! loaders prepare the rest, `mod.rs`) and records their copies, all of a frame's into
+//! one command buffer ([`record`]).
 //!
 //! Not on several threads: making textures serialises in the driver (and in wgpu-hal's
 //! memory allocator), so on an H200's host a budget cut's 85 shrinks took 7.0-7.3 ms
