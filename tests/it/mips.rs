@@ -218,6 +218,113 @@ fn a_time_target_too_small_for_any_copy_lands_one_growth_per_update_and_still_se
     }
 }
 
+/// A frame loop's update makes at most three shrinks the budget does not need at once:
+/// the loaders prepare the rest (a texture and copies, no levels to read), which land in
+/// the next updates holding exactly their sources' levels, and the growths that need
+/// their room wait for them.
+#[test]
+fn shrinks_past_three_a_frame_are_prepared_by_the_loaders_and_land_exactly() {
+    let gpu = common::gpu();
+    let mut rng = common::rng();
+    let n = 12;
+    // Twelve textures that will give levels back (a) and twelve of the same sizes that
+    // will want them (b), so that a fits whole beside b's coarsest levels.
+    let mut sizes: Vec<(u32, u32)> = (0..n)
+        .map(|_| (rng.gen_range(32..=64), rng.gen_range(32..=64)))
+        .collect();
+    sizes.extend_from_within(..);
+    let sources: Vec<Arc<MemoryMips>> = sizes
+        .iter()
+        .map(|&size| Arc::new(random_mips(&mut rng, size)))
+        .collect();
+    let chain_from = |(w, h): (u32, u32), from: u32| -> u64 {
+        (from..32 - w.max(h).leading_zeros())
+            .map(|l| u64::from((w >> l).max(1) * (h >> l).max(1) * 4))
+            .sum()
+    };
+    // Room for a at level 3 and b whole: b grows only as a shrinks.
+    let budget: u64 = sizes[..n].iter().map(|&s| chain_from(s, 3)).sum::<u64>()
+        + sizes[n..].iter().map(|&s| chain_from(s, 0)).sum::<u64>();
+    let mut streamer = MipStreamer::new(
+        gpu,
+        MipConfig {
+            budget,
+            upload_cap: 1 << 30,
+            update_time_target: None,
+            loader_threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids: Vec<MipId> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| streamer.add(s.clone(), &format!("t{i}")).unwrap())
+        .collect();
+    // A frame loop's updates: a frame apart (the gate tells them from back-to-back ones).
+    let frame = |streamer: &mut MipStreamer| {
+        streamer.wait_for_loads(LOADS).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        streamer.update().unwrap();
+    };
+    let coarsest = |&(w, h): &(u32, u32)| 31 - w.max(h).leading_zeros();
+    let want = |streamer: &mut MipStreamer, a: u32, b_sharp: bool| {
+        for (k, id) in ids.iter().enumerate() {
+            let (level, importance) = match (k < n, b_sharp) {
+                (true, _) => (a, 1.0),
+                (false, true) => (0, 10.0),
+                (false, false) => (coarsest(&sizes[k]), 1.0),
+            };
+            streamer.set_wanted(*id, level, importance).unwrap();
+        }
+    };
+    want(&mut streamer, 0, false);
+    let mut frames = 0;
+    while !streamer.settled() {
+        frame(&mut streamer);
+        frames += 1;
+        assert!(frames <= 10, "a not sharp after {frames} frames");
+    }
+    for id in &ids[..n] {
+        assert_eq!(streamer.texture(*id).unwrap().resident, 0);
+    }
+    // Now b wants everything and a gives way: twelve shrinks, none of them needed for
+    // the budget, which holds.
+    want(&mut streamer, 3, true);
+    frame(&mut streamer);
+    let s = streamer.stats();
+    assert_eq!(s.last_update.shrinks, 3, "{:?}", s.last_update);
+    assert!(
+        s.loading >= n - 3,
+        "{} swaps prepared by the loaders",
+        s.loading
+    );
+    assert!(s.resident_bytes <= budget);
+    let mut frames = 0;
+    while !streamer.settled() {
+        frame(&mut streamer);
+        frames += 1;
+        let s = streamer.stats();
+        assert!(
+            s.resident_bytes <= budget,
+            "{} > {budget}",
+            s.resident_bytes
+        );
+        assert!(frames <= 8, "not settled: {s:?}");
+    }
+    assert_eq!(streamer.stats().ooms, 0);
+    for (k, (id, source)) in ids.iter().zip(&sources).enumerate() {
+        let shown = streamer.texture(*id).unwrap();
+        assert_eq!(shown.resident, if k < n { 3 } else { 0 }, "t{k}");
+        for l in 0..shown.texture.mip_level_count() {
+            let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
+            let want =
+                vramkit::mips::MipSource::read_level(source.as_ref(), shown.resident + l).unwrap();
+            assert!(got == want, "t{k}: level {} differs", shown.resident + l);
+        }
+    }
+}
+
 #[test]
 fn bad_sources_and_budgets_are_errors_that_change_nothing() {
     let gpu = common::gpu();
