@@ -1,16 +1,17 @@
 //! Worker threads that prepare a growth off the thread that calls
 //! [`MipStreamer::update`](super::MipStreamer::update): they read the levels it brings,
 //! straight into level staging (`staging.rs`, waiting for room when it is full) or into
-//! ordinary memory where the device has none or a load is larger than all of it, make
-//! its new texture (allocating device memory takes a driver hundreds of microseconds for
-//! a large texture) and record and submit its copies (the levels the old texture holds,
-//! and the staged ones): wgpu encodes and tracks each copy when a command buffer is
-//! finished, 5-8 µs a copy on an H200's host, a growth copies up to a dozen levels, and a
-//! submit of a large growth's copies took the H200's driver 1.1-2.2 ms (the frame that
-//! submitted them was the second slowest of every run). The frame thread only decides
-//! which growths land. A reaper thread drops the textures growths and shrinks replaced, once the GPU
-//! is done with them, for the same reason; it yields to the frame: while `update` runs
-//! it waits before it drops a texture (`gate.rs`).
+//! ordinary memory where the device has none or a load is larger than all of it, make its
+//! new texture (allocating device memory takes a driver hundreds of microseconds for a
+//! large texture) and record and submit its copies (the levels the old texture holds, and
+//! the staged ones): wgpu encodes and tracks each copy when a command buffer is finished,
+//! 5-8 µs a copy on an H200's host, a growth copies up to a dozen levels, and a submit of a
+//! large growth's copies took the H200's driver 1.1-2.2 ms (the frame that submitted them
+//! was the second slowest of every run). The frame thread only decides which growths land.
+//! They prepare the shrinks an update leaves to them the same way, with no levels to read.
+//! A reaper thread drops the textures growths and shrinks replaced, once the GPU is done
+//! with them, for the same reason; it yields to the frame: while `update` runs it waits
+//! before it drops a texture (`gate.rs`).
 //!
 //! Without threads (in the browser, where a page has one, or with `loader_threads: 0`) the
 //! frame's own thread does both when it collects results: same order, same results, the

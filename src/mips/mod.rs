@@ -38,21 +38,21 @@
 //! [`MipConfig::loader_threads`]): they read its new levels from the source and write them
 //! into host staging the GPU copies from (`staging.rs`), make its texture and record and
 //! submit its copies, so `update` only plans, records and submits shrinks, and swaps
-//! textures. It makes the shrinks the budget needs at once (after a cut) and at most
-//! three more a frame; the loaders prepare the rest as they do growths (no levels to
-//! read), to land a frame or two later, and a growth that needs the room such a shrink
-//! gives back waits for it. A loop that calls `update` back to back (`gate.rs`) makes all
-//! its shrinks at once. A growth planned in one `update` lands in a later one (the first after its
+//! textures. It makes the shrinks the budget needs at once (after a cut) and at most three
+//! more a frame; the loaders prepare the rest as they do growths (no levels to read), to
+//! land a frame or two later, and a growth that needs the room such a shrink gives back
+//! waits for it. A loop that calls `update` back to back (`gate.rs`) makes all its shrinks
+//! at once. A growth planned in one `update` lands in a later one (the first after its
 //! levels are read and its copies submitted); the plan counts it as held meanwhile, and a
 //! plan that changes its mind (the camera moved on, the budget shrank) drops it. At most
-//! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a texture the
-//! app rebinds), and, where [`MipConfig::update_time_target`] is set, fewer where the
-//! update would otherwise pass it: the streamer learns what a copy costs the submit on
-//! this device and stops landing when the time spent plus the predicted submit of the
-//! frame's shrinks would cross the target (one growth lands per update whatever it costs,
-//! so every growth lands eventually). The rest land in the next frames. Where there is no host staging (not Vulkan) the loaded levels go through
-//! the uploader on the frame thread; in the browser, which has one thread, the frame's
-//! thread reads them.
+//! [`MipConfig::growths_per_frame`] growths land in one `update` (each is a texture the app
+//! rebinds), and, where [`MipConfig::update_time_target`] is set, fewer where the update
+//! would otherwise pass it: the streamer learns what a copy costs the submit on this device
+//! and stops landing when the time spent plus the predicted submit of the frame's shrinks
+//! would cross the target (one growth lands per update whatever it costs, so every growth
+//! lands eventually). The rest land in the next frames. Where there is no host staging (not
+//! Vulkan) the loaded levels go through the uploader on the frame thread; in the browser,
+//! which has one thread, the frame's thread reads them.
 
 mod feedback;
 mod gate;
@@ -96,11 +96,11 @@ pub struct MipConfig {
     /// texture, whose bind groups the app rebuilds. Shrinks the budget needs are never
     /// held back.
     pub growths_per_frame: usize,
-    /// CPU time an `update` aims to stay within (`None`: only `growths_per_frame`
-    /// limits it, as for a loading screen or a test that counts frames). Growths stop
-    /// landing once the time spent plus the predicted cost of submitting the frame's
-    /// shrinks would pass it; at least one lands per update. Shrinks the budget needs are never
-    /// held back, so a budget cut's frame may take longer.
+    /// CPU time an `update` aims to stay within (`None`: only `growths_per_frame` limits
+    /// it, as for a loading screen or a test that counts frames). Growths stop landing once
+    /// the time spent plus the predicted cost of submitting the frame's shrinks would pass
+    /// it; at least one lands per update. Shrinks the budget needs are never held back, so
+    /// a budget cut's frame may take longer.
     pub update_time_target: Option<std::time::Duration>,
 }
 
@@ -245,7 +245,8 @@ impl Slot {
     }
 }
 
-/// A growth planned and not landed (module docs, "Off the frame thread").
+/// A swap planned and not landed: a growth, or a shrink the loaders prepare (module
+/// docs, "Off the frame thread").
 struct Pending {
     target: u32,
     /// The resident level it grows from.

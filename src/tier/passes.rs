@@ -48,10 +48,10 @@
 //!   they do for an eviction.
 //! - A movable is moved only while unpinned and with no GPU work in flight on it.
 //! - **The passes end.** A pass that moves nothing while no block waits for frees to
-//!   come back and no scan is under way has nothing left to do: [`Defragmentation::is_done`] is true from then on
-//!   (and [`PassReport::no_room`] says when candidates are left only because nothing can
-//!   take them). Moves into holes of blocks already reserved need no budget room, so a
-//!   full budget does not stop them.
+//!   come back and no scan is under way has nothing left to do:
+//!   [`Defragmentation::is_done`] is true from then on (and [`PassReport::no_room`] says
+//!   when candidates are left only because nothing can take them). Moves into holes of
+//!   blocks already reserved need no budget room, so a full budget does not stop them.
 //! - Dropping a `Defragmentation` stops its blocks draining and gives its spares back;
 //!   blocks not yet empty stay with the arena, which gives empty ones back on `trim`.
 
