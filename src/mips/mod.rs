@@ -233,6 +233,13 @@ struct Slot {
 }
 
 impl Slot {
+    /// Bytes of the chain's levels `levels`.
+    fn bytes(&self, levels: std::ops::Range<u32>) -> u64 {
+        self.level_bytes[levels.start as usize..levels.end as usize]
+            .iter()
+            .sum()
+    }
+
     /// What its textures are made of, with `usage` besides the streamer's own.
     fn spec(&self, usage: wgpu::TextureUsages) -> TextureSpec {
         TextureSpec {
@@ -544,9 +551,7 @@ impl MipStreamer {
                 && (held_after > self.config.budget || shrinks.len() < shrinks_in_frame)
             {
                 // Fewer levels, needed now (or few so far): GPU copies only, this frame.
-                held_after -= slot.level_bytes[held as usize..target as usize]
-                    .iter()
-                    .sum::<u64>();
+                held_after -= slot.bytes(held..target);
                 shrinks.push(shrink::Shrink {
                     slot: i,
                     target,
@@ -709,7 +714,7 @@ impl MipStreamer {
             }
             if p.target > p.from {
                 // A shrink: it only gives memory back.
-                self.grow(frame, i, p.target, job, levels);
+                self.land_loaded(frame, i, p.target, job, levels);
                 continue;
             }
             if after > self.config.budget {
@@ -719,11 +724,7 @@ impl MipStreamer {
                         .flatten()
                         .filter_map(|s| s.pending.as_ref().map(|p| (s, p)))
                         .filter(|(_, p)| p.target > p.from)
-                        .map(|(s, p)| {
-                            s.level_bytes[p.from as usize..p.target as usize]
-                                .iter()
-                                .sum::<u64>()
-                        })
+                        .map(|(s, p)| s.bytes(p.from..p.target))
                         .sum()
                 });
                 let Some(slot) = self.slots[i].as_mut() else {
@@ -764,7 +765,7 @@ impl MipStreamer {
                 });
                 continue;
             }
-            self.grow(frame, i, p.target, job, levels);
+            self.land_loaded(frame, i, p.target, job, levels);
             frame.uploaded += bytes;
             frame.growths += 1;
         }
@@ -798,16 +799,12 @@ impl MipStreamer {
             self.submit_cost
                 .observe(frame.copies, submitting.elapsed().as_secs_f64());
         }
-        if !frame.staged.is_empty() || !frame.retired.is_empty() {
-            // Staging ranges go back to the loaders once the GPU has copied them; the
-            // textures replaced go to the loader's reaper, which releases their memory
-            // off this thread (freeing device memory takes a driver a while).
-            let (held, reaper) = (frame.staged, self.loader.reaper());
-            let retired = frame.retired;
-            self.gpu.work_epoch_then(move || {
-                drop(held);
-                reaper.retire(retired);
-            });
+        if !frame.retired.is_empty() {
+            // The textures replaced go to the loader's reaper once the GPU is done with
+            // them, which releases their memory off this thread (freeing device memory
+            // takes a driver a while).
+            let (retired, reaper) = (frame.retired, self.loader.reaper());
+            self.gpu.work_epoch_then(move || reaper.retire(retired));
         }
         let submitted = web_time::Instant::now();
         for (texture, base, job, levels) in frame.heap {
@@ -997,8 +994,10 @@ impl MipStreamer {
     }
 
     /// Lands a loaded swap of slot `i` to level `target`, a growth or a shrink (the loader
-    /// submitted its copies): its staged levels join the frame, its texture the slot.
-    fn grow(
+    /// submitted its copies): its texture becomes the slot's, its heap levels join the
+    /// frame's uploads, and its staging range goes back once those copies are done
+    /// (`StagedRange::copied_by`).
+    fn land_loaded(
         &mut self,
         frame: &mut Frame,
         i: usize,
@@ -1007,7 +1006,7 @@ impl MipStreamer {
         landing: loader::Landing,
     ) {
         match landing.levels {
-            loader::Levels::Staged(range, _) => frame.staged.push(range),
+            loader::Levels::Staged(range, _) => drop(range),
             loader::Levels::Heap(levels) if !levels.is_empty() => {
                 frame
                     .heap
@@ -1151,16 +1150,14 @@ fn level_copy(texture: &wgpu::Texture, level: u32, base: u32) -> wgpu::TexelCopy
 }
 
 /// What one `update` submits: its shrinks' command buffer (`shrink.rs`; the loaders
-/// submitted its growths' copies); the staging ranges its growths read and the textures
-/// it replaced, both handed to the epoch after it; loads that go through the uploader
-/// after it, and the bytes it brings.
+/// submitted its growths' copies); the textures it replaced, handed to the epoch after
+/// it; loads that go through the uploader after it, and the bytes it brings.
 #[derive(Default)]
 struct Frame {
     /// Copies the frame submits (its shrinks').
     copies: usize,
     /// The shrinks' command buffer.
     shrunk: Option<wgpu::CommandBuffer>,
-    staged: Vec<staging::StagedRange>,
     heap: Vec<(wgpu::Texture, u32, loader::Job, Vec<Vec<u8>>)>,
     /// Textures replaced this frame: released off this thread once the GPU is done.
     retired: Vec<wgpu::Texture>,

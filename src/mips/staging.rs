@@ -6,11 +6,11 @@
 //! mapped for its whole life), handed out in ranges by the crate's own range allocator
 //! (`alloc/tlsf.rs`). A loader takes a range for a whole load (every level it brings, each
 //! at a 256-byte boundary with rows padded to the copy pitch) as a [`StagedRange`], writes
-//! the levels, records one `copy_buffer_to_texture` per level and submits them, and passes
-//! the handle to the frame thread, which moves it into the "work done" callback of its
-//! frame's submission (later than the loader's). Dropping the handle frees the range; a
-//! handle dropped before its copies are done (a growth the plan gave up) frees it when
-//! they are.
+//! the levels, records one `copy_buffer_to_texture` per level and submits them, notes that
+//! submission on the handle ([`StagedRange::copied_by`]) and passes it to the frame
+//! thread, which drops it when the growth lands or is given up. Dropping the handle frees
+//! the range once its copies are done: at once if they are, else in their work-done
+//! callback.
 //!
 //! # Promises
 //! - A range has one owner at a time: the allocator, one `StagedRange`, or a work-done
