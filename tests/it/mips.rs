@@ -27,6 +27,29 @@ fn random_mips(rng: &mut impl Rng, size: (u32, u32)) -> MemoryMips {
     MemoryMips::new(wgpu::TextureFormat::Rgba8Unorm, size, data).unwrap()
 }
 
+/// Registers `sources` as `t0`, `t1`, ...
+fn register(streamer: &mut MipStreamer, sources: &[Arc<MemoryMips>]) -> Vec<MipId> {
+    sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| streamer.add(s.clone(), &format!("t{i}")).unwrap())
+        .collect()
+}
+
+/// Every level `shown` holds, read back, is its source's level of the same chain index.
+fn assert_levels_are_the_source(
+    gpu: &vramkit::Gpu,
+    shown: &vramkit::mips::StreamedTexture,
+    source: &dyn vramkit::mips::MipSource,
+    what: &str,
+) {
+    for l in 0..shown.texture.mip_level_count() {
+        let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
+        let want = source.read_level(shown.resident + l).unwrap();
+        assert!(got == want, "{what}: level {} differs", shown.resident + l);
+    }
+}
+
 #[test]
 fn two_hundred_textures_at_three_times_the_budget_stay_within_it_and_settle_exactly() {
     let gpu = common::gpu();
@@ -153,14 +176,7 @@ fn two_hundred_textures_at_three_times_the_budget_stay_within_it_and_settle_exac
             );
         }
         if rng.gen_range(0..3) == 0 || d <= 1.0 {
-            let source = &sources[i].0;
-            for l in 0..shown.texture.mip_level_count() {
-                let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
-                let want =
-                    vramkit::mips::MipSource::read_level(source.as_ref(), shown.resident + l)
-                        .unwrap();
-                assert!(got == want, "t{i}: level {} differs", shown.resident + l);
-            }
+            assert_levels_are_the_source(gpu, &shown, sources[i].0.as_ref(), &format!("t{i}"));
         }
     }
 }
@@ -186,11 +202,7 @@ fn a_time_target_too_small_for_any_copy_lands_one_growth_per_update_and_still_se
         },
     )
     .unwrap();
-    let ids: Vec<MipId> = sources
-        .iter()
-        .enumerate()
-        .map(|(i, s)| streamer.add(s.clone(), &format!("t{i}")).unwrap())
-        .collect();
+    let ids = register(&mut streamer, &sources);
     for id in &ids {
         streamer.set_wanted(*id, 0, 1.0).unwrap();
     }
@@ -210,11 +222,7 @@ fn a_time_target_too_small_for_any_copy_lands_one_growth_per_update_and_still_se
     for (id, source) in ids.iter().zip(&sources) {
         let shown = streamer.texture(*id).unwrap();
         assert_eq!(shown.resident, 0);
-        for l in 0..shown.texture.mip_level_count() {
-            let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
-            let want = vramkit::mips::MipSource::read_level(source.as_ref(), l).unwrap();
-            assert!(got == want, "level {l} differs");
-        }
+        assert_levels_are_the_source(gpu, &shown, source.as_ref(), "the texture");
     }
 }
 
@@ -256,11 +264,7 @@ fn shrinks_past_three_a_frame_are_prepared_by_the_loaders_and_land_exactly() {
         },
     )
     .unwrap();
-    let ids: Vec<MipId> = sources
-        .iter()
-        .enumerate()
-        .map(|(i, s)| streamer.add(s.clone(), &format!("t{i}")).unwrap())
-        .collect();
+    let ids = register(&mut streamer, &sources);
     // A frame loop's updates: a frame apart (the gate tells them from back-to-back ones).
     let frame = |streamer: &mut MipStreamer| {
         streamer.wait_for_loads(LOADS).unwrap();
@@ -316,12 +320,7 @@ fn shrinks_past_three_a_frame_are_prepared_by_the_loaders_and_land_exactly() {
     for (k, (id, source)) in ids.iter().zip(&sources).enumerate() {
         let shown = streamer.texture(*id).unwrap();
         assert_eq!(shown.resident, if k < n { 3 } else { 0 }, "t{k}");
-        for l in 0..shown.texture.mip_level_count() {
-            let got = vramkit::readback::read_texture_level(gpu, &shown.texture, l).unwrap();
-            let want =
-                vramkit::mips::MipSource::read_level(source.as_ref(), shown.resident + l).unwrap();
-            assert!(got == want, "t{k}: level {} differs", shown.resident + l);
-        }
+        assert_levels_are_the_source(gpu, &shown, source.as_ref(), &format!("t{k}"));
     }
 }
 
