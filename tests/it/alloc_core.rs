@@ -152,6 +152,48 @@ fn a_million_live_ranges() {
     assert_eq!(a.free_range_count(), 1);
 }
 
+/// A block that refused a request is passed over for requests at least as large until
+/// one of its ranges is freed, and never for smaller ones: what goes where is what a
+/// search of every block in creation order would give.
+#[test]
+fn block_set_passes_over_blocks_that_refused_until_they_free() {
+    const KIB: u64 = 1 << 10;
+    let policy = BlockPolicy {
+        min_block: 1 << 20,
+        max_block: 1 << 20,
+        dedicated_threshold: 4 << 20,
+        dedicated_share: 0,
+        dedicated_granularity: 64 << 10,
+        release_empty_before_grow: false,
+    };
+    let mut set: BlockSet = BlockSet::new(policy);
+    let alloc = |set: &mut BlockSet, size: u64| {
+        set.allocate::<AllocError>(size, 256, |_, _| Ok(()), |_| {})
+            .expect("room for a new block")
+    };
+    // Three full blocks of four 256 KiB ranges.
+    let mut live: Vec<_> = (0..12).map(|_| alloc(&mut set, 256 * KIB)).collect();
+    assert_eq!(set.stats().blocks, 3);
+    // A 256 KiB hole in block 0: a 512 KiB request is refused by every block.
+    let hole = live.remove(1);
+    assert_eq!(hole.block.0, 0);
+    assert!(set.free(hole));
+    let big = alloc(&mut set, 512 * KIB);
+    assert_eq!((big.block.0, set.stats().blocks), (3, 4));
+    // A smaller request still finds block 0's hole, the first in creation order.
+    let small = alloc(&mut set, 128 * KIB);
+    assert_eq!(small.block.0, 0);
+    // Block 1 frees two neighbours: it takes the next 512 KiB request, before block 3.
+    let (a, b) = (live.remove(4), live.remove(4));
+    assert_eq!((a.block.0, b.block.0, a.offset + a.size), (1, 1, b.offset));
+    assert!(set.free(a) && set.free(b));
+    assert_eq!(alloc(&mut set, 512 * KIB).block.0, 1);
+    // Now only block 3 has 512 KiB (block 0 has 128 KiB left).
+    assert_eq!(alloc(&mut set, 512 * KIB).block.0, 3);
+    assert_eq!(alloc(&mut set, 128 * KIB).block.0, 0);
+    assert_eq!(set.check_invariants(), Ok(()));
+}
+
 #[test]
 fn block_set_grows_by_a_sixteenth_and_dedicates_huge_requests() {
     let policy = BlockPolicy {
@@ -596,6 +638,7 @@ proptest! {
         for op in ops {
             match op {
                 SetOp::Alloc(size) => {
+                    let shared = size != 0 && !set.is_dedicated(size);
                     let mut reserved = None;
                     let mut released = Vec::new();
                     let r = set.allocate::<AllocError>(
@@ -613,6 +656,18 @@ proptest! {
                     }
                     match r {
                         Ok(a) => {
+                            // A new block only when no block had room: no block passed
+                            // over as having refused a request could have taken it.
+                            if shared && reserved.is_some() {
+                                for (id, _, dedicated, _) in set.blocks() {
+                                    let room = set.block(id).map_or(0, |b| b.largest_free());
+                                    prop_assert!(
+                                        dedicated || id == a.block || room < size + 255,
+                                        "a new block while block {} had {} bytes free for {}",
+                                        id.0, room, size
+                                    );
+                                }
+                            }
                             prop_assert!(a.offset % 256 == 0);
                             prop_assert!(a.offset + a.size <= blocks[&a.block.0]);
                             for l in &live {
