@@ -34,7 +34,10 @@ pub(crate) enum Knob {
     #[cfg_attr(not(vulkan_hal), allow(dead_code))]
     HostImport,
     HostReadBarrier,
-    #[cfg_attr(feature = "lock-parking-lot", allow(dead_code))]
+    #[cfg_attr(
+        any(feature = "lock-parking-lot", feature = "lock-none"),
+        allow(dead_code)
+    )]
     LockBias,
     QueueLock,
     Sealing,

@@ -149,11 +149,15 @@ pub(crate) struct RawLock {
 /// The raw lock the arena's state lives under: [`RawLock`], or, with the lab-only feature
 /// `lock-parking-lot`, [`PlainLock`] (a plain `parking_lot` mutex, for the comparison the
 /// biased lock has to win).
-#[cfg(not(feature = "lock-parking-lot"))]
+#[cfg(not(any(feature = "lock-parking-lot", feature = "lock-none")))]
 pub(crate) type Raw = RawLock;
 /// See above.
-#[cfg(feature = "lock-parking-lot")]
+#[cfg(all(feature = "lock-parking-lot", not(feature = "lock-none")))]
 pub(crate) type Raw = PlainLock;
+/// See above: with the lab-only feature `lock-none`, [`NoLock`] (no lock at all, one
+/// thread only: the floor the lock comparison is measured against).
+#[cfg(feature = "lock-none")]
+pub(crate) type Raw = NoLock;
 
 /// A mutex over the arena's state, used as `parking_lot::Mutex` is.
 pub(crate) type Mutex<T> = lock_api::Mutex<Raw, T>;
@@ -202,6 +206,84 @@ impl PlainLock {
     /// No biases: (0, 0).
     pub(crate) fn bias_counts(&self) -> (u64, u64) {
         (0, 0)
+    }
+}
+
+/// No lock at all, for one thread (feature `lock-none`, for the lab only): what an
+/// alloc+free pair costs with nothing to take or release is the least that any design
+/// keeping the arena's bookkeeping current on every operation could reach, per-thread
+/// caches of freed ranges included. The first thread to take it owns it; another
+/// thread, or a nested take, aborts the process (a try from inside a critical section
+/// fails, as it does on the biased lock).
+#[cfg(feature = "lock-none")]
+pub(crate) struct NoLock {
+    owner: AtomicUsize,
+    held: AtomicBool,
+}
+
+#[cfg(feature = "lock-none")]
+impl NoLock {
+    /// Claims the lock for this thread; false when it is held already (by this thread).
+    #[inline(always)]
+    fn claim(&self) -> bool {
+        let me = this_thread();
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner != me
+            && self
+                .owner
+                .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            eprintln!("the lab's `lock-none` build is for one thread: a second took the lock");
+            std::process::abort();
+        }
+        if self.held.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.held.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// No biases: (0, 0).
+    pub(crate) fn bias_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+// SAFETY: one thread only (any other aborts in `claim`), and a take while held fails or
+// aborts, so no two guards exist at once.
+#[cfg(feature = "lock-none")]
+unsafe impl lock_api::RawMutex for NoLock {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: NoLock = NoLock {
+        owner: AtomicUsize::new(0),
+        held: AtomicBool::new(false),
+    };
+    type GuardMarker = lock_api::GuardNoSend;
+
+    #[inline(always)]
+    fn lock(&self) {
+        lock_rank::before(lock_rank::ARENA);
+        lock_rank::taken(lock_rank::ARENA);
+        if !self.claim() {
+            eprintln!("the lab's `lock-none` build: a nested take of the arena's lock");
+            std::process::abort();
+        }
+    }
+
+    #[inline(always)]
+    fn try_lock(&self) -> bool {
+        let took = self.claim();
+        if took {
+            lock_rank::taken(lock_rank::ARENA);
+        }
+        took
+    }
+
+    #[inline(always)]
+    unsafe fn unlock(&self) {
+        lock_rank::released(lock_rank::ARENA);
+        self.held.store(false, Ordering::Relaxed);
     }
 }
 

@@ -2,7 +2,10 @@
 //! every lock of the crate is taken in ([`rank`]), and the biased mutex the arena's state
 //! lives under ([`biased`]).
 
-// With the lab's `lock-parking-lot`, the biased lock is built but not used.
-#[cfg_attr(feature = "lock-parking-lot", allow(dead_code))]
+// With the lab's `lock-parking-lot` or `lock-none`, the biased lock is built but not used.
+#[cfg_attr(
+    any(feature = "lock-parking-lot", feature = "lock-none"),
+    allow(dead_code)
+)]
 pub(crate) mod biased;
 pub(crate) mod rank;
