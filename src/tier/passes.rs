@@ -472,8 +472,11 @@ impl Defragmentation<'_> {
         (blocks, bytes)
     }
 
-    /// Gives back the kept empty blocks that are still empty.
+    /// Gives back the kept empty blocks that are still empty, and stops the blocks that
+    /// were emptying over several passes draining (they keep what is left in them).
     fn release_kept(&mut self) {
+        let partial = std::mem::take(&mut self.kept.partial);
+        self.undrain(&partial);
         let kept = std::mem::take(&mut self.kept.spares);
         let (blocks, bytes) = self.release(&kept);
         self.report.blocks_freed += blocks;
