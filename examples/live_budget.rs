@@ -8,6 +8,10 @@
 //! cargo run --release --example live_budget
 //! ```
 //!
+//! `--retrying-neighbour` starts a neighbour that does not look at the driver's free
+//! memory first: it asks for each gigabyte and retries when refused, printing each
+//! refusal with the driver's reading and whether its device is still alive.
+//!
 //! Needs a driver that reports its budget (`VK_EXT_memory_budget`: NVIDIA, AMD, Intel);
 //! elsewhere (lavapipe) it says so and runs the working loop alone. Prints `name: value`
 //! lines, among them `oom_errors` (the first process's), `wrong_results`,
@@ -28,12 +32,13 @@ fn gib(b: u64) -> f64 {
 }
 
 /// The second process: takes `bytes` in 1 GiB buffers (retrying while the GPU is full),
-/// holds them for `hold` seconds, then exits.
-fn neighbour(bytes: u64, hold: f64) -> Result<()> {
+/// holds them for `hold` seconds, then exits. A `polite` one asks only for what the
+/// driver says is free; the other asks and retries when refused.
+fn neighbour(bytes: u64, hold: f64, polite: bool) -> Result<()> {
     let gpu = Gpu::headless()?;
     let step = GIB.min(gpu.limits().max_buffer_size);
     let mut held = Vec::new();
-    let mut taken = 0;
+    let (mut taken, mut refusals) = (0, 0u64);
     let start = Instant::now();
     while taken < bytes && start.elapsed() < Duration::from_secs(120) {
         let size = step.min(bytes - taken);
@@ -41,7 +46,7 @@ fn neighbour(bytes: u64, hold: f64) -> Result<()> {
         // spare. One that retried refused allocations got stuck once (BENCHMARKS.md,
         // Several GPUs), and wgpu loses a device on some out-of-memory paths.
         let free = gpu.driver_memory().map_or(u64::MAX, |m| m.available());
-        if free < size + GIB {
+        if polite && free < size + GIB {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
@@ -68,14 +73,26 @@ fn neighbour(bytes: u64, hold: f64) -> Result<()> {
                 );
             }
             Err(e) => {
-                println!("neighbour: allocation refused: {e}");
+                refusals += 1;
+                // The first refusals in full, then every hundredth.
+                if refusals <= 3 || refusals % 100 == 0 {
+                    let m = gpu.driver_memory();
+                    println!(
+                        "neighbour: allocation {refusals} refused at {taken} after {:.2} s \
+                         (driver: usage {}, budget {}; device {}): {e}",
+                        start.elapsed().as_secs_f64(),
+                        m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.usage))),
+                        m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.budget))),
+                        gpu.lost().map_or("alive".into(), |why| format!("lost: {why}")),
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
     }
     gpu.wait_idle()?;
     println!(
-        "neighbour: done {taken} after {:.2} s",
+        "neighbour: done {taken} after {:.2} s, {refusals} refusals",
         start.elapsed().as_secs_f64()
     );
     std::thread::sleep(Duration::from_secs_f64(hold));
@@ -89,7 +106,8 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     if let Some(i) = args.iter().position(|a| a == "--neighbour") {
         let bytes = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(GIB);
         let hold = args.get(i + 2).and_then(|v| v.parse().ok()).unwrap_or(3.0);
-        return Ok(neighbour(bytes, hold)?);
+        let polite = !args.iter().any(|a| a == "--retry");
+        return Ok(neighbour(bytes, hold, polite)?);
     }
     let gpu = Gpu::headless()?;
     println!("device: {}", gpu.describe());
@@ -142,6 +160,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         Some(
             Command::new(std::env::current_exe()?)
                 .args(["--neighbour", &want.to_string(), "4"])
+                .args(
+                    args.iter()
+                        .any(|a| a == "--retrying-neighbour")
+                        .then_some("--retry"),
+                )
                 .stdout(Stdio::piped())
                 .spawn()?,
         )
@@ -160,6 +183,8 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
                         .unwrap_or(last);
                 }
                 if line.starts_with("neighbour: done") || line.contains("refused") {
+                    println!("{line}");
+                } else if line.starts_with("neighbour: holding") && last % (8 * GIB) == 0 {
                     println!("{line}");
                 }
             }
@@ -217,11 +242,12 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         if iterations % 50 == 0 || done {
             let m = gpu.driver_memory();
             println!(
-                "t {:5.2} s: budget {:6.2} GiB, reserved {:6.2} GiB, driver budget {}",
+                "t {:5.2} s: budget {:6.2} GiB, reserved {:6.2} GiB, driver budget {}, usage {}",
                 start.elapsed().as_secs_f64(),
                 gib(budget),
                 gib(arena.stats().reserved),
-                m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.budget)))
+                m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.budget))),
+                m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.usage)))
             );
         }
         if done || start.elapsed() > Duration::from_secs(120) {
