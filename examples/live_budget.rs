@@ -83,7 +83,8 @@ fn neighbour(bytes: u64, hold: f64, polite: bool) -> Result<()> {
                         start.elapsed().as_secs_f64(),
                         m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.usage))),
                         m.map_or("-".into(), |m| format!("{:.2} GiB", gib(m.budget))),
-                        gpu.lost().map_or("alive".into(), |why| format!("lost: {why}")),
+                        gpu.lost()
+                            .map_or("alive".into(), |why| format!("lost: {why}")),
                     );
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -182,9 +183,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
                         .and_then(|b| b.parse().ok())
                         .unwrap_or(last);
                 }
-                if line.starts_with("neighbour: done") || line.contains("refused") {
-                    println!("{line}");
-                } else if line.starts_with("neighbour: holding") && last % (8 * GIB) == 0 {
+                let every_8_gib =
+                    line.starts_with("neighbour: holding") && last.is_multiple_of(8 * GIB);
+                if line.starts_with("neighbour: done") || line.contains("refused") || every_8_gib {
                     println!("{line}");
                 }
             }

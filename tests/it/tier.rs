@@ -86,6 +86,42 @@ fn written_movables(
         .collect()
 }
 
+/// `count` written movables of `bytes`, a random half of them dropped and their frees
+/// back in their blocks.
+fn half_freed(
+    rt: &Runtime,
+    tiers: &Tiers,
+    rng: &mut impl Rng,
+    count: u64,
+    bytes: u64,
+) -> Vec<Option<(Movable, Vec<f32>)>> {
+    let mut handles = written_movables(rt, tiers, rng, count, bytes);
+    for h in handles.iter_mut() {
+        if rng.gen_bool(0.5) {
+            *h = None;
+        }
+    }
+    rt.synchronize().unwrap();
+    handles
+}
+
+/// A defragmentation of every pool in passes of at most `max_bytes` and `max_moves`.
+fn passes_within(
+    tiers: &Tiers,
+    max_bytes: u64,
+    max_moves: usize,
+) -> vramkit::tier::Defragmentation<'_> {
+    tiers
+        .begin_defragmentation(vramkit::tier::DefragOptions {
+            pool: None,
+            per_pass: DefragLimits {
+                max_bytes,
+                max_moves,
+            },
+        })
+        .unwrap()
+}
+
 /// After a defragmentation: less reserved than `before`, the tiers consistent, and every
 /// movable of `handles` still holding its bytes.
 fn gave_back_and_kept_every_byte(
@@ -557,29 +593,14 @@ fn bounded_passes_converge_over_frames_with_gpu_work_between_them() {
 /// back, every byte intact.
 #[test]
 fn blocks_fuller_than_a_pass_empty_over_several_passes() {
-    use vramkit::tier::DefragOptions;
     const BLOCK: u64 = 256 << 10;
     const MOVES: usize = 5;
     let mut rng = common::rng();
     let (rt, tiers) = fixed_blocks("portions", BLOCK, 32);
     // Four blocks of 64, about half of each freed: some 32 movables a block.
-    let mut handles = written_movables(&rt, &tiers, &mut rng, 256, 4096);
-    for h in handles.iter_mut() {
-        if rng.gen_bool(0.5) {
-            *h = None;
-        }
-    }
-    rt.synchronize().unwrap();
+    let handles = half_freed(&rt, &tiers, &mut rng, 256, 4096);
     let before = rt.arena().stats();
-    let mut defrag = tiers
-        .begin_defragmentation(DefragOptions {
-            pool: None,
-            per_pass: DefragLimits {
-                max_bytes: u64::MAX,
-                max_moves: MOVES,
-            },
-        })
-        .unwrap();
+    let mut defrag = passes_within(&tiers, u64::MAX, MOVES);
     let (mut passes, mut part_way) = (0, 0);
     while !defrag.is_done() {
         passes += 1;
@@ -605,27 +626,12 @@ fn blocks_fuller_than_a_pass_empty_over_several_passes() {
 /// taken for the end; then the passes converge, every byte intact.
 #[test]
 fn a_scan_of_more_movables_than_a_pass_reads_spreads_over_passes() {
-    use vramkit::tier::DefragOptions;
     const BLOCK: u64 = 256 << 10;
     let mut rng = common::rng();
     let (rt, tiers) = fixed_blocks("scan", BLOCK, 64);
-    let mut handles = written_movables(&rt, &tiers, &mut rng, 4500, 1024);
-    for h in handles.iter_mut() {
-        if rng.gen_bool(0.5) {
-            *h = None;
-        }
-    }
-    rt.synchronize().unwrap();
+    let handles = half_freed(&rt, &tiers, &mut rng, 4500, 1024);
     let before = rt.arena().stats();
-    let mut defrag = tiers
-        .begin_defragmentation(DefragOptions {
-            pool: None,
-            per_pass: DefragLimits {
-                max_bytes: 2 * BLOCK,
-                max_moves: usize::MAX,
-            },
-        })
-        .unwrap();
+    let mut defrag = passes_within(&tiers, 2 * BLOCK, usize::MAX);
     let (mut passes, mut scanning, mut moved) = (0, 0, 0);
     while !defrag.is_done() {
         passes += 1;
