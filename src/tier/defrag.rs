@@ -665,8 +665,13 @@ impl Tiers {
                 .flatten()
                 .collect();
             members.sort_by_key(|c| std::cmp::Reverse(c.placed));
+            // (`portion` records why it took none; a group of several blocks is within
+            // the limits by construction, so it goes whole or waits.)
             let n = pass.portion(&members, to);
-            if n == 0 || (n < members.len() && group.len() > 1) {
+            if n == 0 {
+                break;
+            }
+            if n < members.len() && group.len() > 1 {
                 pass.report.complete = false;
                 break;
             }
