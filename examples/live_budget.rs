@@ -10,7 +10,10 @@
 //!
 //! `--retrying-neighbour` starts a neighbour that does not look at the driver's free
 //! memory first: it asks for each gigabyte and retries when refused, printing each
-//! refusal with the driver's reading and whether its device is still alive.
+//! refusal with the driver's reading and whether its device is still alive. The
+//! neighbour alone (`--neighbour BYTES HOLD_S --retry`) takes `--probe` (after its 500th
+//! refusal: other sizes, the driver's own allocation, a new device) and `--arena` (its
+//! memory through a vramkit arena).
 //!
 //! Needs a driver that reports its budget (`VK_EXT_memory_budget`: NVIDIA, AMD, Intel);
 //! elsewhere (lavapipe) it says so and runs the working loop alone. Prints `name: value`
@@ -33,8 +36,10 @@ fn gib(b: u64) -> f64 {
 
 /// The second process: takes `bytes` in 1 GiB buffers (retrying while the GPU is full),
 /// holds them for `hold` seconds, then exits. A `polite` one asks only for what the
-/// driver says is free; the other asks and retries when refused.
-fn neighbour(bytes: u64, hold: f64, polite: bool) -> Result<()> {
+/// driver says is free; the other asks and retries when refused. With `probe`, the 500th
+/// refusal is followed by two questions: does the same device give a quarter of the size,
+/// and does a new device on the same adapter give the whole size?
+fn neighbour(bytes: u64, hold: f64, polite: bool, probe: bool) -> Result<()> {
     let gpu = Gpu::headless()?;
     let step = GIB.min(gpu.limits().max_buffer_size);
     let mut held = Vec::new();
@@ -43,8 +48,9 @@ fn neighbour(bytes: u64, hold: f64, polite: bool) -> Result<()> {
     while taken < bytes && start.elapsed() < Duration::from_secs(120) {
         let size = step.min(bytes - taken);
         // A polite neighbour: it takes only what the driver says is free, with 1 GiB to
-        // spare. One that retried refused allocations got stuck once (BENCHMARKS.md,
-        // Several GPUs), and wgpu loses a device on some out-of-memory paths.
+        // spare. One that retries refused allocations gets stuck on NVIDIA's driver: once
+        // refused, the process's allocations of that size stay refused with the memory
+        // free (BENCHMARKS.md, Several GPUs in one host).
         let free = gpu.driver_memory().map_or(u64::MAX, |m| m.available());
         if polite && free < size + GIB {
             std::thread::sleep(Duration::from_millis(10));
@@ -87,6 +93,9 @@ fn neighbour(bytes: u64, hold: f64, polite: bool) -> Result<()> {
                             .map_or("alive".into(), |why| format!("lost: {why}")),
                     );
                 }
+                if probe && refusals == 500 {
+                    probe_after_refusals(&gpu, size);
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -101,6 +110,146 @@ fn neighbour(bytes: u64, hold: f64, polite: bool) -> Result<()> {
     Ok(())
 }
 
+/// A neighbour that takes `bytes` through a vramkit arena of its own (no budget), 64 MiB
+/// an allocation, retrying when refused, holds them for `hold` seconds and exits: whether
+/// a vramkit process that was refused once gets stuck as a plain wgpu one does (on the
+/// H200 it did: BENCHMARKS.md, Several GPUs in one host).
+fn arena_neighbour(bytes: u64, hold: f64) -> Result<()> {
+    let gpu = Gpu::headless()?;
+    let mut config = RuntimeConfig::default();
+    config.arena.budget = Budget::Unlimited;
+    let rt = Runtime::new(&gpu, config)?;
+    let piece = 64u64 << 20;
+    let (mut held, mut taken, mut refusals) = (Vec::new(), 0, 0u64);
+    let start = Instant::now();
+    while taken < bytes && start.elapsed() < Duration::from_secs(20) {
+        match rt.arena().alloc(piece, "neighbour") {
+            Ok(a) => {
+                held.push(a);
+                taken += piece;
+                if taken.is_multiple_of(8 * GIB) {
+                    println!(
+                        "neighbour: holding {taken} after {:.2} s",
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Err(e) => {
+                refusals += 1;
+                if refusals <= 2 || refusals % 100 == 0 {
+                    println!(
+                        "neighbour: allocation {refusals} refused at {taken} after {:.2} s: {e}",
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let s = rt.arena().stats();
+    println!(
+        "neighbour: done {taken} after {:.2} s, {refusals} refusals, {} blocks",
+        start.elapsed().as_secs_f64(),
+        s.blocks
+    );
+    std::thread::sleep(Duration::from_secs_f64(hold));
+    Ok(())
+}
+
+/// A buffer of `size` on `gpu`, or why not.
+fn try_buffer(gpu: &Gpu, size: u64) -> std::result::Result<wgpu::Buffer, Error> {
+    gpu.scoped("a probe", || {
+        gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("probe"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    })
+}
+
+/// Asks the Vulkan driver itself (beneath wgpu and its allocator) for `size` bytes of
+/// device-local memory on `gpu`'s device, and gives them back at once.
+#[cfg(vulkan_hal)]
+fn raw_allocation(gpu: &Gpu, size: u64) -> String {
+    use ash::vk;
+    // SAFETY: one allocation on the raw device, freed before returning; nothing of
+    // wgpu's is created or destroyed, as `as_hal` requires.
+    unsafe {
+        let Some(hal) = gpu.device().as_hal::<wgpu::hal::api::Vulkan>() else {
+            return "not a Vulkan device".into();
+        };
+        let instance = hal.shared_instance().raw_instance();
+        let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
+        let local = (0..props.memory_type_count).find(|&i| {
+            props.memory_types[i as usize]
+                .property_flags
+                .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+        });
+        let Some(index) = local else {
+            return "no device-local memory type".into();
+        };
+        let info = vk::MemoryAllocateInfo::default()
+            .allocation_size(size)
+            .memory_type_index(index);
+        match hal.raw_device().allocate_memory(&info, None) {
+            Ok(memory) => {
+                hal.raw_device().free_memory(memory, None);
+                "given".into()
+            }
+            Err(e) => format!("refused ({e:?})"),
+        }
+    }
+}
+
+/// No Vulkan backend in this build: nothing to ask.
+#[cfg(not(vulkan_hal))]
+fn raw_allocation(_gpu: &Gpu, _size: u64) -> String {
+    "not built with Vulkan".into()
+}
+
+/// Which layer keeps refusing: the same device for a smaller buffer, or a new device.
+fn probe_after_refusals(gpu: &Gpu, size: u64) {
+    let verdict = |r: &std::result::Result<wgpu::Buffer, Error>| match r {
+        Ok(_) => "given".to_string(),
+        Err(e) => format!("refused ({e})"),
+    };
+    let smaller = try_buffer(gpu, size / 4);
+    println!(
+        "neighbour: probe: same device, {} bytes: {}",
+        size / 4,
+        verdict(&smaller)
+    );
+    let again = try_buffer(gpu, size);
+    println!(
+        "neighbour: probe: same device, {size} bytes again: {}",
+        verdict(&again)
+    );
+    for bytes in [
+        size,
+        size + (64 << 10),
+        size - (64 << 10),
+        size / 2,
+        2 * size,
+    ] {
+        println!(
+            "neighbour: probe: same device, {bytes} bytes from the driver itself \
+             (vkAllocateMemory): {}",
+            raw_allocation(gpu, bytes)
+        );
+    }
+    match Gpu::headless() {
+        Ok(fresh) => {
+            let whole = try_buffer(&fresh, size);
+            println!(
+                "neighbour: probe: a new device, {size} bytes: {}",
+                verdict(&whole)
+            );
+        }
+        Err(e) => println!("neighbour: probe: no new device: {e}"),
+    }
+}
+
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     env_logger::init();
     let args: Vec<String> = std::env::args().collect();
@@ -108,7 +257,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let bytes = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(GIB);
         let hold = args.get(i + 2).and_then(|v| v.parse().ok()).unwrap_or(3.0);
         let polite = !args.iter().any(|a| a == "--retry");
-        return Ok(neighbour(bytes, hold, polite)?);
+        let probe = args.iter().any(|a| a == "--probe");
+        if args.iter().any(|a| a == "--arena") {
+            return Ok(arena_neighbour(bytes, hold)?);
+        }
+        return Ok(neighbour(bytes, hold, polite, probe)?);
     }
     let gpu = Gpu::headless()?;
     println!("device: {}", gpu.describe());
