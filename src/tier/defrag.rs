@@ -183,6 +183,11 @@ pub(super) struct KeptCandidates {
     /// leaves them to the hole filling, which moves the rest into the holes (the repack's
     /// block among them). `passes.rs` stops them draining at the end.
     pub partial: Vec<(PoolId, BlockId)>,
+    /// Blocks this defragmentation's repacks packed into: never candidates for its later
+    /// passes. A repack past the pass's limits fills its block part way, and the next
+    /// scan found that block the emptiest of all and emptied it into holes, the next
+    /// repack packed into it again: a run on the H200 went 400 frames without ending.
+    packed: Vec<(PoolId, BlockId)>,
     /// Emptied candidate lists, for the next scan to fill (`movable_blocks`).
     lists: Vec<Vec<Candidate>>,
     /// The tiers' `next_generation` up to which `by_block` is as current as its scan: the
@@ -202,6 +207,7 @@ impl Default for KeptCandidates {
             passes: 0,
             spares: Vec::new(),
             partial: Vec::new(),
+            packed: Vec::new(),
             lists: Vec::new(),
             current_at: None,
         }
@@ -353,7 +359,7 @@ impl Tiers {
         let Some((mut by_block, fresh)) = self.scan_on(pool, kept) else {
             return Planned::scanning();
         };
-        let mut pass = self.plan_from(&mut by_block, limits, &mut kept.spares, &mut kept.partial);
+        let mut pass = self.plan_from(&mut by_block, limits, kept);
         if !fresh && pass.moves.is_empty() && !pass.waiting {
             // Nothing left in what the last scan saw: look again before saying so (new
             // movables, or blocks whose movables were busy then).
@@ -363,7 +369,7 @@ impl Tiers {
                 Some((found, _)) => by_block = found,
                 None => return Planned::scanning(),
             }
-            pass = self.plan_from(&mut by_block, limits, &mut kept.spares, &mut kept.partial);
+            pass = self.plan_from(&mut by_block, limits, kept);
         }
         // The drained blocks' movables have moved: they are candidates no more; nor are
         // the ones moved out of blocks that empty over several passes (the first of
@@ -399,8 +405,7 @@ impl Tiers {
         &self,
         by_block: &mut ByBlock,
         limits: DefragLimits,
-        spares: &mut Vec<(PoolId, BlockId)>,
-        partial: &mut Vec<(PoolId, BlockId)>,
+        kept: &mut KeptCandidates,
     ) -> Pass {
         let (budget, allocated) = self.shared.arena().budget_and_allocated();
         let mut pass = Pass {
@@ -422,11 +427,13 @@ impl Tiers {
             let usage = self.shared.arena().block_usage(pool);
             // A spare the arena gave back for a request's room (its id perhaps reused by
             // a block of its own since) is a spare no more.
-            spares.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
+            kept.spares
+                .retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
             // A block given back meanwhile (emptied by its own frees) is emptied no more.
-            partial.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
-            self.repack(pool, by_block, &usage, &mut pass, spares, partial);
-            self.fill_holes(pool, by_block, &usage, &mut pass, partial);
+            kept.partial
+                .retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
+            self.repack(pool, by_block, &usage, &mut pass, kept);
+            self.fill_holes(pool, by_block, &usage, &mut pass, kept);
         }
         pass
     }
@@ -551,10 +558,15 @@ impl Tiers {
         by_block: &ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
+        packed: &[(PoolId, BlockId)],
     ) -> Vec<(u64, u64, BlockId)> {
         let mut c: Vec<(u64, u64, BlockId)> = Vec::new();
         for b in usage {
-            if b.dedicated || b.live == 0 || pass.drained.contains(&(pool, b.id)) {
+            if b.dedicated
+                || b.live == 0
+                || pass.drained.contains(&(pool, b.id))
+                || packed.contains(&(pool, b.id))
+            {
                 continue;
             }
             let movables = by_block.get(&(pool, b.id)).map_or(0, Vec::len);
@@ -575,19 +587,19 @@ impl Tiers {
         by_block: &mut ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        spares: &mut Vec<(PoolId, BlockId)>,
-        partial: &[(PoolId, BlockId)],
+        kept: &mut KeptCandidates,
     ) {
         let arena = self.shared.arena();
         let (align, max_block) = arena.pool_layout(pool);
-        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass);
+        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.packed);
         // A block emptying over several passes goes on into holes (`fill_holes`).
-        candidates.retain(|c| !partial.contains(&(pool, c.2)));
+        candidates.retain(|c| !kept.partial.contains(&(pool, c.2)));
         let mut i = 0;
         while i < candidates.len() {
             // The largest empty spare of the pool, if any: the group is bounded to fit it
             // (a sixteenth kept for alignment and the allocator's slack).
-            let spare = spares
+            let spare = kept
+                .spares
                 .iter()
                 .filter(|(p, _)| *p == pool)
                 .filter_map(|(_, id)| usage.iter().find(|b| b.id == *id && b.live == 0))
@@ -625,16 +637,16 @@ impl Tiers {
             // quarter of the planning (callgrind, lavapipe). One walk, and a mask for the
             // rounding (the alignment is a power of two): a division per member was a
             // tenth of a late pass's planning.
-            let (mut largest, mut packed) = (0, 0);
+            let (mut largest, mut end_to_end) = (0, 0);
             for c in group
                 .iter()
                 .filter_map(|id| by_block.get(&(pool, *id)))
                 .flatten()
             {
                 largest = largest.max(c.placed);
-                packed += (c.placed + align - 1) & !(align - 1);
+                end_to_end += (c.placed + align - 1) & !(align - 1);
             }
-            let bytes = packed + 2 * align + largest / 8;
+            let bytes = end_to_end + 2 * align + largest / 8;
             let spare = spare.filter(|&(s, _)| bytes <= s);
             // Worth a move only if it gives back at least a sixteenth of the group.
             if spare.map_or(bytes, |(s, _)| s) + size / 16 > size {
@@ -677,7 +689,7 @@ impl Tiers {
             }
             let block = match spare {
                 Some((_, id)) => {
-                    spares.retain(|&(p, b)| (p, b) != (pool, id));
+                    kept.spares.retain(|&(p, b)| (p, b) != (pool, id));
                     arena.set_draining(pool, &[id], false);
                     id
                 }
@@ -692,10 +704,12 @@ impl Tiers {
                 Some(planned) if n == members.len() => {
                     pass.drained.extend(group.iter().map(|id| (pool, *id)));
                     pass.take(planned);
+                    kept.packed.push((pool, block));
                 }
                 Some(planned) => {
                     pass.portions.push(((pool, group[0]), n));
                     pass.take(planned);
+                    kept.packed.push((pool, block));
                 }
                 None => arena.set_draining(pool, &group, false),
             }
@@ -709,7 +723,7 @@ impl Tiers {
         by_block: &mut ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        partial: &mut Vec<(PoolId, BlockId)>,
+        kept: &mut KeptCandidates,
     ) {
         let arena = self.shared.arena();
         let mut free_elsewhere: u64 = usage
@@ -717,11 +731,11 @@ impl Tiers {
             .filter(|b| !b.dedicated && !b.draining && !pass.drained.contains(&(pool, b.id)))
             .map(|b| b.size - b.used)
             .sum();
-        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass) {
+        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass, &kept.packed) {
             // Its own free space no longer counts once it drains (a block emptying over
             // several passes drains already). Only a block whose every movable has room
             // elsewhere starts to empty.
-            let draining = partial.contains(&(pool, id));
+            let draining = kept.partial.contains(&(pool, id));
             let room = match draining {
                 true => free_elsewhere,
                 false => free_elsewhere.saturating_sub(size - used),
@@ -758,7 +772,7 @@ impl Tiers {
                 // still have members that fit.
                 None => {
                     arena.set_draining(pool, &[id], false);
-                    partial.retain(|k| *k != (pool, id));
+                    kept.partial.retain(|k| *k != (pool, id));
                 }
             }
         }

@@ -242,6 +242,8 @@ pub fn suite_defrag(gpu: &Gpu, figures: &mut Figures) {
     );
     figures.add("defrag_passes", spans.len());
     figures.add("defrag_passes_frames", converged);
+    // Moves against the live movables: a movable moved twice is churn.
+    figures.add("defrag_passes_moves", report.moves);
     figures.add(
         "defrag_passes_frame_ms",
         format!("{:.3}", mean_ms(while_passes)),
