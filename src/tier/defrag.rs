@@ -183,11 +183,14 @@ pub(super) struct KeptCandidates {
     /// leaves them to the hole filling, which moves the rest into the holes (the repack's
     /// block among them). `passes.rs` stops them draining at the end.
     pub partial: Vec<(PoolId, BlockId)>,
-    /// Blocks this defragmentation's repacks packed into: never candidates for its later
-    /// passes. A repack past the pass's limits fills its block part way, and the next
-    /// scan found that block the emptiest of all and emptied it into holes, the next
-    /// repack packed into it again: a run on the H200 went 400 frames without ending.
-    packed: Vec<(PoolId, BlockId)>,
+    /// Blocks a repack past the pass's limits began to pack into, by the block being
+    /// emptied: its next portions go there too (`continue_repacks`), and until it is
+    /// empty the destination is no candidate. Left to the scans, a block filled part way
+    /// was the emptiest of all and was emptied into holes, and the next repack packed
+    /// into it again (an H200 run went 400 frames without ending); left to the hole
+    /// filling, the rest went into older blocks' holes and the destination stayed part
+    /// empty (1.21 reserved over allocated at the end).
+    into: Vec<((PoolId, BlockId), BlockId)>,
     /// Emptied candidate lists, for the next scan to fill (`movable_blocks`).
     lists: Vec<Vec<Candidate>>,
     /// The tiers' `next_generation` up to which `by_block` is as current as its scan: the
@@ -207,7 +210,7 @@ impl Default for KeptCandidates {
             passes: 0,
             spares: Vec::new(),
             partial: Vec::new(),
-            packed: Vec::new(),
+            into: Vec::new(),
             lists: Vec::new(),
             current_at: None,
         }
@@ -432,6 +435,8 @@ impl Tiers {
             // A block given back meanwhile (emptied by its own frees) is emptied no more.
             kept.partial
                 .retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
+            let partial = &kept.partial;
+            kept.into.retain(|(key, _)| partial.contains(key));
             self.repack(pool, by_block, &usage, &mut pass, kept);
             self.fill_holes(pool, by_block, &usage, &mut pass, kept);
         }
@@ -558,14 +563,14 @@ impl Tiers {
         by_block: &ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        packed: &[(PoolId, BlockId)],
+        into: &[((PoolId, BlockId), BlockId)],
     ) -> Vec<(u64, u64, BlockId)> {
         let mut c: Vec<(u64, u64, BlockId)> = Vec::new();
         for b in usage {
             if b.dedicated
                 || b.live == 0
                 || pass.drained.contains(&(pool, b.id))
-                || packed.contains(&(pool, b.id))
+                || into.iter().any(|&((p, _), to)| p == pool && to == b.id)
             {
                 continue;
             }
@@ -591,8 +596,10 @@ impl Tiers {
     ) {
         let arena = self.shared.arena();
         let (align, max_block) = arena.pool_layout(pool);
-        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.packed);
-        // A block emptying over several passes goes on into holes (`fill_holes`).
+        self.continue_repacks(pool, by_block, usage, pass, kept);
+        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.into);
+        // A block emptying over several passes goes on where it began (above, or into
+        // holes: `fill_holes`).
         candidates.retain(|c| !kept.partial.contains(&(pool, c.2)));
         let mut i = 0;
         while i < candidates.len() {
@@ -704,14 +711,64 @@ impl Tiers {
                 Some(planned) if n == members.len() => {
                     pass.drained.extend(group.iter().map(|id| (pool, *id)));
                     pass.take(planned);
-                    kept.packed.push((pool, block));
                 }
                 Some(planned) => {
                     pass.portions.push(((pool, group[0]), n));
                     pass.take(planned);
-                    kept.packed.push((pool, block));
+                    kept.into.push(((pool, group[0]), block));
                 }
                 None => arena.set_draining(pool, &group, false),
+            }
+        }
+    }
+
+    /// The next portions of blocks a repack began to empty into a block of its own
+    /// ([`KeptCandidates::into`]), within what is left of the pass's limits. A block
+    /// whose moved movables' frees are not back yet waits; one whose next portion no
+    /// longer fits its destination goes on into holes.
+    fn continue_repacks(
+        &self,
+        pool: PoolId,
+        by_block: &mut ByBlock,
+        usage: &[BlockUsage],
+        pass: &mut Pass,
+        kept: &mut KeptCandidates,
+    ) {
+        let going: Vec<((PoolId, BlockId), BlockId)> = kept
+            .into
+            .iter()
+            .filter(|((p, _), _)| *p == pool)
+            .copied()
+            .collect();
+        if going.is_empty() {
+            return;
+        }
+        let ready = self.candidate_blocks(pool, by_block, usage, pass, &kept.into);
+        for (key, to) in going {
+            if !ready.iter().any(|c| c.2 == key.1) {
+                continue;
+            }
+            let Some(members) = by_block.get_mut(&key) else {
+                continue;
+            };
+            largest_first(members);
+            let members: Vec<&Candidate> = members.iter().collect();
+            let n = pass.portion(&members, Destination::Holes);
+            if n == 0 {
+                return;
+            }
+            match self.plan_moves(pool, &members[..n], AllocMode::in_block(to)) {
+                Some(planned) if n == members.len() => {
+                    pass.drained.push(key);
+                    pass.take(planned);
+                    kept.into.retain(|(k, _)| *k != key);
+                }
+                Some(planned) => {
+                    pass.portions.push((key, n));
+                    pass.take(planned);
+                    return;
+                }
+                None => kept.into.retain(|(k, _)| *k != key),
             }
         }
     }
@@ -731,7 +788,12 @@ impl Tiers {
             .filter(|b| !b.dedicated && !b.draining && !pass.drained.contains(&(pool, b.id)))
             .map(|b| b.size - b.used)
             .sum();
-        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass, &kept.packed) {
+        let candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.into);
+        for (used, size, id) in candidates {
+            // Blocks a repack is emptying go on into its block (`continue_repacks`).
+            if kept.into.iter().any(|(k, _)| *k == (pool, id)) {
+                continue;
+            }
             // Its own free space no longer counts once it drains (a block emptying over
             // several passes drains already). Only a block whose every movable has room
             // elsewhere starts to empty.
