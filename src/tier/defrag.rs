@@ -26,9 +26,10 @@
 //! 5. A block being emptied is marked *draining* (the allocator core places nothing new in
 //!    it). If one of its movables finds no place, the block is left as it was. A block
 //!    holding more than what is left of the pass's limits moves its largest movables
-//!    that fit them and empties over the next passes (into holes, a repack's block
-//!    among them), so no pass runs past its limits, however full the blocks: a block of
-//!    900 small movables emptied in one pass took an H200's host 1-1.5 ms to plan.
+//!    that fit them and empties over the next passes (into the block a repack began to
+//!    pack it into, else into holes), so no pass runs past its limits, however full the
+//!    blocks: a block of 900 small movables emptied in one pass took an H200's host
+//!    1-1.5 ms to plan.
 //! 6. The pass records one copy per moved allocation into a command encoder (the
 //!    caller's, or its own submission), and the handles point at the new ranges at once.
 //!    The old ranges are freed when the encoder has been submitted, and once those copies
@@ -179,9 +180,9 @@ pub(super) struct KeptCandidates {
     /// (`passes.rs`).
     pub spares: Vec<(PoolId, BlockId)>,
     /// Blocks being emptied over several passes (draining meanwhile): what was left of
-    /// the pass's limits took only some of their movables (`Pass::portion`). A repack
-    /// leaves them to the hole filling, which moves the rest into the holes (the repack's
-    /// block among them). `passes.rs` stops them draining at the end.
+    /// the pass's limits took only some of their movables (`Pass::portion`). The rest go
+    /// into the block a repack began to pack them into ([`into`](Self::into)), else into
+    /// holes. `passes.rs` stops them draining at the end.
     pub partial: Vec<(PoolId, BlockId)>,
     /// Blocks a repack past the pass's limits began to pack into, by the block being
     /// emptied: its next portions go there too (`continue_repacks`), and until it is
@@ -672,7 +673,7 @@ impl Tiers {
             // sort of sorted runs). A group past what is left of the pass's limits is
             // one block (it grows only within them), which then empties over several
             // passes: the moved movables are the first of its list, and the rest go
-            // into holes later, this block's among them.
+            // into this block in the next passes (`continue_repacks`).
             for id in &group {
                 if let Some(members) = by_block.get_mut(&(pool, *id)) {
                     largest_first(members);
