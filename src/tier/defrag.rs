@@ -26,10 +26,9 @@
 //! 5. A block being emptied is marked *draining* (the allocator core places nothing new in
 //!    it). If one of its movables finds no place, the block is left as it was. A block
 //!    holding more than what is left of the pass's limits moves its largest movables
-//!    that fit them and empties over the next passes (into the block a repack began to
-//!    pack it into, else into holes), so no pass runs past its limits, however full the
-//!    blocks: a block of 900 small movables emptied in one pass took an H200's host
-//!    1-1.5 ms to plan.
+//!    that fit them and empties over the next passes (into holes, a repack's block
+//!    among them), so no pass runs past its limits, however full the blocks: a block of
+//!    900 small movables emptied in one pass took an H200's host 1-1.5 ms to plan.
 //! 6. The pass records one copy per moved allocation into a command encoder (the
 //!    caller's, or its own submission), and the handles point at the new ranges at once.
 //!    The old ranges are freed when the encoder has been submitted, and once those copies
@@ -180,18 +179,10 @@ pub(super) struct KeptCandidates {
     /// (`passes.rs`).
     pub spares: Vec<(PoolId, BlockId)>,
     /// Blocks being emptied over several passes (draining meanwhile): what was left of
-    /// the pass's limits took only some of their movables (`Pass::portion`). The rest go
-    /// into the block a repack began to pack them into ([`into`](Self::into)), else into
-    /// holes. `passes.rs` stops them draining at the end.
+    /// the pass's limits took only some of their movables (`Pass::portion`). A repack
+    /// leaves them to the hole filling, which moves the rest into the holes (the repack's
+    /// block among them). `passes.rs` stops them draining at the end.
     pub partial: Vec<(PoolId, BlockId)>,
-    /// Blocks a repack past the pass's limits began to pack into, by the block being
-    /// emptied: its next portions go there too (`continue_repacks`), and until it is
-    /// empty the destination is no candidate. Left to the scans, a block filled part way
-    /// was the emptiest of all and was emptied into holes, and the next repack packed
-    /// into it again (an H200 run went 400 frames without ending); left to the hole
-    /// filling, the rest went into older blocks' holes and the destination stayed part
-    /// empty (1.21 reserved over allocated at the end).
-    into: Vec<((PoolId, BlockId), BlockId)>,
     /// Emptied candidate lists, for the next scan to fill (`movable_blocks`).
     lists: Vec<Vec<Candidate>>,
     /// The tiers' `next_generation` up to which `by_block` is as current as its scan: the
@@ -211,7 +202,6 @@ impl Default for KeptCandidates {
             passes: 0,
             spares: Vec::new(),
             partial: Vec::new(),
-            into: Vec::new(),
             lists: Vec::new(),
             current_at: None,
         }
@@ -363,7 +353,7 @@ impl Tiers {
         let Some((mut by_block, fresh)) = self.scan_on(pool, kept) else {
             return Planned::scanning();
         };
-        let mut pass = self.plan_from(&mut by_block, limits, kept);
+        let mut pass = self.plan_from(&mut by_block, limits, &mut kept.spares, &mut kept.partial);
         if !fresh && pass.moves.is_empty() && !pass.waiting {
             // Nothing left in what the last scan saw: look again before saying so (new
             // movables, or blocks whose movables were busy then).
@@ -373,7 +363,7 @@ impl Tiers {
                 Some((found, _)) => by_block = found,
                 None => return Planned::scanning(),
             }
-            pass = self.plan_from(&mut by_block, limits, kept);
+            pass = self.plan_from(&mut by_block, limits, &mut kept.spares, &mut kept.partial);
         }
         // The drained blocks' movables have moved: they are candidates no more; nor are
         // the ones moved out of blocks that empty over several passes (the first of
@@ -409,7 +399,8 @@ impl Tiers {
         &self,
         by_block: &mut ByBlock,
         limits: DefragLimits,
-        kept: &mut KeptCandidates,
+        spares: &mut Vec<(PoolId, BlockId)>,
+        partial: &mut Vec<(PoolId, BlockId)>,
     ) -> Pass {
         let (budget, allocated) = self.shared.arena().budget_and_allocated();
         let mut pass = Pass {
@@ -431,15 +422,11 @@ impl Tiers {
             let usage = self.shared.arena().block_usage(pool);
             // A spare the arena gave back for a request's room (its id perhaps reused by
             // a block of its own since) is a spare no more.
-            kept.spares
-                .retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
+            spares.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
             // A block given back meanwhile (emptied by its own frees) is emptied no more.
-            kept.partial
-                .retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
-            let partial = &kept.partial;
-            kept.into.retain(|(key, _)| partial.contains(key));
-            self.repack(pool, by_block, &usage, &mut pass, kept);
-            self.fill_holes(pool, by_block, &usage, &mut pass, kept);
+            partial.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
+            self.repack(pool, by_block, &usage, &mut pass, spares, partial);
+            self.fill_holes(pool, by_block, &usage, &mut pass, partial);
         }
         pass
     }
@@ -564,15 +551,10 @@ impl Tiers {
         by_block: &ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        into: &[((PoolId, BlockId), BlockId)],
     ) -> Vec<(u64, u64, BlockId)> {
         let mut c: Vec<(u64, u64, BlockId)> = Vec::new();
         for b in usage {
-            if b.dedicated
-                || b.live == 0
-                || pass.drained.contains(&(pool, b.id))
-                || into.iter().any(|&((p, _), to)| p == pool && to == b.id)
-            {
+            if b.dedicated || b.live == 0 || pass.drained.contains(&(pool, b.id)) {
                 continue;
             }
             let movables = by_block.get(&(pool, b.id)).map_or(0, Vec::len);
@@ -593,21 +575,19 @@ impl Tiers {
         by_block: &mut ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        kept: &mut KeptCandidates,
+        spares: &mut Vec<(PoolId, BlockId)>,
+        partial: &[(PoolId, BlockId)],
     ) {
         let arena = self.shared.arena();
         let (align, max_block) = arena.pool_layout(pool);
-        self.continue_repacks(pool, by_block, usage, pass, kept);
-        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.into);
-        // A block emptying over several passes goes on where it began (above, or into
-        // holes: `fill_holes`).
-        candidates.retain(|c| !kept.partial.contains(&(pool, c.2)));
+        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass);
+        // A block emptying over several passes goes on into holes (`fill_holes`).
+        candidates.retain(|c| !partial.contains(&(pool, c.2)));
         let mut i = 0;
         while i < candidates.len() {
             // The largest empty spare of the pool, if any: the group is bounded to fit it
             // (a sixteenth kept for alignment and the allocator's slack).
-            let spare = kept
-                .spares
+            let spare = spares
                 .iter()
                 .filter(|(p, _)| *p == pool)
                 .filter_map(|(_, id)| usage.iter().find(|b| b.id == *id && b.live == 0))
@@ -645,16 +625,16 @@ impl Tiers {
             // quarter of the planning (callgrind, lavapipe). One walk, and a mask for the
             // rounding (the alignment is a power of two): a division per member was a
             // tenth of a late pass's planning.
-            let (mut largest, mut end_to_end) = (0, 0);
+            let (mut largest, mut packed) = (0, 0);
             for c in group
                 .iter()
                 .filter_map(|id| by_block.get(&(pool, *id)))
                 .flatten()
             {
                 largest = largest.max(c.placed);
-                end_to_end += (c.placed + align - 1) & !(align - 1);
+                packed += (c.placed + align - 1) & !(align - 1);
             }
-            let bytes = end_to_end + 2 * align + largest / 8;
+            let bytes = packed + 2 * align + largest / 8;
             let spare = spare.filter(|&(s, _)| bytes <= s);
             // Worth a move only if it gives back at least a sixteenth of the group.
             if spare.map_or(bytes, |(s, _)| s) + size / 16 > size {
@@ -673,7 +653,7 @@ impl Tiers {
             // sort of sorted runs). A group past what is left of the pass's limits is
             // one block (it grows only within them), which then empties over several
             // passes: the moved movables are the first of its list, and the rest go
-            // into this block in the next passes (`continue_repacks`).
+            // into holes later, this block's among them.
             for id in &group {
                 if let Some(members) = by_block.get_mut(&(pool, *id)) {
                     largest_first(members);
@@ -697,7 +677,7 @@ impl Tiers {
             }
             let block = match spare {
                 Some((_, id)) => {
-                    kept.spares.retain(|&(p, b)| (p, b) != (pool, id));
+                    spares.retain(|&(p, b)| (p, b) != (pool, id));
                     arena.set_draining(pool, &[id], false);
                     id
                 }
@@ -716,60 +696,8 @@ impl Tiers {
                 Some(planned) => {
                     pass.portions.push(((pool, group[0]), n));
                     pass.take(planned);
-                    kept.into.push(((pool, group[0]), block));
                 }
                 None => arena.set_draining(pool, &group, false),
-            }
-        }
-    }
-
-    /// The next portions of blocks a repack began to empty into a block of its own
-    /// ([`KeptCandidates::into`]), within what is left of the pass's limits. A block
-    /// whose moved movables' frees are not back yet waits; one whose next portion no
-    /// longer fits its destination goes on into holes.
-    fn continue_repacks(
-        &self,
-        pool: PoolId,
-        by_block: &mut ByBlock,
-        usage: &[BlockUsage],
-        pass: &mut Pass,
-        kept: &mut KeptCandidates,
-    ) {
-        let going: Vec<((PoolId, BlockId), BlockId)> = kept
-            .into
-            .iter()
-            .filter(|((p, _), _)| *p == pool)
-            .copied()
-            .collect();
-        if going.is_empty() {
-            return;
-        }
-        let ready = self.candidate_blocks(pool, by_block, usage, pass, &kept.into);
-        for (key, to) in going {
-            if !ready.iter().any(|c| c.2 == key.1) {
-                continue;
-            }
-            let Some(members) = by_block.get_mut(&key) else {
-                continue;
-            };
-            largest_first(members);
-            let members: Vec<&Candidate> = members.iter().collect();
-            let n = pass.portion(&members, Destination::Holes);
-            if n == 0 {
-                return;
-            }
-            match self.plan_moves(pool, &members[..n], AllocMode::in_block(to)) {
-                Some(planned) if n == members.len() => {
-                    pass.drained.push(key);
-                    pass.take(planned);
-                    kept.into.retain(|(k, _)| *k != key);
-                }
-                Some(planned) => {
-                    pass.portions.push((key, n));
-                    pass.take(planned);
-                    return;
-                }
-                None => kept.into.retain(|(k, _)| *k != key),
             }
         }
     }
@@ -781,7 +709,7 @@ impl Tiers {
         by_block: &mut ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        kept: &mut KeptCandidates,
+        partial: &mut Vec<(PoolId, BlockId)>,
     ) {
         let arena = self.shared.arena();
         let mut free_elsewhere: u64 = usage
@@ -789,16 +717,11 @@ impl Tiers {
             .filter(|b| !b.dedicated && !b.draining && !pass.drained.contains(&(pool, b.id)))
             .map(|b| b.size - b.used)
             .sum();
-        let candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.into);
-        for (used, size, id) in candidates {
-            // Blocks a repack is emptying go on into its block (`continue_repacks`).
-            if kept.into.iter().any(|(k, _)| *k == (pool, id)) {
-                continue;
-            }
+        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass) {
             // Its own free space no longer counts once it drains (a block emptying over
             // several passes drains already). Only a block whose every movable has room
             // elsewhere starts to empty.
-            let draining = kept.partial.contains(&(pool, id));
+            let draining = partial.contains(&(pool, id));
             let room = match draining {
                 true => free_elsewhere,
                 false => free_elsewhere.saturating_sub(size - used),
@@ -835,7 +758,7 @@ impl Tiers {
                 // still have members that fit.
                 None => {
                     arena.set_draining(pool, &[id], false);
-                    kept.partial.retain(|k| *k != (pool, id));
+                    partial.retain(|k| *k != (pool, id));
                 }
             }
         }
