@@ -164,17 +164,17 @@ pub(crate) type Mutex<T> = lock_api::Mutex<Raw, T>;
 /// The guard of [`Mutex`].
 pub(crate) type MutexGuard<'a, T> = lock_api::MutexGuard<'a, Raw, T>;
 
-/// A plain `parking_lot` mutex at the arena's rank (feature `lock-parking-lot`, for the
-/// lab's lock comparison only: `bench arena` and `soak` built with it against without).
-#[cfg(feature = "lock-parking-lot")]
-pub(crate) struct PlainLock(parking_lot::RawMutex);
+/// A raw lock of the lab's comparisons at the arena's rank: the rank bookkeeping the
+/// biased lock does, around `R` (features `lock-parking-lot` and `lock-none`).
+#[cfg(any(feature = "lock-parking-lot", feature = "lock-none"))]
+pub(crate) struct Ranked<R>(R);
 
-// SAFETY: every call is forwarded to `parking_lot::RawMutex`, which upholds the contract;
-// the rank bookkeeping around it touches no lock state.
-#[cfg(feature = "lock-parking-lot")]
-unsafe impl lock_api::RawMutex for PlainLock {
+// SAFETY: every call is forwarded to `R`, which upholds the contract; the rank
+// bookkeeping around it touches no lock state.
+#[cfg(any(feature = "lock-parking-lot", feature = "lock-none"))]
+unsafe impl<R: lock_api::RawMutex> lock_api::RawMutex for Ranked<R> {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: PlainLock = PlainLock(<parking_lot::RawMutex as lock_api::RawMutex>::INIT);
+    const INIT: Ranked<R> = Ranked(R::INIT);
     type GuardMarker = lock_api::GuardNoSend;
 
     #[inline(always)]
@@ -201,28 +201,37 @@ unsafe impl lock_api::RawMutex for PlainLock {
     }
 }
 
-#[cfg(feature = "lock-parking-lot")]
-impl PlainLock {
+#[cfg(any(feature = "lock-parking-lot", feature = "lock-none"))]
+impl<R> Ranked<R> {
     /// No biases: (0, 0).
     pub(crate) fn bias_counts(&self) -> (u64, u64) {
         (0, 0)
     }
 }
 
+/// A plain `parking_lot` mutex at the arena's rank (feature `lock-parking-lot`, for the
+/// lab's lock comparison only: `bench arena` and `soak` built with it against without).
+#[cfg(feature = "lock-parking-lot")]
+pub(crate) type PlainLock = Ranked<parking_lot::RawMutex>;
+
 /// No lock at all, for one thread (feature `lock-none`, for the lab only): what an
 /// alloc+free pair costs with nothing to take or release is the least that any design
 /// keeping the arena's bookkeeping current on every operation could reach, per-thread
-/// caches of freed ranges included. The first thread to take it owns it; another
-/// thread, or a nested take, aborts the process (a try from inside a critical section
-/// fails, as it does on the biased lock).
+/// caches of freed ranges included.
 #[cfg(feature = "lock-none")]
-pub(crate) struct NoLock {
+pub(crate) type NoLock = Ranked<OneThread>;
+
+/// The inside of [`NoLock`]: the first thread to take it owns it; another thread, or a
+/// nested take, aborts the process (a try from inside a critical section fails, as it
+/// does on the biased lock).
+#[cfg(feature = "lock-none")]
+pub(crate) struct OneThread {
     owner: AtomicUsize,
     held: AtomicBool,
 }
 
 #[cfg(feature = "lock-none")]
-impl NoLock {
+impl OneThread {
     /// Claims the lock for this thread; false when it is held already (by this thread).
     #[inline(always)]
     fn claim(&self) -> bool {
@@ -243,19 +252,14 @@ impl NoLock {
         self.held.store(true, Ordering::Relaxed);
         true
     }
-
-    /// No biases: (0, 0).
-    pub(crate) fn bias_counts(&self) -> (u64, u64) {
-        (0, 0)
-    }
 }
 
 // SAFETY: one thread only (any other aborts in `claim`), and a take while held fails or
 // aborts, so no two guards exist at once.
 #[cfg(feature = "lock-none")]
-unsafe impl lock_api::RawMutex for NoLock {
+unsafe impl lock_api::RawMutex for OneThread {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: NoLock = NoLock {
+    const INIT: OneThread = OneThread {
         owner: AtomicUsize::new(0),
         held: AtomicBool::new(false),
     };
@@ -263,8 +267,6 @@ unsafe impl lock_api::RawMutex for NoLock {
 
     #[inline(always)]
     fn lock(&self) {
-        lock_rank::before(lock_rank::ARENA);
-        lock_rank::taken(lock_rank::ARENA);
         if !self.claim() {
             eprintln!("the lab's `lock-none` build: a nested take of the arena's lock");
             std::process::abort();
@@ -273,16 +275,11 @@ unsafe impl lock_api::RawMutex for NoLock {
 
     #[inline(always)]
     fn try_lock(&self) -> bool {
-        let took = self.claim();
-        if took {
-            lock_rank::taken(lock_rank::ARENA);
-        }
-        took
+        self.claim()
     }
 
     #[inline(always)]
     unsafe fn unlock(&self) {
-        lock_rank::released(lock_rank::ARENA);
         self.held.store(false, Ordering::Relaxed);
     }
 }
