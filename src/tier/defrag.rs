@@ -421,10 +421,14 @@ impl Tiers {
             // (its fresh blocks, the blocks it drains) the hole filling leaves alone.
             let usage = self.shared.arena().block_usage(pool);
             // A spare the arena gave back for a request's room (its id perhaps reused by
-            // a block of its own since) is a spare no more.
-            spares.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
-            // A block given back meanwhile (emptied by its own frees) is emptied no more.
-            partial.retain(|&(p, id)| p != pool || usage.iter().any(|b| b.id == id && b.draining));
+            // a block of its own since) is a spare no more; a block emptying over several
+            // passes that was given back meanwhile (emptied by its own frees) is emptied
+            // no more.
+            let still_draining = |&(p, id): &(PoolId, BlockId)| {
+                p != pool || usage.iter().any(|b| b.id == id && b.draining)
+            };
+            spares.retain(still_draining);
+            partial.retain(still_draining);
             self.repack(pool, by_block, &usage, &mut pass, spares, partial);
             self.fill_holes(pool, by_block, &usage, &mut pass, partial);
         }
