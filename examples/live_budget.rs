@@ -56,15 +56,7 @@ fn neighbour(bytes: u64, hold: f64, polite: bool, probe: bool) -> Result<()> {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        let made = gpu.scoped("the neighbour's allocation", || {
-            gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("neighbour"),
-                size,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        });
-        match made {
+        match try_buffer(&gpu, size, "the neighbour's allocation") {
             Ok(buffer) => {
                 // Touch it, so the memory is really taken (queued; not waited for: the
                 // first process keeps its GPU busy, and each wait would queue behind it).
@@ -156,11 +148,11 @@ fn arena_neighbour(bytes: u64, hold: f64) -> Result<()> {
     Ok(())
 }
 
-/// A buffer of `size` on `gpu`, or why not.
-fn try_buffer(gpu: &Gpu, size: u64) -> std::result::Result<wgpu::Buffer, Error> {
-    gpu.scoped("a probe", || {
+/// A neighbour's buffer of `size` on `gpu`, or why not (a refusal names `during`).
+fn try_buffer(gpu: &Gpu, size: u64, during: &str) -> std::result::Result<wgpu::Buffer, Error> {
+    gpu.scoped(during, || {
         gpu.device().create_buffer(&wgpu::BufferDescriptor {
-            label: Some("probe"),
+            label: Some("neighbour"),
             size,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
@@ -214,13 +206,13 @@ fn probe_after_refusals(gpu: &Gpu, size: u64) {
         Ok(_) => "given".to_string(),
         Err(e) => format!("refused ({e})"),
     };
-    let smaller = try_buffer(gpu, size / 4);
+    let smaller = try_buffer(gpu, size / 4, "a probe");
     println!(
         "neighbour: probe: same device, {} bytes: {}",
         size / 4,
         verdict(&smaller)
     );
-    let again = try_buffer(gpu, size);
+    let again = try_buffer(gpu, size, "a probe");
     println!(
         "neighbour: probe: same device, {size} bytes again: {}",
         verdict(&again)
@@ -240,7 +232,7 @@ fn probe_after_refusals(gpu: &Gpu, size: u64) {
     }
     match Gpu::headless() {
         Ok(fresh) => {
-            let whole = try_buffer(&fresh, size);
+            let whole = try_buffer(&fresh, size, "a probe");
             println!(
                 "neighbour: probe: a new device, {size} bytes: {}",
                 verdict(&whole)
