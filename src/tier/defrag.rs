@@ -26,8 +26,9 @@
 //! 5. A block being emptied is marked *draining* (the allocator core places nothing new in
 //!    it). If one of its movables finds no place, the block is left as it was. A block
 //!    holding more than what is left of the pass's limits moves its largest movables
-//!    that fit them and empties over the next passes (into holes, a repack's block
-//!    among them), so no pass runs past its limits, however full the blocks: a block of
+//!    that fit them and empties over the next passes (into holes; what no hole takes,
+//!    into the block its repack began, sized for all of it), so no pass runs past its
+//!    limits, however full the blocks: a block of
 //!    900 small movables emptied in one pass took an H200's host 1-1.5 ms to plan.
 //! 6. The pass records one copy per moved allocation into a command encoder (the
 //!    caller's, or its own submission), and the handles point at the new ranges at once.
@@ -179,10 +180,9 @@ pub(super) struct KeptCandidates {
     /// (`passes.rs`).
     pub spares: Vec<(PoolId, BlockId)>,
     /// Blocks being emptied over several passes (draining meanwhile): what was left of
-    /// the pass's limits took only some of their movables (`Pass::portion`). A repack
-    /// leaves them to the hole filling, which moves the rest into the holes (the repack's
-    /// block among them). `passes.rs` stops them draining at the end.
-    pub partial: Vec<(PoolId, BlockId)>,
+    /// the pass's limits took only some of their movables (`Pass::portion`).
+    /// `passes.rs` stops them draining at the end.
+    pub partial: Vec<Emptying>,
     /// Emptied candidate lists, for the next scan to fill (`movable_blocks`).
     lists: Vec<Vec<Candidate>>,
     /// The tiers' `next_generation` up to which `by_block` is as current as its scan: the
@@ -232,6 +232,43 @@ impl KeptCandidates {
     }
 }
 
+/// A block being emptied over several passes, and where the rest of its movables go.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Emptying {
+    pub block: (PoolId, BlockId),
+    /// The block a repack began to pack it into (sized for all of it): a next portion
+    /// that no hole takes goes there (`fill_holes`), and meanwhile that block is no
+    /// candidate. Without it, a block whose rest did not fit the holes stopped emptying
+    /// with holes of its own, its repack's block, part full, was the emptiest of all and
+    /// was emptied into those holes, and the next repack packed the first block into it
+    /// again, part way: an H200 run went 400 frames without ending. Going there first
+    /// left the repack's block full and the other blocks' holes unfilled (1.21 reserved
+    /// over allocated in `tier::blocks_fuller_than_a_pass_empty_over_several_passes`
+    /// against 1.004). `None`: holes only.
+    pub into: Option<BlockId>,
+}
+
+/// Whether `block` of `pool` is one of `emptying`'s, and whether it is the block one of
+/// them goes on into.
+fn emptying_has(emptying: &[Emptying], pool: PoolId, block: BlockId) -> (bool, bool) {
+    let key = (pool, block);
+    let source = emptying.iter().any(|e| e.block == key);
+    let destination = emptying
+        .iter()
+        .any(|e| e.block.0 == pool && e.into == Some(block));
+    (source, destination)
+}
+
+/// Whether every live range of block `b` is a candidate of `by_block` (the block can
+/// empty now); notes in `pass` a block that only waits for its frees to come back.
+fn ready_to_empty(pool: PoolId, b: &BlockUsage, by_block: &ByBlock, pass: &mut Pass) -> bool {
+    let movables = by_block.get(&(pool, b.id)).map_or(0, Vec::len);
+    if movables > 0 && b.waiting > 0 && movables + b.waiting == b.live {
+        pass.waiting = true;
+    }
+    movables == b.live
+}
+
 /// What one pass has decided so far.
 struct Pass {
     report: DefragReport,
@@ -239,7 +276,7 @@ struct Pass {
     moves: Vec<Move>,
     drained: Vec<(PoolId, BlockId)>,
     /// Blocks this pass moved only the first `n` (largest) of their movables out of.
-    portions: Vec<((PoolId, BlockId), usize)>,
+    portions: Vec<(Emptying, usize)>,
     /// Bytes of destinations the pass may hold at once: until the copies finish, a move
     /// holds both places, and under a budget that room is what other threads' requests
     /// need. The pass leaves a sixteenth of the budget free.
@@ -353,7 +390,7 @@ impl Tiers {
         let Some((mut by_block, fresh)) = self.scan_on(pool, kept) else {
             return Planned::scanning();
         };
-        let mut pass = self.plan_from(&mut by_block, limits, &mut kept.spares, &mut kept.partial);
+        let mut pass = self.plan_from(&mut by_block, limits, kept);
         if !fresh && pass.moves.is_empty() && !pass.waiting {
             // Nothing left in what the last scan saw: look again before saying so (new
             // movables, or blocks whose movables were busy then).
@@ -363,7 +400,7 @@ impl Tiers {
                 Some((found, _)) => by_block = found,
                 None => return Planned::scanning(),
             }
-            pass = self.plan_from(&mut by_block, limits, &mut kept.spares, &mut kept.partial);
+            pass = self.plan_from(&mut by_block, limits, kept);
         }
         // The drained blocks' movables have moved: they are candidates no more; nor are
         // the ones moved out of blocks that empty over several passes (the first of
@@ -372,14 +409,15 @@ impl Tiers {
             if let Some(members) = by_block.remove(key) {
                 kept.recycle_list(members);
             }
-            kept.partial.retain(|k| k != key);
+            kept.partial.retain(|e| e.block != *key);
         }
-        for (key, n) in &pass.portions {
-            if let Some(members) = by_block.get_mut(key) {
+        for (emptying, n) in &pass.portions {
+            if let Some(members) = by_block.get_mut(&emptying.block) {
                 members.drain(..*n);
             }
-            if !kept.partial.contains(key) {
-                kept.partial.push(*key);
+            match kept.partial.iter_mut().find(|e| e.block == emptying.block) {
+                Some(e) => *e = *emptying,
+                None => kept.partial.push(*emptying),
             }
         }
         kept.by_block = Some(by_block);
@@ -399,8 +437,7 @@ impl Tiers {
         &self,
         by_block: &mut ByBlock,
         limits: DefragLimits,
-        spares: &mut Vec<(PoolId, BlockId)>,
-        partial: &mut Vec<(PoolId, BlockId)>,
+        kept: &mut KeptCandidates,
     ) -> Pass {
         let (budget, allocated) = self.shared.arena().budget_and_allocated();
         let mut pass = Pass {
@@ -423,14 +460,17 @@ impl Tiers {
             // A spare the arena gave back for a request's room (its id perhaps reused by
             // a block of its own since) is a spare no more; a block emptying over several
             // passes that was given back meanwhile (emptied by its own frees) is emptied
-            // no more.
+            // no more, and one whose repack's block was given back goes into holes.
             let still_draining = |&(p, id): &(PoolId, BlockId)| {
                 p != pool || usage.iter().any(|b| b.id == id && b.draining)
             };
-            spares.retain(still_draining);
-            partial.retain(still_draining);
-            self.repack(pool, by_block, &usage, &mut pass, spares, partial);
-            self.fill_holes(pool, by_block, &usage, &mut pass, partial);
+            kept.spares.retain(still_draining);
+            kept.partial.retain(|e| still_draining(&e.block));
+            for e in kept.partial.iter_mut().filter(|e| e.block.0 == pool) {
+                e.into = e.into.filter(|to| usage.iter().any(|b| b.id == *to));
+            }
+            self.repack(pool, by_block, &usage, &mut pass, kept);
+            self.fill_holes(pool, by_block, &usage, &mut pass, &mut kept.partial);
         }
         pass
     }
@@ -548,24 +588,23 @@ impl Tiers {
     }
 
     /// Candidate blocks of `pool` not drained yet, emptiest first: `(used, size, id)`; notes
-    /// in `pass` a block that only waits for its frees to come back.
+    /// in `pass` a block that only waits for its frees to come back. Blocks that blocks
+    /// emptying over several passes go on into are none (they are being filled).
     fn candidate_blocks(
         &self,
         pool: PoolId,
         by_block: &ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
+        emptying: &[Emptying],
     ) -> Vec<(u64, u64, BlockId)> {
         let mut c: Vec<(u64, u64, BlockId)> = Vec::new();
         for b in usage {
             if b.dedicated || b.live == 0 || pass.drained.contains(&(pool, b.id)) {
                 continue;
             }
-            let movables = by_block.get(&(pool, b.id)).map_or(0, Vec::len);
-            if movables == b.live {
+            if ready_to_empty(pool, b, by_block, pass) && !emptying_has(emptying, pool, b.id).1 {
                 c.push((b.used, b.size, b.id));
-            } else if movables > 0 && b.waiting > 0 && movables + b.waiting == b.live {
-                pass.waiting = true;
             }
         }
         c.sort_unstable();
@@ -579,14 +618,14 @@ impl Tiers {
         by_block: &mut ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        spares: &mut Vec<(PoolId, BlockId)>,
-        partial: &[(PoolId, BlockId)],
+        kept: &mut KeptCandidates,
     ) {
         let arena = self.shared.arena();
         let (align, max_block) = arena.pool_layout(pool);
-        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass);
+        let mut candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.partial);
         // A block emptying over several passes goes on into holes (`fill_holes`).
-        candidates.retain(|c| !partial.contains(&(pool, c.2)));
+        candidates.retain(|c| !emptying_has(&kept.partial, pool, c.2).0);
+        let spares = &mut kept.spares;
         let mut i = 0;
         while i < candidates.len() {
             // The largest empty spare of the pool, if any: the group is bounded to fit it
@@ -698,7 +737,11 @@ impl Tiers {
                     pass.take(planned);
                 }
                 Some(planned) => {
-                    pass.portions.push(((pool, group[0]), n));
+                    let emptying = Emptying {
+                        block: (pool, group[0]),
+                        into: Some(block),
+                    };
+                    pass.portions.push((emptying, n));
                     pass.take(planned);
                 }
                 None => arena.set_draining(pool, &group, false),
@@ -713,7 +756,7 @@ impl Tiers {
         by_block: &mut ByBlock,
         usage: &[BlockUsage],
         pass: &mut Pass,
-        partial: &mut Vec<(PoolId, BlockId)>,
+        partial: &mut Vec<Emptying>,
     ) {
         let arena = self.shared.arena();
         let mut free_elsewhere: u64 = usage
@@ -721,11 +764,16 @@ impl Tiers {
             .filter(|b| !b.dedicated && !b.draining && !pass.drained.contains(&(pool, b.id)))
             .map(|b| b.size - b.used)
             .sum();
-        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass) {
+        for (used, size, id) in self.candidate_blocks(pool, by_block, usage, pass, partial) {
             // Its own free space no longer counts once it drains (a block emptying over
             // several passes drains already). Only a block whose every movable has room
             // elsewhere starts to empty.
-            let draining = partial.contains(&(pool, id));
+            let into = partial
+                .iter()
+                .find(|e| e.block == (pool, id))
+                .map(|e| e.into);
+            let draining = into.is_some();
+            let into = into.flatten();
             let room = match draining {
                 true => free_elsewhere,
                 false => free_elsewhere.saturating_sub(size - used),
@@ -745,11 +793,23 @@ impl Tiers {
             }
             let bytes: u64 = members[..n].iter().map(|c| c.placed).sum();
             arena.set_draining(pool, &[id], true);
-            match self.plan_moves(pool, &members[..n], AllocMode::INTO_EXISTING) {
+            // Holes first; what does not fit them goes into the block its repack began
+            // (sized for all of it).
+            let planned = self
+                .plan_moves(pool, &members[..n], AllocMode::INTO_EXISTING)
+                .or_else(|| {
+                    let to = into?;
+                    self.plan_moves(pool, &members[..n], AllocMode::in_block(to))
+                });
+            match planned {
                 Some(planned) => {
+                    let emptying = Emptying {
+                        block: (pool, id),
+                        into,
+                    };
                     match n == members.len() {
                         true => pass.drained.push((pool, id)),
-                        false => pass.portions.push(((pool, id), n)),
+                        false => pass.portions.push((emptying, n)),
                     }
                     pass.take(planned);
                     free_elsewhere = room - bytes;
@@ -762,7 +822,7 @@ impl Tiers {
                 // still have members that fit.
                 None => {
                     arena.set_draining(pool, &[id], false);
-                    partial.retain(|k| *k != (pool, id));
+                    partial.retain(|e| e.block != (pool, id));
                 }
             }
         }

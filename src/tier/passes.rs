@@ -475,7 +475,10 @@ impl Defragmentation<'_> {
     /// Gives back the kept empty blocks that are still empty, and stops the blocks that
     /// were emptying over several passes draining (they keep what is left in them).
     fn release_kept(&mut self) {
-        let partial = std::mem::take(&mut self.kept.partial);
+        let partial: Vec<_> = std::mem::take(&mut self.kept.partial)
+            .into_iter()
+            .map(|e| e.block)
+            .collect();
         self.undrain(&partial);
         let kept = std::mem::take(&mut self.kept.spares);
         let (blocks, bytes) = self.release(&kept);
