@@ -28,8 +28,8 @@
 //!    holding more than what is left of the pass's limits moves its largest movables
 //!    that fit them and empties over the next passes (into holes; what no hole takes,
 //!    into the block its repack began, sized for all of it), so no pass runs past its
-//!    limits, however full the blocks: a block of
-//!    900 small movables emptied in one pass took an H200's host 1-1.5 ms to plan.
+//!    limits, however full the blocks: a block of 900 small movables emptied in one
+//!    pass took an H200's host 1-1.5 ms to plan.
 //! 6. The pass records one copy per moved allocation into a command encoder (the
 //!    caller's, or its own submission), and the handles point at the new ranges at once.
 //!    The old ranges are freed when the encoder has been submitted, and once those copies
