@@ -17,8 +17,9 @@
 use std::time::Instant;
 
 use vramkit::arena::Typed;
-use vramkit::devices::{DeviceSet, DeviceSetOptions, Split, TransferConfig};
+use vramkit::devices::{AllReduceAlgorithm, DeviceSet, DeviceSetOptions, Split, TransferConfig};
 use vramkit::kernels::{Binary, MatmulShape, Reduce, Unary};
+use vramkit::stream::PinnedBuffer;
 use vramkit::{Result, Runtime};
 
 /// The model's sizes.
@@ -157,6 +158,55 @@ fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
             ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
+}
+
+/// GB/s per device of pinned uploads and of pinned downloads of `bytes`, every device at
+/// once (one direction at a time), best of three.
+fn pinned_rates(set: &DeviceSet, bytes: u64) -> Result<(f64, f64)> {
+    let mut ends = Vec::new();
+    for d in 0..set.len() {
+        let rt = set.device(d);
+        let on_gpu = rt.alloc::<u32>((bytes / 4) as usize, "link bound")?;
+        let pinned = PinnedBuffer::new(rt.gpu(), bytes, "link bound")?;
+        ends.push((rt, on_gpu, std::sync::Mutex::new(pinned)));
+    }
+    let rate = |upload: bool| -> Result<f64> {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let start = Instant::now();
+            std::thread::scope(|scope| -> Result<()> {
+                let runs: Vec<_> = ends
+                    .iter()
+                    .map(|(rt, on_gpu, pinned)| {
+                        scope.spawn(move || -> Result<()> {
+                            let mut pinned = pinned.lock().expect("a copy's thread panicked");
+                            match upload {
+                                true => rt.uploader().upload_pinned(
+                                    on_gpu.allocation(),
+                                    0,
+                                    &pinned,
+                                    0..bytes,
+                                ),
+                                false => rt.downloader().download_pinned(
+                                    on_gpu.allocation(),
+                                    0,
+                                    &mut pinned,
+                                    0..bytes,
+                                ),
+                            }
+                        })
+                    })
+                    .collect();
+                for run in runs {
+                    run.join().expect("a copy's thread panicked")?;
+                }
+                Ok(())
+            })?;
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Ok(bytes as f64 / best / 1e9)
+    };
+    Ok((rate(true)?, rate(false)?))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -357,39 +407,70 @@ fn main() -> Result<()> {
         ..transfer.clone()
     });
     let serial_gbps = time_copy(&set)?;
-    set.set_transfer(transfer);
+    set.set_transfer(transfer.clone());
     println!("device_to_device_serial_gbps: {serial_gbps:.1}");
     println!("overlap_vs_serial: {:.2}", gbps / serial_gbps);
     drop((src, dst));
 
-    // The all-reduce alone, on 256 MiB per device (16 MiB on CPU adapters).
+    // The bound the links allow an all-reduce: every device's pinned copies, all devices
+    // at once, one direction at a time (256 MiB each; 16 MiB on CPU adapters).
+    let link_bytes: u64 = if cpu { 16 << 20 } else { 256 << 20 };
+    let (up, down) = pinned_rates(&set, link_bytes)?;
+    println!("link_up_gbps: {up:.1}");
+    println!("link_down_gbps: {down:.1}");
+    // Summed on the GPUs from host rows, a device sends B (its rows and its sums) and
+    // receives 2 B (N - 1) / N for B array bytes: with both directions of a link busy at
+    // once, B / max(B / down, 2 B (N - 1) / N / up); one after the other, the sum.
+    let receive = 2.0 * (n as f64 - 1.0) / n as f64;
+    let duplex = 1.0 / (1.0 / down).max(receive / up);
+    let one_way = 1.0 / (1.0 / down + receive / up);
+    println!("allreduce_link_bound_gbps: {duplex:.1}");
+    println!("allreduce_link_bound_one_way_gbps: {one_way:.1}");
+
+    // The all-reduce alone, on 256 MiB per device (16 MiB on CPU adapters), as the set
+    // runs it by default and as the ring.
     let elems: usize = if cpu { 4 << 20 } else { 64 << 20 };
-    let grads = set.broadcast(&vec![1.0f32; elems], "all-reduce bench")?;
-    let mut best = f64::MAX;
-    let mut report = None;
-    for _ in 0..3 {
-        let r = set.all_reduce_sum(&grads)?;
-        best = best.min(r.seconds);
-        report = Some(r);
+    for (name, algorithm) in [
+        ("allreduce", AllReduceAlgorithm::Fastest),
+        ("allreduce_ring", AllReduceAlgorithm::Ring),
+    ] {
+        set.set_transfer(TransferConfig {
+            all_reduce: algorithm,
+            ..transfer.clone()
+        });
+        let grads = set.broadcast(&vec![1.0f32; elems], "all-reduce bench")?;
+        let mut best = f64::MAX;
+        let mut report = None;
+        for _ in 0..3 {
+            let r = set.all_reduce_sum(&grads)?;
+            best = best.min(r.seconds);
+            report = Some(r);
+        }
+        let expected = (n as f32).powi(3);
+        for (d, g) in grads.iter().enumerate() {
+            if set.device(d).download(g)?.iter().any(|v| *v != expected) {
+                println!("{name}_check: FAILED on device {d}");
+                mismatches += 1;
+            }
+        }
+        if let Some(r) = report {
+            let algbw = r.bytes as f64 / best / 1e9;
+            println!("{name}_algorithm: {:?}", r.algorithm);
+            println!("{name}_gbps: {algbw:.1}");
+            println!(
+                "{name}_bus_gbps: {:.1}",
+                algbw * 2.0 * (n as f64 - 1.0) / n as f64
+            );
+            println!(
+                "{name}_reduce_scatter_share: {:.2}",
+                r.reduce_scatter_seconds / r.seconds
+            );
+            if algorithm == AllReduceAlgorithm::Fastest {
+                println!("{name}_vs_link_bound: {:.2}", algbw / duplex);
+            }
+        }
     }
-    let expected = (n as f32).powi(3);
-    let got = set.device(0).download(&grads[0])?;
-    if got.iter().any(|v| *v != expected) {
-        println!("allreduce_check: FAILED");
-        mismatches += 1;
-    }
-    if let Some(r) = report {
-        let algbw = r.bytes as f64 / best / 1e9;
-        println!("allreduce_gbps: {algbw:.1}");
-        println!(
-            "allreduce_bus_gbps: {:.1}",
-            algbw * 2.0 * (n as f64 - 1.0) / n as f64
-        );
-        println!(
-            "allreduce_reduce_scatter_share: {:.2}",
-            r.reduce_scatter_seconds / r.seconds
-        );
-    }
+    set.set_transfer(transfer);
     let step_allreduce = median(allreduce_times);
     println!("step_compute_ms: {:.2}", median(compute_times) * 1e3);
     println!("one_shard_alone_ms: {:.2}", median(alone) * 1e3);

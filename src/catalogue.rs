@@ -13,6 +13,8 @@ const FAMILIES: &[&[Shader]] = &[
     &[stream::uploader::PATCH_WORDS],
     &[tier::copy::COPY_RANGES, tier::copy::COPY_RANGES_VEC4],
     &vt::shaders::ALL,
+    #[cfg(native)]
+    &[crate::devices::SUM_ROWS],
 ];
 /// The families whose variants come in several tables.
 const TABLES: &[&[&[Shader]]] = &[

@@ -58,6 +58,9 @@ pub struct TransferConfig {
     /// module docs). `false` copies one chunk after the other, each downloaded and then
     /// uploaded, for comparison: the serial host path. Default `true`.
     pub overlap: bool,
+    /// How all-reduces run ([`AllReduceAlgorithm::Fastest`](super::AllReduceAlgorithm)
+    /// by default).
+    pub all_reduce: super::AllReduceAlgorithm,
 }
 
 impl Default for TransferConfig {
@@ -67,6 +70,7 @@ impl Default for TransferConfig {
             depth: 4,
             path: TransferPath::Fastest,
             overlap: true,
+            all_reduce: super::AllReduceAlgorithm::Fastest,
         }
     }
 }

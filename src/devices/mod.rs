@@ -46,11 +46,13 @@
 //! # Ok::<(), vramkit::Error>(())
 //! ```
 
+mod host_rows;
 mod link;
 mod sharded;
 
+pub(crate) use host_rows::SUM_ROWS;
 pub use link::{TransferConfig, TransferPath};
-pub use sharded::{AllReduceReport, Shard, Sharded, Split};
+pub use sharded::{AllReduceAlgorithm, AllReduceReport, Shard, Sharded, Split};
 
 use std::collections::HashMap;
 
@@ -165,6 +167,9 @@ pub struct DeviceSet {
     /// Links not in use, by (source, destination); a copy takes one out and puts it back.
     /// Idle links by (source, destination), each with when it was last put back.
     links: Mutex<IdleLinks>,
+    /// The host rows of the last all-reduce summed on the GPUs (`host_rows.rs`), kept for
+    /// the next: importing host memory into every device takes milliseconds.
+    rows: Mutex<Option<host_rows::HostRows>>,
 }
 
 impl std::fmt::Debug for DeviceSet {
@@ -248,6 +253,7 @@ impl DeviceSet {
             devices,
             transfer,
             links: Mutex::new(lock_rank::DEVICE_LINKS, HashMap::new()),
+            rows: Mutex::new(lock_rank::DEVICE_ROWS, None),
         })
     }
 
@@ -451,6 +457,7 @@ impl DeviceSet {
     pub fn set_transfer(&mut self, config: TransferConfig) {
         self.transfer = config;
         self.links.lock().clear();
+        self.rows.lock().take();
     }
 
     /// Waits for all work submitted on every device.
@@ -502,10 +509,12 @@ impl DeviceSet {
     /// Gives back the host memory of every idle link between devices (each holds `depth`
     /// chunks of pinned host memory, 256 MiB on GPUs by default); the next copy between
     /// two devices makes its link again. Links idle for more than 5 s go on their own at
-    /// the set's next copy. Returns how many links were dropped.
+    /// the set's next copy. The host rows of all-reduces summed on the GPUs go too.
+    /// Returns how many links (and row sets) were dropped.
     pub fn trim(&self) -> usize {
         let idle = take_stale(&mut self.links.lock(), std::time::Duration::ZERO);
-        idle.len()
+        let rows = self.rows.lock().take();
+        idle.len() + usize::from(rows.is_some())
     }
 
     /// `e`, wrapped with the device it concerns: the first of `devices` that is lost, else

@@ -33,7 +33,7 @@ use std::ops::Range;
 
 use web_time::Instant;
 
-use super::{on_device, DeviceSet};
+use super::{host_rows, on_device, DeviceSet};
 use crate::arena::Typed;
 use crate::{Error, Result};
 
@@ -131,6 +131,24 @@ impl<T: bytemuck::Pod> Sharded<T> {
     }
 }
 
+/// How an all-reduce runs ([`TransferConfig::all_reduce`](super::TransferConfig)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllReduceAlgorithm {
+    /// [`HostRows`](Self::HostRows) where every device imports host memory (Vulkan with
+    /// `VK_EXT_external_memory_host`) and every array can be bound as storage; else
+    /// [`Ring`](Self::Ring).
+    #[default]
+    Fastest,
+    /// The ring of the module docs: copies between devices through the set's links, the
+    /// additions by `axpy` on each receiver.
+    Ring,
+    /// Each GPU sums its segment inside one kernel, reading the other devices' values
+    /// from host memory every device imports: no copy on the host and no pass over
+    /// device memory for the additions (`devices/host_rows.rs`). Where a device does not
+    /// import host memory, asking for it is an error.
+    HostRows,
+}
+
 /// What an all-reduce moved and how fast; see the module docs.
 #[derive(Clone, Copy, Debug)]
 pub struct AllReduceReport {
@@ -142,6 +160,9 @@ pub struct AllReduceReport {
     pub devices: usize,
     /// Of `seconds`, the reduce-scatter's copies and additions.
     pub reduce_scatter_seconds: f64,
+    /// How it ran ([`Ring`](AllReduceAlgorithm::Ring) where there was nothing to move:
+    /// one device, or empty arrays).
+    pub algorithm: AllReduceAlgorithm,
 }
 
 impl AllReduceReport {
@@ -360,8 +381,8 @@ impl DeviceSet {
         let replicas: Vec<&Typed<f32>> = arrays.into_iter().collect();
         self.check_replicas(&replicas.iter().map(|r| vec![*r]).collect::<Vec<_>>())?;
         let start = Instant::now();
-        let reduce_scatter = self.ring(&replicas, start)?;
-        Ok(self.report(replicas[0].len(), start, reduce_scatter))
+        let reduced = self.reduce(&replicas, start)?;
+        Ok(self.report(replicas[0].len(), start, reduced))
     }
 
     /// [`all_reduce_sum`](Self::all_reduce_sum) of several arrays at once, as one: a
@@ -388,7 +409,7 @@ impl DeviceSet {
         let start = Instant::now();
         let total: usize = per_device[0].iter().map(|a| a.len()).sum();
         if self.len() == 1 || total == 0 {
-            return Ok(self.report(total, start, 0.0));
+            return Ok(self.report(total, start, (0.0, AllReduceAlgorithm::Ring)));
         }
         let buckets = self
             .per_device(|_, rt| alloc_in_own_pool(rt, BUCKET_POOL, total, "all-reduce: bucket"))?;
@@ -431,21 +452,102 @@ impl DeviceSet {
         for d in 0..self.len() {
             fill(d, true).map_err(|e| on_device(d, &self.device(d).gpu().info().name, e))?;
         }
-        let reduce_scatter = self.ring(&buckets.iter().collect::<Vec<_>>(), start)?;
+        let reduced = self.reduce(&buckets.iter().collect::<Vec<_>>(), start)?;
         for d in 0..self.len() {
             fill(d, false).map_err(|e| on_device(d, &self.device(d).gpu().info().name, e))?;
         }
-        Ok(self.report(total, start, reduce_scatter))
+        Ok(self.report(total, start, reduced))
     }
 
-    /// The report of an all-reduce of `len` floats that began at `start`.
-    fn report(&self, len: usize, start: Instant, reduce_scatter_seconds: f64) -> AllReduceReport {
+    /// The report of an all-reduce of `len` floats that began at `start`, whose
+    /// reduce-scatter (or sums) ended `reduced.0` seconds after it and which ran as
+    /// `reduced.1`.
+    fn report(
+        &self,
+        len: usize,
+        start: Instant,
+        (reduce_scatter_seconds, algorithm): (f64, AllReduceAlgorithm),
+    ) -> AllReduceReport {
         AllReduceReport {
             bytes: (len * 4) as u64,
             seconds: start.elapsed().as_secs_f64(),
             devices: self.len(),
             reduce_scatter_seconds,
+            algorithm,
         }
+    }
+
+    /// Sums `replicas` (checked) as the set's [`AllReduceAlgorithm`] says; returns the
+    /// seconds from `start` to the end of the reduce-scatter (or sums) and how it ran.
+    fn reduce(
+        &self,
+        replicas: &[&Typed<f32>],
+        start: Instant,
+    ) -> Result<(f64, AllReduceAlgorithm)> {
+        let wanted = self.transfer.all_reduce;
+        if self.len() == 1 || replicas[0].is_empty() {
+            return Ok((0.0, AllReduceAlgorithm::Ring));
+        }
+        if wanted != AllReduceAlgorithm::Ring {
+            match self.take_rows(replicas) {
+                Ok(rows) => {
+                    let summed = host_rows::all_reduce(self.runtimes(), replicas, &rows, start);
+                    self.put_rows(rows);
+                    return Ok((summed?, AllReduceAlgorithm::HostRows));
+                }
+                Err(e) if wanted == AllReduceAlgorithm::HostRows => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok((self.ring(replicas, start)?, AllReduceAlgorithm::Ring))
+    }
+
+    /// Host rows for summing `replicas` on the GPUs: the set's kept ones where wide
+    /// enough, else new ones (rows of `TransferConfig::chunk` bytes, 32 MiB on GPUs and
+    /// 1 MiB on CPU adapters, within what the devices can bind and what the array needs).
+    /// An error says why they cannot be had.
+    fn take_rows(&self, replicas: &[&Typed<f32>]) -> Result<host_rows::HostRows> {
+        let refused = |why: String| {
+            Error::invalid(
+                format!("an all-reduce summed on the GPUs from host memory: {why}"),
+                "use AllReduceAlgorithm::Ring or Fastest (TransferConfig::all_reduce)",
+            )
+        };
+        for (d, (rt, r)) in self.runtimes().iter().zip(replicas).enumerate() {
+            if !host_rows::bindable(rt, r) {
+                return Err(refused(format!(
+                    "array '{}' on device {d} cannot be bound as storage at offset {}",
+                    r.allocation().label(),
+                    r.allocation().offset()
+                )));
+            }
+        }
+        let gpus: Vec<&crate::Gpu> = self.runtimes().iter().map(|rt| rt.gpu()).collect();
+        let cpu = gpus.iter().any(|g| g.is_cpu());
+        let chunk = self
+            .transfer
+            .chunk
+            .unwrap_or(if cpu { 1 << 20 } else { 32 << 20 });
+        let stride = (chunk / 4)
+            .min(host_rows::widest_row(&gpus))
+            .min((replicas[0].len() as u64).next_multiple_of(64));
+        let kept = self.rows.lock().take();
+        match kept {
+            Some(rows) if rows.stride() >= stride && rows.devices() == self.len() => Ok(rows),
+            _ => host_rows::HostRows::new(&gpus, stride).ok_or_else(|| {
+                refused(format!(
+                    "not every device imports host memory (VK_EXT_external_memory_host), \
+                     or {} bytes of it could not be had",
+                    host_rows::SLOTS * (self.len() as u64 + 1) * stride * 4
+                ))
+            }),
+        }
+    }
+
+    /// Keeps `rows` for the next all-reduce (dropping the ones kept, outside the lock).
+    fn put_rows(&self, rows: host_rows::HostRows) {
+        let old = self.rows.lock().replace(rows);
+        drop(old);
     }
 
     /// Fails unless `per_device` holds one list of arrays per device, in device order,

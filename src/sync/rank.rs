@@ -26,7 +26,7 @@
 //! | [`ARENA`] | the arena's state (`sync/biased.rs`) | a callback drops an allocation |
 //! | [`WORK_DONE`] | the work-done tracker's epoch lock (`gpu/work_done.rs`) | epochs are handed out under the tiers' and the arena's locks |
 //! | [`LAZY_POLLER`] | a device's polling thread, started on first use (`gpu/poller.rs`) | starting it files a loss hook |
-//! | 90: [`DEVICE_LINKS`], [`KERNEL_BINDINGS`], [`SCAN_STATE`], [`SPLIT_SCRATCH`], [`ARENA_RELIEF`], [`LIVE_BUDGET`], [`LATENCY_SAMPLES`], [`EPOCH_WAKERS`], [`DRIVER_MEMORY_READER`], [`PROFILE_PENDING`], [`PROFILE_SPANS`], [`TIMER_SLOTS`], [`SHADER_MODULES`], [`PIPELINES`], [`POLLER_PENDING`], [`VT_LOAD_QUEUE`], [`TIER_DEVICE`] | caches and counters: no two are held at once, and only the loss state's locks below are taken under them (a cache filled inside an error scope ends with the loss probe) | |
+//! | 90: [`DEVICE_LINKS`], [`DEVICE_ROWS`], [`KERNEL_BINDINGS`], [`SCAN_STATE`], [`SPLIT_SCRATCH`], [`ARENA_RELIEF`], [`LIVE_BUDGET`], [`LATENCY_SAMPLES`], [`EPOCH_WAKERS`], [`DRIVER_MEMORY_READER`], [`PROFILE_PENDING`], [`PROFILE_SPANS`], [`TIMER_SLOTS`], [`SHADER_MODULES`], [`PIPELINES`], [`POLLER_PENDING`], [`VT_LOAD_QUEUE`], [`TIER_DEVICE`] | caches and counters: no two are held at once, and only the loss state's locks below are taken under them (a cache filled inside an error scope ends with the loss probe) | |
 //! | [`LOST_HOOKS`] | what a recorded loss runs (`gpu/lost.rs`) | filed when a poller starts; run after it is released |
 //! | [`LOST_REASON`] | why the device was lost | read by every `DeviceLost` error, whatever its caller holds |
 //! | [`LOST_WAKERS`] | futures a loss resolves | |
@@ -86,6 +86,9 @@ pub(crate) const LAZY_POLLER: Rank = Rank::new(85, "lazy poller");
 /// A device set's idle links (`devices/mod.rs`).
 #[cfg(native)]
 pub(crate) const DEVICE_LINKS: Rank = Rank::new(90, "device links");
+/// A device set's idle host rows for all-reduces (`devices/host_rows.rs`).
+#[cfg(native)]
+pub(crate) const DEVICE_ROWS: Rank = Rank::new(90, "device all-reduce rows");
 /// The kernels' bind-group cache (`kernels/mod.rs`).
 pub(crate) const KERNEL_BINDINGS: Rank = Rank::new(90, "kernel bind groups");
 /// The scans' look-back state (`kernels/scan.rs`).

@@ -10,7 +10,9 @@ use std::sync::{Arc, OnceLock};
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use vramkit::arena::Budget;
-use vramkit::devices::{DeviceSet, DeviceSetOptions, Split, TransferConfig, TransferPath};
+use vramkit::devices::{
+    AllReduceAlgorithm, DeviceSet, DeviceSetOptions, Split, TransferConfig, TransferPath,
+};
 use vramkit::{DriverMemory, Error, RuntimeConfig};
 
 /// Two devices, at least: every adapter of the best kind, or two on the one adapter.
@@ -107,7 +109,7 @@ fn copies_between_devices_land_exactly_in_both_directions_and_both_paths() {
             path: TransferPath::HostCopy,
             chunk: Some(1 << 20),
             depth: 3,
-            overlap: true,
+            ..Default::default()
         },
     );
     assert!(!fallback.shares_host_memory(1, 0).unwrap());
@@ -188,9 +190,70 @@ fn scatter_gather_broadcast_and_replicate_round_trip() {
     }
 }
 
+/// Both algorithms, on two devices and on three (rows of 64 KiB there: pieces by the
+/// dozen, segments of uneven lengths), sum within the stated bound, integers exactly, the
+/// same bits on every device; the default sums on the GPUs wherever the devices import
+/// host memory.
 #[test]
 fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
     let set = set();
+    let shared = set.shares_host_memory(0, 1).unwrap();
+    eprintln!("devices import host memory: {shared}");
+    let fastest = match shared {
+        true => AllReduceAlgorithm::HostRows,
+        false => AllReduceAlgorithm::Ring,
+    };
+    sums_within_the_bound(set, fastest);
+    let ring = on_the_same_gpus(
+        set,
+        TransferConfig {
+            all_reduce: AllReduceAlgorithm::Ring,
+            ..Default::default()
+        },
+    );
+    sums_within_the_bound(&ring, AllReduceAlgorithm::Ring);
+    let three = DeviceSet::open_with(&DeviceSetOptions {
+        count: Some(3),
+        transfer: TransferConfig {
+            chunk: Some(64 << 10),
+            ..Default::default()
+        },
+        ..DeviceSetOptions::from_env().unwrap()
+    })
+    .unwrap();
+    sums_within_the_bound(&three, fastest);
+    if shared {
+        // Asked for by name, where every device imports host memory.
+        let rows = on_the_same_gpus(
+            set,
+            TransferConfig {
+                all_reduce: AllReduceAlgorithm::HostRows,
+                chunk: Some(4 << 10),
+                ..Default::default()
+            },
+        );
+        sums_within_the_bound(&rows, AllReduceAlgorithm::HostRows);
+    } else {
+        // Asked for where a device does not import host memory: an error, nothing moved.
+        let rows = on_the_same_gpus(
+            set,
+            TransferConfig {
+                all_reduce: AllReduceAlgorithm::HostRows,
+                ..Default::default()
+            },
+        );
+        let parts: Vec<Vec<f32>> = (0..2).map(|d| random_f32(100, 90 + d)).collect();
+        let replicas = per_device(&rows, &parts, "refused");
+        let err = rows.all_reduce_sum(&replicas).unwrap_err();
+        assert!(err.to_string().contains("host memory"), "{err}");
+        for (d, r) in replicas.iter().enumerate() {
+            assert_eq!(rows.device(d).download(r).unwrap(), parts[d]);
+        }
+    }
+}
+
+/// The checks of the test above on `set`, whose all-reduces must run as `expect`.
+fn sums_within_the_bound(set: &DeviceSet, expect: AllReduceAlgorithm) {
     for (seed, len) in [(1u64, 1usize), (2, 3), (3, 1000), (4, (9 << 20) / 4 + 5)] {
         let parts: Vec<Vec<f32>> = (0..set.len())
             .map(|d| random_f32(len, seed * 7 + d as u64))
@@ -198,6 +261,7 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
         let replicas = per_device(set, &parts, "grad");
         let report = set.all_reduce_sum(&replicas).unwrap();
         assert_eq!(report.bytes, len as u64 * 4);
+        assert_eq!(report.algorithm, expect);
         let first = set.device(0).download(&replicas[0]).unwrap();
         for (d, r) in replicas.iter().enumerate() {
             let got = set.device(d).download(r).unwrap();
@@ -243,6 +307,7 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
     let buckets: Vec<Vec<_>> = arrays.iter().map(|list| list.iter().collect()).collect();
     let report = set.all_reduce_sum_bucket(&buckets).unwrap();
     assert_eq!(report.bytes, (1000 + 77_777) * 4);
+    assert_eq!(report.algorithm, expect);
     let filled: Vec<usize> = lens.iter().copied().filter(|&n| n > 0).collect();
     for (d, list) in arrays.iter().enumerate() {
         for (k, a) in list.iter().enumerate() {
@@ -257,7 +322,8 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
         }
     }
     // Lists of different lengths on the two devices are refused.
-    let uneven: Vec<Vec<_>> = vec![buckets[0].clone(), buckets[1][..1].to_vec()];
+    let mut uneven: Vec<Vec<_>> = buckets.clone();
+    uneven[1].truncate(1);
     assert!(set.all_reduce_sum_bucket(&uneven).is_err());
     // Integer values: exact.
     let ints: Vec<Vec<f32>> = (0..set.len())
@@ -269,10 +335,12 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
         .collect();
     let replicas = per_device(set, &ints, "ints");
     set.all_reduce_sum(&replicas).unwrap();
-    let got = set.device(1).download(&replicas[1]).unwrap();
-    for (i, g) in got.iter().enumerate() {
-        let exact: f32 = ints.iter().map(|p| p[i]).sum();
-        assert_eq!(*g, exact);
+    for (d, r) in replicas.iter().enumerate() {
+        let got = set.device(d).download(r).unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let exact: f32 = ints.iter().map(|p| p[i]).sum();
+            assert_eq!(*g, exact, "device {d} [{i}]");
+        }
     }
 }
 
