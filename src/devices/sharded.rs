@@ -9,7 +9,11 @@
 //!   [`Error::OnDevice`] around the out-of-memory error, and nothing stays allocated.
 //! - **Scatter, gather, broadcast** move each device's part on a thread of its own, so
 //!   the host's links to the GPUs run at once.
-//! - **All-reduce (sum, f32)** is a ring: the array is cut into one segment per device;
+//! - **All-reduce (sum, f32)** runs as [`AllReduceAlgorithm`] says. By default, where
+//!   every device imports host memory, on the GPUs from host rows (`host_rows.rs`: each
+//!   device publishes its values into host memory every device imports, and each GPU's
+//!   kernel sums its segment reading the others' across the bus). Elsewhere, a ring:
+//!   the array is cut into one segment per device;
 //!   in `N - 1` reduce-scatter steps every device sends one segment to the next through
 //!   the set's copies and the receiver adds it into its own copy with the `axpy` kernel;
 //!   in `N - 1` all-gather steps the finished segments travel round the ring. Each device
@@ -24,7 +28,8 @@
 //!
 //! # Numerics
 //! Every element of the result is the same sum on every device, added in ring order: for
-//! segment `k`, starting at device `k + 1`, then `k + 2`, ... The order is fixed for a
+//! segment `k`, starting at device `k + 1`, then `k + 2`, ... (from host rows: in device
+//! order from device 0, each segment summed once). The order is fixed for a
 //! given device count, so results repeat bit for bit; against the exact sum the error is
 //! at most `(N - 1) u sum|x_i|` (u = 2^-24), and sums of integers below 2^24 in
 //! magnitude are exact.
