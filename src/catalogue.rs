@@ -14,7 +14,7 @@ const FAMILIES: &[&[Shader]] = &[
     &[tier::copy::COPY_RANGES, tier::copy::COPY_RANGES_VEC4],
     &vt::shaders::ALL,
     #[cfg(native)]
-    &[crate::devices::SUM_ROWS],
+    &[crate::devices::ALL_REDUCE_STEP],
 ];
 /// The families whose variants come in several tables.
 const TABLES: &[&[&[Shader]]] = &[

@@ -6,22 +6,24 @@
 //! One host allocation, imported into every device of the set ([`HostRows`]), holds
 //! [`SLOTS`] slots, each of `N` *rows* (one per device) and a *result row*, `stride`
 //! floats each. The array is cut into pieces of at most `stride` floats, and each piece
-//! into `N` segments (boundaries on 64-float lines). For piece `j`, in slot `j % SLOTS`:
-//! 1. **Publish**: device `d` copies its values of every segment but its own into its row.
-//! 2. **Sum**: once every device has published, device `k`'s kernel
-//!    (`shaders/devices/sum_rows.wgsl`) sums segment `k` over the devices, reading its own
-//!    values from its replica and the others' from their rows across the bus, and writes
-//!    the sum into its replica and into the result row.
-//! 3. **Gather**: once every device has summed, device `d` copies the result row's other
-//!    segments into its replica.
+//! into `N` segments (boundaries on 64-float lines); piece `j` uses slot `j % 2`. Step
+//! `s` (`0..pieces + 2`) is one dispatch per device (`shaders/devices/all_reduce_step.wgsl`)
+//! of three jobs on disjoint memory:
+//! 1. **publish** piece `s`: device `d` writes its values of every segment but its own
+//!    into its row (device to host);
+//! 2. **sum** piece `s - 1`: device `k` sums segment `k` over the devices, its own values
+//!    from its replica and the others' read from their rows across the bus, and writes
+//!    the sum into its replica and into the result row (host to device, and back);
+//! 3. **gather** piece `s - 2`: device `d` reads the others' sums out of the result row
+//!    into its replica (host to device).
 //!
-//! The host waits between the steps: wgpu gives one device no way to wait for another's
-//! work. Piece `j + 1` is published while piece `j` is summed, into the other slot, once
-//! piece `j - 1`'s gather (the last reader of that slot) is done. Each device sends
-//! `B (N - 1) / N` (its rows) plus `B / N` (its sums) and receives `2 B (N - 1) / N`
-//! for an array of `B` bytes: what the ring moves, with no host copy and no extra pass
-//! over device memory for the additions.
-//!
+//! So each step moves bytes both ways over each device's link at once, from one kernel:
+//! per array byte a device sends 1 (its rows `(N - 1) / N`, its sums `1 / N`) and
+//! receives `2 (N - 1) / N`. The host waits for every device's step `s` before
+//! submitting step `s + 1` anywhere (wgpu gives one device no way to wait for another's
+//! work): piece `s`'s rows are then complete for the sums, and the slot piece `s + 1`
+//! writes was last read (by piece `s - 1`'s sums and gather) in a finished step.
+
 //! # Numerics
 //! Segment `k`'s sum is made once, on device `k`, adding the devices' values in device
 //! order from 0; every device copies that result, so all hold the same bits. Against the
@@ -44,27 +46,16 @@ use crate::gpu::{HostBuffer, HostMemory};
 use crate::shaders::{shader, Shader};
 use crate::{Gpu, Result, Runtime};
 
-/// The additions of [`all_reduce`]: one segment of one piece, summed over the devices.
-pub(crate) const SUM_ROWS: Shader = shader!("sum_rows.wgsl", "devices/sum_rows.wgsl");
+/// One step of [`all_reduce`] on one device: publish, sum and gather (module docs).
+pub(crate) const ALL_REDUCE_STEP: Shader =
+    shader!("all_reduce_step.wgsl", "devices/all_reduce_step.wgsl");
 
-/// Slots of host rows: the piece being summed and gathered, and the next one published.
+/// Slots of host rows: a piece's rows are read while the next piece's are written.
 pub(crate) const SLOTS: u64 = 2;
 
 /// Floats a segment boundary is aligned to: 256 bytes, the storage binding offset
 /// alignment most devices require, so a piece's replica range can be bound.
 const LINE: u64 = 64;
-
-/// `Params` of `sum_rows.wgsl` (same fields, same order).
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct SumParams {
-    start: u32,
-    len: u32,
-    devices: u32,
-    own: u32,
-    stride: u32,
-    _pad: [u32; 3],
-}
 
 /// One host allocation imported into every device of a set: [`SLOTS`] slots of one row
 /// per device and a result row, `stride` floats each (module docs).
@@ -118,17 +109,25 @@ impl HostRows {
     fn row(&self, slot: u64, row: usize) -> u64 {
         (slot * (self.devices as u64 + 1) + row as u64) * self.stride * 4
     }
+
+    /// Bytes of all slots.
+    fn bytes(&self) -> u64 {
+        self.row(SLOTS, 0)
+    }
 }
 
-/// The largest row (floats) `gpus` can bind: the kernel binds a slot (`devices` rows and
-/// the result row) as one storage buffer, and a piece of a replica as another.
+/// The largest row (floats) `gpus` can bind: the kernel binds every slot (`devices` rows
+/// and a result row each) as one storage buffer, and three pieces of a replica as
+/// another; indices are `u32`.
 pub(crate) fn widest_row(gpus: &[&Gpu]) -> u64 {
     let binding = gpus
         .iter()
         .map(|g| g.limits().max_storage_buffer_binding_size)
         .min()
-        .unwrap_or(0);
-    (binding / 4 / (gpus.len() as u64 + 1)) / LINE * LINE
+        .unwrap_or(0)
+        .min(u32::MAX as u64);
+    let slots = SLOTS * (gpus.len() as u64 + 1);
+    (binding / 4 / slots.max(3)) / LINE * LINE
 }
 
 /// Whether `replica` can be a binding of the kernel on its device: a buffer with
@@ -163,12 +162,17 @@ pub(crate) fn all_reduce(
     rows: &HostRows,
     start: web_time::Instant,
 ) -> Result<f64> {
+    let len = replicas.first().map_or(0, |r| r.len() as u64);
+    let stride = rows.stride;
     let run = Run {
         devices,
         replicas,
         rows,
+        pieces: (0..len.div_ceil(stride))
+            .map(|j| j * stride..((j + 1) * stride).min(len))
+            .collect(),
     };
-    let result = run.pipeline(start);
+    let result = run.steps(start);
     if result.is_err() {
         // No copy may outlive the caller's arrays (a device that is gone runs nothing).
         for rt in devices {
@@ -183,168 +187,161 @@ struct Run<'a> {
     devices: &'a [Runtime],
     replicas: &'a [&'a Typed<f32>],
     rows: &'a HostRows,
+    /// The array's pieces.
+    pieces: Vec<Range<u64>>,
 }
 
-/// One submission per device of a step of a piece (`None` where a device had nothing).
-type Submitted = Vec<Option<wgpu::SubmissionIndex>>;
+/// `Params` of `all_reduce_step.wgsl` (same fields, same order; element indices).
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct StepParams {
+    devices: u32,
+    own: u32,
+    stride: u32,
+    publish_count: u32,
+    sum_count: u32,
+    gather_count: u32,
+    publish_at: u32,
+    publish_skip: u32,
+    publish_skip_len: u32,
+    publish_row: u32,
+    sum_at: u32,
+    sum_start: u32,
+    sum_rows: u32,
+    gather_at: u32,
+    gather_skip: u32,
+    gather_skip_len: u32,
+    gather_result: u32,
+    _pad: [u32; 3],
+}
 
 impl Run<'_> {
-    fn pipeline(&self, start: web_time::Instant) -> Result<f64> {
-        let len = self.replicas[0].len() as u64;
-        let stride = self.rows.stride;
-        let pieces: Vec<Range<u64>> = (0..len.div_ceil(stride))
-            .map(|j| j * stride..((j + 1) * stride).min(len))
-            .collect();
-        let Some(first) = pieces.first() else {
-            return Ok(0.0);
-        };
-        let mut published = self.publish(first, 0)?;
-        let mut gathered: Option<Submitted> = None;
+    /// Steps `0..pieces + 2`, each on every device once all finished the step before.
+    /// Returns the seconds from `start` to the end of the last step that summed.
+    fn steps(&self, start: web_time::Instant) -> Result<f64> {
+        let last = self.pieces.len() + 2;
         let mut summed_at = 0.0;
-        for (j, piece) in pieces.iter().enumerate() {
-            let slot = j as u64 % SLOTS;
-            self.wait(std::mem::take(&mut published))?;
-            let summed = self.sum(piece, slot)?;
-            if let Some(next) = pieces.get(j + 1) {
-                // The next slot was piece j - 1's: its gather read it last.
-                if let Some(g) = gathered.take() {
-                    self.wait(g)?;
+        for s in 0..last {
+            let submitted = self.each(|d, gpu, encoder| self.record(s, d, gpu, encoder))?;
+            for (d, index) in submitted.into_iter().enumerate() {
+                if let Some(index) = index {
+                    let gpu = self.devices[d].gpu();
+                    gpu.wait_for(index)
+                        .map_err(|e| super::on_device(d, &gpu.info().name, e))?;
                 }
-                published = self.publish(next, (j as u64 + 1) % SLOTS)?;
             }
-            self.wait(summed)?;
-            summed_at = start.elapsed().as_secs_f64();
-            if let Some(g) = gathered.take() {
-                self.wait(g)?;
+            if s + 1 == self.pieces.len() + 1 {
+                summed_at = start.elapsed().as_secs_f64();
             }
-            gathered = Some(self.gather(piece, slot)?);
-        }
-        if let Some(g) = gathered {
-            self.wait(g)?;
         }
         Ok(summed_at)
     }
 
-    /// Waits for each device's submission of a step.
-    fn wait(&self, submitted: Submitted) -> Result<()> {
-        for (d, index) in submitted.into_iter().enumerate() {
-            if let Some(index) = index {
-                let gpu = self.devices[d].gpu();
-                gpu.wait_for(index)
-                    .map_err(|e| super::on_device(d, &gpu.info().name, e))?;
-            }
+    /// Records step `s` on device `d` (module docs); `false` where it has nothing to do.
+    fn record(
+        &self,
+        s: usize,
+        d: usize,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+    ) -> Result<bool> {
+        let n = self.devices.len();
+        let piece = |k: Option<usize>| k.and_then(|k| self.pieces.get(k));
+        let (publish, sum, gather) = (
+            piece(Some(s)),
+            piece(s.checked_sub(1)),
+            piece(s.checked_sub(2)),
+        );
+        // The replica's window: pieces s - 2 to s (those there are).
+        let Some(window) = [gather, sum, publish]
+            .into_iter()
+            .flatten()
+            .map(|r| r.clone())
+            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+        else {
+            return Ok(false);
+        };
+        let slot = |k: usize| k as u64 % SLOTS;
+        let own = |r: &Range<u64>| segment(d, n, r.end - r.start);
+        let at = |r: &Range<u64>| (r.start - window.start) as u32;
+        let others = |r: &Range<u64>| {
+            let o = own(r);
+            ((r.end - r.start) - (o.end - o.start)) as u32
+        };
+        let mut p = StepParams {
+            devices: n as u32,
+            own: d as u32,
+            stride: self.rows.stride as u32,
+            ..Default::default()
+        };
+        if let Some(r) = publish {
+            let o = own(r);
+            p.publish_count = others(r);
+            p.publish_at = at(r);
+            p.publish_skip = o.start as u32;
+            p.publish_skip_len = (o.end - o.start) as u32;
+            p.publish_row = (self.rows.row(slot(s), d) / 4) as u32;
         }
-        Ok(())
-    }
-
-    /// Step 1 for `piece` into `slot`, on every device.
-    fn publish(&self, piece: &Range<u64>, slot: u64) -> Result<Submitted> {
-        self.each(|d, _, encoder| {
-            let replica = self.replicas[d].allocation();
-            let n = self.devices.len();
-            let mut any = false;
-            for k in (0..n).filter(|&k| k != d) {
-                let seg = segment(k, n, piece.end - piece.start);
-                if seg.is_empty() {
-                    continue;
-                }
-                encoder.copy_buffer_to_buffer(
-                    replica.buffer(),
-                    replica.offset() + (piece.start + seg.start) * 4,
-                    self.rows.on[d].buffer(),
-                    self.rows.row(slot, d) + seg.start * 4,
-                    (seg.end - seg.start) * 4,
-                );
-                any = true;
-            }
-            Ok(any)
-        })
-    }
-
-    /// Step 2 for `piece` in `slot`, on every device.
-    fn sum(&self, piece: &Range<u64>, slot: u64) -> Result<Submitted> {
-        self.each(|k, gpu, encoder| {
-            let n = self.devices.len();
-            let piece_len = piece.end - piece.start;
-            let seg = segment(k, n, piece_len);
-            if seg.is_empty() {
-                return Ok(false);
-            }
-            let replica = self.replicas[k].allocation();
-            let host = self.rows.on[k].buffer();
-            let stride = self.rows.stride;
-            let pipeline = gpu.pipeline(&SUM_ROWS, "sum_rows")?;
-            let params = SumParams {
-                start: seg.start as u32,
-                len: (seg.end - seg.start) as u32,
-                devices: n as u32,
-                own: k as u32,
-                stride: stride as u32,
-                _pad: [0; 3],
-            };
-            let uniform = gpu
-                .device()
-                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("vramkit all-reduce sum params"),
-                    contents: bytemuck::bytes_of(&params),
-                    usage: wgpu::BufferUsages::UNIFORM,
-                });
-            let bind = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("vramkit all-reduce sum"),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: uniform.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: range(host, self.rows.row(slot, 0), (n as u64 + 1) * stride * 4),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: range(
-                            replica.buffer(),
-                            replica.offset() + piece.start * 4,
-                            piece_len * 4,
-                        ),
-                    },
-                ],
+        if let Some(r) = sum {
+            let o = own(r);
+            p.sum_count = (o.end - o.start) as u32;
+            p.sum_at = at(r);
+            p.sum_start = o.start as u32;
+            p.sum_rows = (self.rows.row(slot(s - 1), 0) / 4) as u32;
+        }
+        if let Some(r) = gather {
+            let o = own(r);
+            p.gather_count = others(r);
+            p.gather_at = at(r);
+            p.gather_skip = o.start as u32;
+            p.gather_skip_len = (o.end - o.start) as u32;
+            p.gather_result = (self.rows.row(slot(s - 2), n) / 4) as u32;
+        }
+        let total = u64::from(p.publish_count) + u64::from(p.sum_count) + u64::from(p.gather_count);
+        if total == 0 {
+            return Ok(false);
+        }
+        let replica = self.replicas[d].allocation();
+        let pipeline = gpu.pipeline(&ALL_REDUCE_STEP, "all_reduce_step")?;
+        let uniform = gpu
+            .device()
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("vramkit all-reduce step"),
+                contents: bytemuck::bytes_of(&p),
+                usage: wgpu::BufferUsages::UNIFORM,
             });
-            let (x, y) = crate::gpu::grid(seg.end - seg.start, 256, gpu);
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("vramkit all-reduce sum"),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(x, y, 1);
-            Ok(true)
-        })
-    }
-
-    /// Step 3 for `piece` out of `slot`, on every device.
-    fn gather(&self, piece: &Range<u64>, slot: u64) -> Result<Submitted> {
-        self.each(|d, _, encoder| {
-            let replica = self.replicas[d].allocation();
-            let n = self.devices.len();
-            let mut any = false;
-            for k in (0..n).filter(|&k| k != d) {
-                let seg = segment(k, n, piece.end - piece.start);
-                if seg.is_empty() {
-                    continue;
-                }
-                encoder.copy_buffer_to_buffer(
-                    self.rows.on[d].buffer(),
-                    self.rows.row(slot, n) + seg.start * 4,
-                    replica.buffer(),
-                    replica.offset() + (piece.start + seg.start) * 4,
-                    (seg.end - seg.start) * 4,
-                );
-                any = true;
-            }
-            Ok(any)
-        })
+        let host = self.rows.on[d].buffer();
+        let bind = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("vramkit all-reduce step"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: uniform.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: range(host, 0, self.rows.bytes()),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: range(
+                        replica.buffer(),
+                        replica.offset() + window.start * 4,
+                        (window.end - window.start) * 4,
+                    ),
+                },
+            ],
+        });
+        let (x, y) = crate::gpu::grid(total, 256, gpu);
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("vramkit all-reduce step"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+        Ok(true)
     }
 
     /// Records `record(d, gpu, encoder)` on every device `d` and submits what it recorded
@@ -352,7 +349,7 @@ impl Run<'_> {
     fn each(
         &self,
         record: impl Fn(usize, &Gpu, &mut wgpu::CommandEncoder) -> Result<bool>,
-    ) -> Result<Submitted> {
+    ) -> Result<Vec<Option<wgpu::SubmissionIndex>>> {
         const DURING: &str = "an all-reduce through host memory";
         let mut submitted = Vec::with_capacity(self.devices.len());
         for (d, rt) in self.devices.iter().enumerate() {
