@@ -256,7 +256,7 @@ impl Run<'_> {
         let Some(window) = [gather, sum, publish]
             .into_iter()
             .flatten()
-            .map(|r| r.clone())
+            .cloned()
             .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
         else {
             return Ok(false);
