@@ -14,7 +14,10 @@ const FAMILIES: &[&[Shader]] = &[
     &[tier::copy::COPY_RANGES, tier::copy::COPY_RANGES_VEC4],
     &vt::shaders::ALL,
     #[cfg(native)]
-    &[crate::devices::ALL_REDUCE_STEP],
+    &[
+        crate::devices::ALL_REDUCE_STEP,
+        crate::devices::ALL_REDUCE_STEP_VEC4,
+    ],
 ];
 /// The families whose variants come in several tables.
 const TABLES: &[&[&[Shader]]] = &[

@@ -9,9 +9,16 @@
 // - gather: the others' sums of piece s - 2, out of that slot's result row into the
 //   replica (host to device).
 // Every device copies the one sum made on the segment's device: all hold the same bits.
-// Indices are in f32 elements; `host` is the whole host allocation (one binding: a buffer
-// may not be bound both read-only and read-write in one dispatch), `replica` a window
-// of the device's array holding pieces s - 2 to s.
+// Indices are in `Elem`s (f32, or vec4<f32> with VEC4: 16-byte loads and stores across
+// the bus, for arrays whose length is a multiple of 4); `host` is the whole host
+// allocation (one binding: a buffer may not be bound both read-only and read-write in
+// one dispatch), `replica` a window of the device's array holding pieces s - 2 to s.
+
+#ifdef VEC4
+alias Elem = vec4<f32>;
+#else
+alias Elem = f32;
+#endif
 
 struct Params {
     devices: u32,
@@ -40,8 +47,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> host: array<f32>;
-@group(0) @binding(2) var<storage, read_write> replica: array<f32>;
+@group(0) @binding(1) var<storage, read_write> host: array<Elem>;
+@group(0) @binding(2) var<storage, read_write> replica: array<Elem>;
 
 // Element `i` of a piece with the own segment [skip, skip + len) passed over.
 fn skipping(i: u32, skip: u32, len: u32) -> u32 {
@@ -49,7 +56,7 @@ fn skipping(i: u32, skip: u32, len: u32) -> u32 {
 }
 
 // Device `d`'s value of element `e` of piece s - 1.
-fn value(d: u32, e: u32) -> f32 {
+fn value(d: u32, e: u32) -> Elem {
     if d == p.own {
         return replica[p.sum_at + e];
     }

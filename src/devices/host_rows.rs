@@ -46,9 +46,17 @@ use crate::gpu::{HostBuffer, HostMemory};
 use crate::shaders::{shader, Shader};
 use crate::{Gpu, Result, Runtime};
 
-/// One step of [`all_reduce`] on one device: publish, sum and gather (module docs).
+/// One step of [`all_reduce`] on one device: publish, sum and gather (module docs), an
+/// f32 an invocation.
 pub(crate) const ALL_REDUCE_STEP: Shader =
-    shader!("all_reduce_step.wgsl", "devices/all_reduce_step.wgsl");
+    shader!("all_reduce_step.wgsl (f32)", "devices/all_reduce_step.wgsl");
+/// [`ALL_REDUCE_STEP`] a vec4 an invocation (16-byte accesses across the bus), for arrays
+/// whose length is a multiple of 4.
+pub(crate) const ALL_REDUCE_STEP_VEC4: Shader = shader!(
+    "all_reduce_step.wgsl (vec4)",
+    "devices/all_reduce_step.wgsl"
+)
+.with(&[("VEC4", "")]);
 
 /// Slots of host rows: a piece's rows are read while the next piece's are written.
 pub(crate) const SLOTS: u64 = 2;
@@ -171,6 +179,7 @@ pub(crate) fn all_reduce(
         pieces: (0..len.div_ceil(stride))
             .map(|j| j * stride..((j + 1) * stride).min(len))
             .collect(),
+        wide: len.is_multiple_of(4),
     };
     let result = run.steps(start);
     if result.is_err() {
@@ -189,6 +198,8 @@ struct Run<'a> {
     rows: &'a HostRows,
     /// The array's pieces.
     pieces: Vec<Range<u64>>,
+    /// Steps run by vec4 (the array's length is a multiple of 4).
+    wide: bool,
 }
 
 /// `Params` of `all_reduce_step.wgsl` (same fields, same order; element indices).
@@ -213,6 +224,36 @@ struct StepParams {
     gather_skip_len: u32,
     gather_result: u32,
     _pad: [u32; 3],
+}
+
+impl StepParams {
+    /// The same, every index and count in vec4s (each a multiple of 4 floats).
+    fn in_vec4s(self) -> StepParams {
+        let q = |v: u32| {
+            debug_assert!(v.is_multiple_of(4), "{v} floats is no whole vec4");
+            v / 4
+        };
+        StepParams {
+            devices: self.devices,
+            own: self.own,
+            stride: q(self.stride),
+            publish_count: q(self.publish_count),
+            sum_count: q(self.sum_count),
+            gather_count: q(self.gather_count),
+            publish_at: q(self.publish_at),
+            publish_skip: q(self.publish_skip),
+            publish_skip_len: q(self.publish_skip_len),
+            publish_row: q(self.publish_row),
+            sum_at: q(self.sum_at),
+            sum_start: q(self.sum_start),
+            sum_rows: q(self.sum_rows),
+            gather_at: q(self.gather_at),
+            gather_skip: q(self.gather_skip),
+            gather_skip_len: q(self.gather_skip_len),
+            gather_result: q(self.gather_result),
+            _pad: [0; 3],
+        }
+    }
 }
 
 impl Run<'_> {
@@ -297,12 +338,18 @@ impl Run<'_> {
             p.gather_skip_len = (o.end - o.start) as u32;
             p.gather_result = (self.rows.row(slot(s - 2), n) / 4) as u32;
         }
+        // By vec4 where every index is a multiple of 4: the array's length is (segments
+        // and rows are on lines).
+        let (p, shader) = match self.wide {
+            true => (p.in_vec4s(), &ALL_REDUCE_STEP_VEC4),
+            false => (p, &ALL_REDUCE_STEP),
+        };
         let total = u64::from(p.publish_count) + u64::from(p.sum_count) + u64::from(p.gather_count);
         if total == 0 {
             return Ok(false);
         }
         let replica = self.replicas[d].allocation();
-        let pipeline = gpu.pipeline(&ALL_REDUCE_STEP, "all_reduce_step")?;
+        let pipeline = gpu.pipeline(shader, "all_reduce_step")?;
         let uniform = gpu
             .device()
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {

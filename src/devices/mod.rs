@@ -52,7 +52,7 @@ mod host_rows;
 mod link;
 mod sharded;
 
-pub(crate) use host_rows::ALL_REDUCE_STEP;
+pub(crate) use host_rows::{ALL_REDUCE_STEP, ALL_REDUCE_STEP_VEC4};
 pub use link::{TransferConfig, TransferPath};
 pub use sharded::{AllReduceAlgorithm, AllReduceReport, Shard, Sharded, Split};
 

@@ -254,7 +254,13 @@ fn all_reduce_sums_within_the_stated_bound_and_integers_exactly() {
 
 /// The checks of the test above on `set`, whose all-reduces must run as `expect`.
 fn sums_within_the_bound(set: &DeviceSet, expect: AllReduceAlgorithm) {
-    for (seed, len) in [(1u64, 1usize), (2, 3), (3, 1000), (4, (9 << 20) / 4 + 5)] {
+    for (seed, len) in [
+        (1u64, 1usize),
+        (2, 3),
+        (3, 1000),
+        (4, (9 << 20) / 4 + 5),
+        (5, 600_000),
+    ] {
         let parts: Vec<Vec<f32>> = (0..set.len())
             .map(|d| random_f32(len, seed * 7 + d as u64))
             .collect();
