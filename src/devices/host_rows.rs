@@ -271,7 +271,8 @@ impl Run<'_> {
                         .map_err(|e| super::on_device(d, &gpu.info().name, e))?;
                 }
             }
-            if s + 1 == self.pieces.len() + 1 {
+            // Step `pieces` summed the last piece.
+            if s == self.pieces.len() {
                 summed_at = start.elapsed().as_secs_f64();
             }
         }
@@ -305,9 +306,13 @@ impl Run<'_> {
         let slot = |k: usize| k as u64 % SLOTS;
         let own = |r: &Range<u64>| segment(d, n, r.end - r.start);
         let at = |r: &Range<u64>| (r.start - window.start) as u32;
-        let others = |r: &Range<u64>| {
+        // A job over piece `r` but this device's segment: its count, where the piece is
+        // in the window, and the segment passed over.
+        let all_but_own = |r: &Range<u64>| {
             let o = own(r);
-            ((r.end - r.start) - (o.end - o.start)) as u32
+            let own_len = (o.end - o.start) as u32;
+            let count = (r.end - r.start) as u32 - own_len;
+            (count, at(r), o.start as u32, own_len)
         };
         let mut p = StepParams {
             devices: n as u32,
@@ -316,11 +321,12 @@ impl Run<'_> {
             ..Default::default()
         };
         if let Some(r) = publish {
-            let o = own(r);
-            p.publish_count = others(r);
-            p.publish_at = at(r);
-            p.publish_skip = o.start as u32;
-            p.publish_skip_len = (o.end - o.start) as u32;
+            (
+                p.publish_count,
+                p.publish_at,
+                p.publish_skip,
+                p.publish_skip_len,
+            ) = all_but_own(r);
             p.publish_row = (self.rows.row(slot(s), d) / 4) as u32;
         }
         if let Some(r) = sum {
@@ -331,11 +337,12 @@ impl Run<'_> {
             p.sum_rows = (self.rows.row(slot(s - 1), 0) / 4) as u32;
         }
         if let Some(r) = gather {
-            let o = own(r);
-            p.gather_count = others(r);
-            p.gather_at = at(r);
-            p.gather_skip = o.start as u32;
-            p.gather_skip_len = (o.end - o.start) as u32;
+            (
+                p.gather_count,
+                p.gather_at,
+                p.gather_skip,
+                p.gather_skip_len,
+            ) = all_but_own(r);
             p.gather_result = (self.rows.row(slot(s - 2), n) / 4) as u32;
         }
         // By vec4 where every index is a multiple of 4: the array's length is (segments

@@ -248,15 +248,17 @@ pub(super) struct Emptying {
     pub into: Option<BlockId>,
 }
 
-/// Whether `block` of `pool` is one of `emptying`'s, and whether it is the block one of
-/// them goes on into.
-fn emptying_has(emptying: &[Emptying], pool: PoolId, block: BlockId) -> (bool, bool) {
-    let key = (pool, block);
-    let source = emptying.iter().any(|e| e.block == key);
-    let destination = emptying
+/// Whether `block` of `pool` is being emptied over several passes.
+fn is_emptying(emptying: &[Emptying], pool: PoolId, block: BlockId) -> bool {
+    emptying.iter().any(|e| e.block == (pool, block))
+}
+
+/// Whether `block` of `pool` is the repack's block a block emptying over several passes
+/// goes on into.
+fn is_refilled(emptying: &[Emptying], pool: PoolId, block: BlockId) -> bool {
+    emptying
         .iter()
-        .any(|e| e.block.0 == pool && e.into == Some(block));
-    (source, destination)
+        .any(|e| e.block.0 == pool && e.into == Some(block))
 }
 
 /// Whether every live range of block `b` is a candidate of `by_block` (the block can
@@ -603,7 +605,7 @@ impl Tiers {
             if b.dedicated || b.live == 0 || pass.drained.contains(&(pool, b.id)) {
                 continue;
             }
-            if ready_to_empty(pool, b, by_block, pass) && !emptying_has(emptying, pool, b.id).1 {
+            if ready_to_empty(pool, b, by_block, pass) && !is_refilled(emptying, pool, b.id) {
                 c.push((b.used, b.size, b.id));
             }
         }
@@ -624,7 +626,7 @@ impl Tiers {
         let (align, max_block) = arena.pool_layout(pool);
         let mut candidates = self.candidate_blocks(pool, by_block, usage, pass, &kept.partial);
         // A block emptying over several passes goes on into holes (`fill_holes`).
-        candidates.retain(|c| !emptying_has(&kept.partial, pool, c.2).0);
+        candidates.retain(|c| !is_emptying(&kept.partial, pool, c.2));
         let spares = &mut kept.spares;
         let mut i = 0;
         while i < candidates.len() {
