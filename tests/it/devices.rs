@@ -416,16 +416,21 @@ fn a_lost_device_fails_its_own_work_and_the_other_continues() {
     let on1 = set.device(1).alloc::<f32>(4096, "y").unwrap();
     set.copy_typed(&on0, &on1).unwrap();
     assert_eq!(set.device(1).download(&on1).unwrap(), data);
+    // An all-reduce before the loss keeps its host rows (where the devices import host
+    // memory): the one after runs into the lost device mid-way.
+    let grads = set.broadcast(&data, "grads").unwrap();
+    set.all_reduce_sum(&grads).unwrap();
     set.device(1).gpu().device().destroy();
-    let err = set.copy_typed(&on0, &on1).unwrap_err();
-    match &err {
+    let lost_on_1 = |err: &Error| match err {
         Error::OnDevice {
             device: 1, source, ..
         } => {
             assert!(matches!(**source, Error::DeviceLost { .. }), "{err}")
         }
         other => panic!("expected OnDevice(1, DeviceLost), got {other}"),
-    }
+    };
+    lost_on_1(&set.copy_typed(&on0, &on1).unwrap_err());
+    lost_on_1(&set.all_reduce_sum(&grads).unwrap_err());
     // Device 0 goes on.
     let y = set.device(0).alloc::<f32>(4096, "y0").unwrap();
     let mut batch = set.device(0).batch();
