@@ -7,7 +7,8 @@
 //! [`SLOTS`] slots, each of `N` *rows* (one per device) and a *result row*, `stride`
 //! floats each. The array is cut into pieces of at most `stride` floats, and each piece
 //! into `N` segments (boundaries on 64-float lines); piece `j` uses slot `j % 2`. Step
-//! `s` (`0..pieces + 2`) is one dispatch per device (`shaders/devices/all_reduce_step.wgsl`)
+//! `s` (`0..pieces + 2`) is one dispatch per device (`shaders/devices/all_reduce_step.wgsl`,
+//! by vec4 where the array's length is a multiple of 4: 16-byte accesses across the bus)
 //! of three jobs on disjoint memory:
 //! 1. **publish** piece `s`: device `d` writes its values of every segment but its own
 //!    into its row (device to host);
