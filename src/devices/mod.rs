@@ -24,10 +24,10 @@
 //!   another), so NVLink and PCIe peer copies are out of reach.
 //! - **Sharded arrays** ([`Sharded`], `sharded.rs`): a typed array split along its
 //!   leading axis, evenly, by shares or by free memory; scatter, gather, broadcast and
-//!   an all-reduce (sum). Where every device imports host memory, each GPU sums its
-//!   segment in one kernel that reads the other devices' values out of host rows they
-//!   all import (`host_rows.rs`); elsewhere the all-reduce is a ring of these copies with
-//!   the additions on the GPUs.
+//!   an all-reduce (sum). Where every device is a GPU that imports host memory, each
+//!   sums its segment in one kernel that reads the other devices' values out of host
+//!   rows they all import (`host_rows.rs`); elsewhere the all-reduce is a ring of these
+//!   copies with the additions on the GPUs.
 //!
 //! # What it promises
 //! - Every call checks that the allocations it is given belong to the devices it names;
