@@ -243,8 +243,8 @@ pub(super) struct Emptying {
     /// was emptied into those holes, and the next repack packed the first block into it
     /// again, part way: an H200 run went 400 frames without ending. Going there first
     /// left the repack's block full and the other blocks' holes unfilled (1.21 reserved
-    /// over allocated in `tier::blocks_fuller_than_a_pass_empty_over_several_passes`
-    /// against 1.004). `None`: holes only.
+    /// over allocated in `tier::blocks_fuller_than_a_pass_empty_over_several_passes`;
+    /// holes first: 1.005). `None`: holes only.
     pub into: Option<BlockId>,
 }
 
@@ -770,12 +770,9 @@ impl Tiers {
             // Its own free space no longer counts once it drains (a block emptying over
             // several passes drains already). Only a block whose every movable has room
             // elsewhere starts to empty.
-            let into = partial
-                .iter()
-                .find(|e| e.block == (pool, id))
-                .map(|e| e.into);
-            let draining = into.is_some();
-            let into = into.flatten();
+            let emptying = partial.iter().find(|e| e.block == (pool, id));
+            let draining = emptying.is_some();
+            let into = emptying.and_then(|e| e.into);
             let room = match draining {
                 true => free_elsewhere,
                 false => free_elsewhere.saturating_sub(size - used),
