@@ -168,29 +168,28 @@ fn pinned_rates(set: &DeviceSet, bytes: u64) -> Result<(f64, f64)> {
         let rt = set.device(d);
         let on_gpu = rt.alloc::<u32>((bytes / 4) as usize, "link bound")?;
         let pinned = PinnedBuffer::new(rt.gpu(), bytes, "link bound")?;
-        ends.push((rt, on_gpu, std::sync::Mutex::new(pinned)));
+        ends.push((rt, on_gpu, pinned));
     }
-    let rate = |upload: bool| -> Result<f64> {
+    let mut rate = |upload: bool| -> Result<f64> {
         let mut best = f64::MAX;
         for _ in 0..3 {
             let start = Instant::now();
             std::thread::scope(|scope| -> Result<()> {
                 let runs: Vec<_> = ends
-                    .iter()
+                    .iter_mut()
                     .map(|(rt, on_gpu, pinned)| {
                         scope.spawn(move || -> Result<()> {
-                            let mut pinned = pinned.lock().expect("a copy's thread panicked");
                             match upload {
                                 true => rt.uploader().upload_pinned(
                                     on_gpu.allocation(),
                                     0,
-                                    &pinned,
+                                    pinned,
                                     0..bytes,
                                 ),
                                 false => rt.downloader().download_pinned(
                                     on_gpu.allocation(),
                                     0,
-                                    &mut pinned,
+                                    pinned,
                                     0..bytes,
                                 ),
                             }

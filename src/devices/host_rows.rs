@@ -24,7 +24,7 @@
 //! submitting step `s + 1` anywhere (wgpu gives one device no way to wait for another's
 //! work): piece `s`'s rows are then complete for the sums, and the slot piece `s + 1`
 //! writes was last read (by piece `s - 1`'s sums and gather) in a finished step.
-
+//!
 //! # Numerics
 //! Segment `k`'s sum is made once, on device `k`, adding the devices' values in device
 //! order from 0; every device copies that result, so all hold the same bits. Against the
@@ -60,7 +60,7 @@ pub(crate) const ALL_REDUCE_STEP_VEC4: Shader = shader!(
 .with(&[("VEC4", "")]);
 
 /// Slots of host rows: a piece's rows are read while the next piece's are written.
-pub(crate) const SLOTS: u64 = 2;
+const SLOTS: u64 = 2;
 
 /// Floats a segment boundary is aligned to: 256 bytes, the storage binding offset
 /// alignment most devices require, so a piece's replica range can be bound.
@@ -88,8 +88,7 @@ impl HostRows {
             .max()?;
         let stride = stride.max(LINE).next_multiple_of(LINE);
         let devices = gpus.len();
-        let bytes = SLOTS * (devices as u64 + 1) * stride * 4;
-        let host = Arc::new(HostMemory::new(bytes, align)?);
+        let host = Arc::new(HostMemory::new(bytes_for(devices, stride), align)?);
         let usage = wgpu::BufferUsages::STORAGE
             | wgpu::BufferUsages::COPY_SRC
             | wgpu::BufferUsages::COPY_DST;
@@ -104,14 +103,10 @@ impl HostRows {
         })
     }
 
-    /// Floats per row.
-    pub(crate) fn stride(&self) -> u64 {
-        self.stride
-    }
-
-    /// Devices it serves.
-    pub(crate) fn devices(&self) -> usize {
-        self.devices
+    /// Whether these rows serve an all-reduce over `devices` devices in rows of `stride`
+    /// floats (wider rows serve too: pieces are as wide as the rows).
+    pub(crate) fn serve(&self, devices: usize, stride: u64) -> bool {
+        self.devices == devices && self.stride >= stride
     }
 
     /// Byte offset of row `row` of slot `slot` (row `devices` is the result row).
@@ -121,14 +116,19 @@ impl HostRows {
 
     /// Bytes of all slots.
     fn bytes(&self) -> u64 {
-        self.row(SLOTS, 0)
+        bytes_for(self.devices, self.stride)
     }
 }
 
-/// The largest row (floats) `gpus` can bind: the kernel binds every slot (`devices` rows
-/// and a result row each) as one storage buffer, and three pieces of a replica as
-/// another; indices are `u32`.
-pub(crate) fn widest_row(gpus: &[&Gpu]) -> u64 {
+/// Bytes of host memory the rows of `devices` devices, `stride` floats each, take.
+pub(crate) fn bytes_for(devices: usize, stride: u64) -> u64 {
+    SLOTS * (devices as u64 + 1) * stride * 4
+}
+
+/// Floats per row for an all-reduce of `len` floats over `gpus`, in rows of about
+/// `chunk` bytes: no wider than the array needs, nor than the kernel can bind (every
+/// slot as one storage buffer, three pieces of a replica as another; `u32` indices).
+pub(crate) fn stride_for(gpus: &[&Gpu], chunk: u64, len: u64) -> u64 {
     let binding = gpus
         .iter()
         .map(|g| g.limits().max_storage_buffer_binding_size)
@@ -136,7 +136,8 @@ pub(crate) fn widest_row(gpus: &[&Gpu]) -> u64 {
         .unwrap_or(0)
         .min(u32::MAX as u64);
     let slots = SLOTS * (gpus.len() as u64 + 1);
-    (binding / 4 / slots.max(3)) / LINE * LINE
+    let widest = (binding / 4 / slots.max(3)) / LINE * LINE;
+    (chunk / 4).min(widest).min(len.next_multiple_of(LINE))
 }
 
 /// Whether `replica` can be a binding of the kernel on its device: a buffer with
@@ -264,7 +265,7 @@ impl Run<'_> {
         let last = self.pieces.len() + 2;
         let mut summed_at = 0.0;
         for s in 0..last {
-            let submitted = self.each(|d, gpu, encoder| self.record(s, d, gpu, encoder))?;
+            let submitted = self.submit_step(s)?;
             for (d, index) in submitted.into_iter().enumerate() {
                 if let Some(index) = index {
                     let gpu = self.devices[d].gpu();
@@ -399,12 +400,9 @@ impl Run<'_> {
         Ok(true)
     }
 
-    /// Records `record(d, gpu, encoder)` on every device `d` and submits what it recorded
-    /// (when it says so) with a host-read barrier after it, inside an error scope.
-    fn each(
-        &self,
-        record: impl Fn(usize, &Gpu, &mut wgpu::CommandEncoder) -> Result<bool>,
-    ) -> Result<Vec<Option<wgpu::SubmissionIndex>>> {
+    /// Records step `s` on every device and submits it (where the device has something
+    /// to do) with a host-read barrier after it, inside an error scope.
+    fn submit_step(&self, s: usize) -> Result<Vec<Option<wgpu::SubmissionIndex>>> {
         const DURING: &str = "an all-reduce through host memory";
         let mut submitted = Vec::with_capacity(self.devices.len());
         for (d, rt) in self.devices.iter().enumerate() {
@@ -417,7 +415,7 @@ impl Run<'_> {
                             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                                 label: Some(DURING),
                             });
-                    if !record(d, gpu, &mut encoder)? {
+                    if !self.record(s, d, gpu, &mut encoder)? {
                         return Ok(None);
                     }
                     let barrier = gpu.host_read_barrier();

@@ -458,8 +458,10 @@ impl DeviceSet {
     /// shared host memory, overlap); the links made under the old settings are dropped.
     pub fn set_transfer(&mut self, config: TransferConfig) {
         self.transfer = config;
-        self.links.lock().clear();
-        self.rows.lock().take();
+        // Dropped after the locks: each frees host memory through the drivers.
+        let links = std::mem::take(&mut *self.links.lock());
+        let rows = self.rows.lock().take();
+        drop((links, rows));
     }
 
     /// Waits for all work submitted on every device.

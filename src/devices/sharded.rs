@@ -10,10 +10,10 @@
 //! - **Scatter, gather, broadcast** move each device's part on a thread of its own, so
 //!   the host's links to the GPUs run at once.
 //! - **All-reduce (sum, f32)** runs as [`AllReduceAlgorithm`] says. By default, where
-//!   every device is a GPU that imports host memory, on the GPUs from host rows (`host_rows.rs`: each
-//!   device publishes its values into host memory every device imports, and each GPU's
-//!   kernel sums its segment reading the others' across the bus). Elsewhere, a ring:
-//!   the array is cut into one segment per device;
+//!   every device is a GPU that imports host memory, on the GPUs from host rows
+//!   (`host_rows.rs`: each device publishes its values into host memory every device
+//!   imports, and each GPU's kernel sums its segment reading the others' across the
+//!   bus). Elsewhere, a ring: the array is cut into one segment per device;
 //!   in `N - 1` reduce-scatter steps every device sends one segment to the next through
 //!   the set's copies and the receiver adds it into its own copy with the `axpy` kernel;
 //!   in `N - 1` all-gather steps the finished segments travel round the ring. Each device
@@ -502,7 +502,7 @@ impl DeviceSet {
             AllReduceAlgorithm::Ring => false,
         };
         if rows_wanted {
-            match self.take_rows(replicas) {
+            match self.take_rows(replicas, cpu) {
                 Ok(rows) => {
                     let summed = host_rows::all_reduce(self.runtimes(), replicas, &rows, start);
                     self.put_rows(rows);
@@ -518,8 +518,8 @@ impl DeviceSet {
     /// Host rows for summing `replicas` on the GPUs: the set's kept ones where wide
     /// enough, else new ones (rows of `TransferConfig::chunk` bytes, 32 MiB on GPUs and
     /// 1 MiB on CPU adapters, within what the devices can bind and what the array needs).
-    /// An error says why they cannot be had.
-    fn take_rows(&self, replicas: &[&Typed<f32>]) -> Result<host_rows::HostRows> {
+    /// An error says why they cannot be had. `cpu`: a device is a CPU adapter.
+    fn take_rows(&self, replicas: &[&Typed<f32>], cpu: bool) -> Result<host_rows::HostRows> {
         let refused = |why: String| {
             Error::invalid(
                 format!("an all-reduce summed on the GPUs from host memory: {why}"),
@@ -536,22 +536,19 @@ impl DeviceSet {
             }
         }
         let gpus: Vec<&crate::Gpu> = self.runtimes().iter().map(|rt| rt.gpu()).collect();
-        let cpu = gpus.iter().any(|g| g.is_cpu());
         let chunk = self
             .transfer
             .chunk
             .unwrap_or(if cpu { 1 << 20 } else { 32 << 20 });
-        let stride = (chunk / 4)
-            .min(host_rows::widest_row(&gpus))
-            .min((replicas[0].len() as u64).next_multiple_of(64));
+        let stride = host_rows::stride_for(&gpus, chunk, replicas[0].len() as u64);
         let kept = self.rows.lock().take();
         match kept {
-            Some(rows) if rows.stride() >= stride && rows.devices() == self.len() => Ok(rows),
+            Some(rows) if rows.serve(self.len(), stride) => Ok(rows),
             _ => host_rows::HostRows::new(&gpus, stride).ok_or_else(|| {
                 refused(format!(
                     "not every device imports host memory (VK_EXT_external_memory_host), \
                      or {} bytes of it could not be had",
-                    host_rows::SLOTS * (self.len() as u64 + 1) * stride * 4
+                    host_rows::bytes_for(self.len(), stride)
                 ))
             }),
         }
